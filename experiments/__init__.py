@@ -1,0 +1,1 @@
+"""Entry points (python -m experiments.league, matrix_league, nashconv, dashboard), configs and runners."""

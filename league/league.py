@@ -1,0 +1,202 @@
+"""The league: its players, their payoff matrix, matchmaking and snapshot decisions.
+
+Pure and deterministic for a given numpy Generator: no JAX, no I/O. The coordinator
+owns one `League`, asks it for matches and decisions, carries the decisions out
+(writes parameters, resets learners) and then applies them here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from league import matchmaking, rules
+from league.matchmaking import Match
+from league.payoff import Payoff
+from league.players import (
+    HISTORICAL,
+    LEAGUE_EXPLOITER,
+    LEARNING_ROLES,
+    MAIN_AGENT,
+    MAIN_EXPLOITER,
+    LeagueConfig,
+    Player,
+    learning_agents,
+    snapshot_id,
+)
+from league.rules import AddSnapshot, ResetAgent
+
+_ROLE_MATCHMAKERS = {
+    MAIN_EXPLOITER: matchmaking.main_exploiter_match,
+    LEAGUE_EXPLOITER: matchmaking.league_exploiter_match,
+}
+
+
+class League:
+    """Players, payoff and per-agent bookkeeping for one league."""
+
+    def __init__(self, config: LeagueConfig, rng: np.random.Generator | int = 0):
+        self.config = config
+        self.rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+        self.payoff = Payoff(decay=config.payoff_decay)
+        self.players: dict[str, Player] = {}
+        self._historical: list[str] = []
+        self._snapshots_of: dict[str, list[str]] = {}
+        self._learning: dict[str, list[str]] = {role: [] for role in LEARNING_ROLES}
+        self.last_snapshot_step: dict[str, int] = {}
+        self.snapshot_count: dict[str, int] = {}
+        # OpenAI Five quality scores of each agent's past selves, aligned with snapshots_of.
+        self._quality: dict[str, list[float]] = {}
+        for player in learning_agents(config):
+            self._add(player)
+
+    # -- membership ------------------------------------------------------------
+
+    def _add(self, player: Player) -> None:
+        if player.player_id in self.players:
+            raise ValueError(f"player {player.player_id!r} is already in the league")
+        self.players[player.player_id] = player
+        self.payoff.add_player(player.player_id)
+        if player.role == HISTORICAL:
+            self._historical.append(player.player_id)
+            self._snapshots_of.setdefault(player.parent, []).append(player.player_id)
+        else:
+            self._learning[player.role].append(player.player_id)
+            self.last_snapshot_step.setdefault(player.player_id, 0)
+            self.snapshot_count.setdefault(player.player_id, 0)
+
+    def player(self, player_id: str) -> Player:
+        try:
+            return self.players[player_id]
+        except KeyError:
+            raise ValueError(
+                f"unknown player id {player_id!r}; the league has {len(self.players)} players, "
+                f"learning agents: {self.learning_agent_ids()}"
+            ) from None
+
+    def learning_agent_ids(self, role: str | None = None) -> list[str]:
+        if role is None:
+            return [p for r in LEARNING_ROLES for p in self._learning[r]]
+        if role not in self._learning:
+            raise ValueError(f"unknown learning role {role!r}; allowed: {', '.join(LEARNING_ROLES)}")
+        return list(self._learning[role])
+
+    def historical_ids(self) -> list[str]:
+        return list(self._historical)
+
+    def snapshots_of(self, agent_id: str) -> list[str]:
+        """The agent's historical players, oldest first."""
+        return list(self._snapshots_of.get(agent_id, ()))
+
+    # -- matches and results ---------------------------------------------------
+
+    def get_match(self, agent_id: str) -> Match:
+        """The opponent for the learning agent's next games, by its role's matchmaker."""
+        player = self.player(agent_id)
+        if player.role == MAIN_AGENT:
+            choose = matchmaking.MAIN_AGENT_MATCHMAKERS[self.config.main_agent_matchmaker]
+        elif player.role in _ROLE_MATCHMAKERS:
+            choose = _ROLE_MATCHMAKERS[player.role]
+        else:
+            raise ValueError(f"historical player {agent_id!r} does not learn and gets no matches")
+        return choose(self, agent_id, self.rng)
+
+    def record_result(self, home: str, away: str, outcome: str) -> None:
+        """One game's outcome ("win" | "draw" | "loss" from home's side)."""
+        self.player(home), self.player(away)
+        self.payoff.update(home, away, outcome)
+        self._update_quality(home, away, outcome)
+
+    def quality_probabilities(self, agent_id: str) -> np.ndarray:
+        """Softmax of the OpenAI Five quality scores of the agent's past selves."""
+        q = np.asarray(self._quality.get(agent_id, ()), dtype=np.float64)
+        if q.size == 0:
+            return q
+        e = np.exp(q - q.max())
+        return e / e.sum()
+
+    def _update_quality(self, home: str, away: str, outcome: str) -> None:
+        """OpenAI Five appendix N: when the agent beats past self i, q_i -= eta / (N p_i)."""
+        for agent, past, won in ((home, away, outcome == "win"), (away, home, outcome == "loss")):
+            pool = self._snapshots_of.get(agent)
+            if not won or not pool or past not in pool:
+                continue
+            i = pool.index(past)
+            probs = self.quality_probabilities(agent)
+            eta = self.config.matchmaking.openai_five_learning_rate
+            self._quality[agent][i] -= eta / (len(pool) * probs[i])
+
+    # -- snapshots and resets --------------------------------------------------
+
+    def decide(self, agent_id: str, agent_steps: int, wall_time: float) -> list[AddSnapshot | ResetAgent]:
+        """What should happen to a learning agent now that it has trained `agent_steps` steps."""
+        player = self.player(agent_id)
+        if not player.is_learning:
+            raise ValueError(f"{agent_id!r} is a historical player; only learning agents snapshot")
+        config = self.config.snapshots
+        since = agent_steps - self.last_snapshot_step[agent_id]
+        if player.role == MAIN_EXPLOITER:
+            targets = self.learning_agent_ids(MAIN_AGENT)
+        else:
+            targets = self.historical_ids()
+        rates = self.payoff.win_rates(agent_id, targets) if targets else np.zeros(0)
+        reason = rules.snapshot_reason(player.role, since, rates, config)
+        if reason is None:
+            return []
+        new_id = snapshot_id(agent_id, self.snapshot_count[agent_id])
+        decisions: list[AddSnapshot | ResetAgent] = [
+            AddSnapshot(agent_id, new_id, int(agent_steps), float(wall_time), reason)
+        ]
+        if self.rng.random() < rules.reset_probability(player.role, config):
+            decisions.append(ResetAgent(agent_id, int(agent_steps)))
+        return decisions
+
+    def apply(self, decision: AddSnapshot | ResetAgent) -> Player | None:
+        """Records a decision the coordinator has carried out."""
+        if isinstance(decision, AddSnapshot):
+            parent = self.player(decision.agent_id)
+            snapshot = Player(
+                decision.player_id, HISTORICAL, parent.race, parent=parent.player_id,
+                step=decision.step, wall_time=decision.wall_time,
+            )
+            self._add(snapshot)
+            self.last_snapshot_step[parent.player_id] = decision.step
+            self.snapshot_count[parent.player_id] += 1
+            # OpenAI Five: a new past self enters with the highest current quality.
+            scores = self._quality.setdefault(parent.player_id, [])
+            scores.append(max(scores) if scores else 0.0)
+            return snapshot
+        if isinstance(decision, ResetAgent):
+            self.player(decision.agent_id)
+            self.last_snapshot_step[decision.agent_id] = decision.step
+            return None
+        raise ValueError(f"unknown decision {decision!r}; expected AddSnapshot or ResetAgent")
+
+    # -- persistence (plain data) ----------------------------------------------
+
+    def state(self) -> dict:
+        return {
+            "config": self.config.to_dict(),
+            "players": [vars(p).copy() for p in self.players.values()],
+            "payoff": self.payoff.state(),
+            "last_snapshot_step": dict(self.last_snapshot_step),
+            "snapshot_count": dict(self.snapshot_count),
+            "quality": {k: list(v) for k, v in self._quality.items()},
+            "rng": self.rng.bit_generator.state,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> League:
+        config = LeagueConfig.from_dict(state["config"])
+        league = cls(config, np.random.default_rng())
+        league.rng.bit_generator.state = state["rng"]
+        for data in state["players"]:
+            player = Player(**data)
+            if player.player_id not in league.players:
+                league._add(player)
+        league.payoff = Payoff.from_state(state["payoff"])
+        if league.payoff.players != list(league.players):
+            raise ValueError("league state is inconsistent: payoff players differ from league players")
+        league.last_snapshot_step.update(state["last_snapshot_step"])
+        league.snapshot_count.update(state["snapshot_count"])
+        league._quality = {k: list(v) for k, v in state["quality"].items()}
+        return league

@@ -1,0 +1,141 @@
+"""The meta-game over players: Nash mixtures, exploitability, population metrics, ratings.
+
+The meta-game between players a, b is symmetric and zero-sum with payoff
+A[a, b] = P[a beats b] - 1/2 (so A = -A^T when draws count half).
+- Nash: max_x min_b sum_a x_a A[a, b], a linear program (scipy, HiGHS).
+- Exploitability of a mixture x: max_a (A x)_a, the best pure response's expected
+  payoff against x; 0 at a Nash mixture of a symmetric zero-sum game.
+- Relative population performance (Balduzzi et al. 2019, "Open-ended learning in
+  symmetric zero-sum games", Definition 3): the value p^T A_PQ q of the zero-sum game
+  between populations P and Q, at a Nash equilibrium (p, q).
+- Elo: ratings r maximising the Bradley-Terry likelihood of the decayed payoff counts
+  with P[a beats b] = 1 / (1 + 10^((r_b - r_a) / 400)).
+- TrueSkill (Herbrich et al. 2006) over a sequence of games, via the `trueskill` package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import scipy.optimize
+
+from league.pfsp import check_win_rates
+
+
+def _check_matrix(win_rate_matrix, square: bool = True) -> np.ndarray:
+    w = check_win_rates(win_rate_matrix, "win-rate matrix entries")
+    if w.ndim != 2 or w.size == 0 or (square and w.shape[0] != w.shape[1]):
+        kind = "a non-empty square" if square else "a non-empty 2-D"
+        raise ValueError(f"the win-rate matrix must be {kind} array; got shape {w.shape}")
+    return w
+
+
+def zero_sum_nash(payoff: np.ndarray) -> tuple[np.ndarray, float]:
+    """Row player's maximin mixture of the zero-sum game `payoff` [m, n], and the game value.
+
+    LP: maximise v subject to sum_i x_i payoff[i, j] >= v for every column j,
+    sum_i x_i = 1, x >= 0. Solved with HiGHS.
+    """
+    m, n = payoff.shape
+    # Variables (x_1..x_m, v); minimise -v.
+    c = np.zeros(m + 1)
+    c[-1] = -1.0
+    a_ub = np.hstack([-payoff.T, np.ones((n, 1))])  # v - x^T payoff[:, j] <= 0
+    b_ub = np.zeros(n)
+    a_eq = np.hstack([np.ones((1, m)), np.zeros((1, 1))])
+    bounds = [(0.0, None)] * m + [(None, None)]
+    result = scipy.optimize.linprog(
+        c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs"
+    )
+    if not result.success:
+        raise RuntimeError(f"the meta-game linear program failed: {result.message}")
+    x = np.clip(result.x[:m], 0.0, None)
+    return x / x.sum(), float(result.x[-1])
+
+
+def nash_distribution(win_rate_matrix) -> np.ndarray:
+    """A Nash mixture of the symmetric zero-sum meta-game with payoff W - 1/2."""
+    w = _check_matrix(win_rate_matrix)
+    mixture, _ = zero_sum_nash(w - 0.5)
+    return mixture
+
+
+def exploitability(win_rate_matrix, mixture) -> float:
+    """max_a sum_b x_b (W[a, b] - 1/2): what the best pure response gains against `mixture`."""
+    w = _check_matrix(win_rate_matrix)
+    x = np.asarray(mixture, dtype=np.float64)
+    if x.shape != (w.shape[1],) or not np.isfinite(x).all() or (x < -1e-12).any() or abs(x.sum() - 1) > 1e-6:
+        raise ValueError(
+            f"mixture must be a probability vector of length {w.shape[1]}; got {x.tolist()[:8]}"
+        )
+    return float(((w - 0.5) @ x).max())
+
+
+def relative_population_performance(win_rates_p_vs_q) -> float:
+    """Balduzzi et al. 2019, Def. 3: value of the zero-sum game between populations P and Q.
+
+    `win_rates_p_vs_q[i, j]` = P[P_i beats Q_j]; payoff = win rate - 1/2. Positive means
+    P is the stronger population.
+    """
+    w = _check_matrix(win_rates_p_vs_q, square=False)
+    _, value = zero_sum_nash(w - 0.5)
+    return value
+
+
+ELO_SCALE = 400.0 / np.log(10.0)
+
+
+def elo_ratings(wins, draws=None, anchor: float = 1500.0, prior_games: float = 0.1) -> np.ndarray:
+    """Elo ratings fitted to (decayed) counts, `wins[a, b]` = games a won against b.
+
+    Maximises sum_{a,b} (wins[a,b] + draws[a,b]/2) log sigma((r_a - r_b) / s),
+    s = 400 / ln 10, plus `prior_games` half-won virtual games between every pair so
+    that players with no games (or only wins) stay finite; the mean rating is `anchor`.
+    """
+    wins = np.asarray(wins, dtype=np.float64)
+    n = wins.shape[0]
+    if wins.shape != (n, n) or not np.isfinite(wins).all() or (wins < 0).any():
+        raise ValueError(f"wins must be a square array of non-negative counts; got shape {wins.shape}")
+    draws = np.zeros_like(wins) if draws is None else np.asarray(draws, dtype=np.float64)
+    score = wins + 0.5 * draws + 0.5 * prior_games * (1.0 - np.eye(n))
+
+    def negative_log_likelihood(r):
+        diff = (r[:, None] - r[None, :]) / ELO_SCALE
+        log_p = -np.logaddexp(0.0, -diff)
+        p = np.exp(log_p)
+        nll = -(score * log_p).sum()
+        grad_diff = -score * (1.0 - p)  # d nll / d diff[a, b]
+        grad = (grad_diff.sum(axis=1) - grad_diff.sum(axis=0)) / ELO_SCALE
+        return nll, grad
+
+    result = scipy.optimize.minimize(negative_log_likelihood, np.zeros(n), jac=True, method="L-BFGS-B")
+    r = result.x
+    return r - r.mean() + anchor
+
+
+def elo_win_probability(rating_a, rating_b):
+    return 1.0 / (1.0 + 10.0 ** ((np.asarray(rating_b) - np.asarray(rating_a)) / 400.0))
+
+
+def trueskill_ratings(
+    games: Iterable[tuple[str, str, str]], players: Sequence[str] | None = None
+) -> dict[str, tuple[float, float]]:
+    """(mu, sigma) per player after replaying `games` (home, away, outcome) in order."""
+    import trueskill
+
+    env = trueskill.TrueSkill(draw_probability=0.05)
+    ratings = {p: env.create_rating() for p in (players or ())}
+    for home, away, outcome in games:
+        if outcome not in ("win", "draw", "loss"):
+            raise ValueError(f"unknown outcome {outcome!r}; allowed: win, draw, loss")
+        a = ratings.setdefault(home, env.create_rating())
+        b = ratings.setdefault(away, env.create_rating())
+        if home == away:
+            continue
+        if outcome == "loss":
+            b, a = env.rate_1vs1(b, a)
+        else:
+            a, b = env.rate_1vs1(a, b, drawn=outcome == "draw")
+        ratings[home], ratings[away] = a, b
+    return {p: (r.mu, r.sigma) for p, r in ratings.items()}

@@ -1,0 +1,177 @@
+"""The payoff matrix: who beats whom, with old results decaying away.
+
+AlphaStar's pseudocode (Supplementary Data, `Payoff`): before each result between
+`home` and `away`, the pair's wins, draws, losses and games are multiplied by a decay
+(0.99), then the new result is added for both orders; a pair never played has win
+rate 0.5; win rate = (wins + draws / 2) / games.
+
+Stored as two dense arrays so that lookups are vectorised and thousands of players
+stay cheap: `wins[a, b]` (a's decayed wins over b; b's losses against a) and the
+symmetric `draws[a, b]`. Games and losses are derived: games = wins[a,b] + wins[b,a]
++ draws[a,b] (the decay multiplies all of a pair's counts alike, so this is exact).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+OUTCOMES = ("win", "draw", "loss")
+
+
+class Payoff:
+    """Decayed win/draw/loss counts per ordered pair of players, by stable string id."""
+
+    def __init__(self, decay: float = 0.99, capacity: int = 64, dtype=np.float32):
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"decay must lie in (0, 1]; got {decay!r}")
+        self.decay = float(decay)
+        self._index: dict[str, int] = {}
+        self._ids: list[str] = []
+        self._wins = np.zeros((capacity, capacity), dtype)
+        self._draws = np.zeros((capacity, capacity), dtype)
+
+    # -- players ---------------------------------------------------------------
+
+    def add_player(self, player_id: str) -> int:
+        """Adds a player (idempotent) and returns its row index."""
+        if not isinstance(player_id, str) or not player_id:
+            raise ValueError(f"player ids are non-empty strings; got {player_id!r}")
+        if player_id in self._index:
+            return self._index[player_id]
+        n = len(self._ids)
+        if n == self._wins.shape[0]:
+            self._grow(2 * n)
+        self._index[player_id] = n
+        self._ids.append(player_id)
+        return n
+
+    def _grow(self, capacity: int) -> None:
+        n = len(self._ids)
+        for name in ("_wins", "_draws"):
+            old = getattr(self, name)
+            new = np.zeros((capacity, capacity), old.dtype)
+            new[:n, :n] = old[:n, :n]
+            setattr(self, name, new)
+
+    @property
+    def players(self) -> list[str]:
+        return list(self._ids)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, player_id: str) -> bool:
+        return player_id in self._index
+
+    def index(self, player_id: str) -> int:
+        try:
+            return self._index[player_id]
+        except KeyError:
+            raise ValueError(
+                f"unknown player id {player_id!r}; the payoff knows {len(self._ids)} players"
+                + (f", e.g. {self._ids[:3]}" if self._ids else "")
+            ) from None
+
+    def indices(self, player_ids: Iterable[str]) -> np.ndarray:
+        return np.fromiter((self.index(p) for p in player_ids), dtype=np.int64)
+
+    # -- results ---------------------------------------------------------------
+
+    def update(self, home: str, away: str, outcome: str) -> None:
+        """Records one game; `outcome` is "win", "draw" or "loss" from home's side."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"unknown outcome {outcome!r}; allowed: {', '.join(OUTCOMES)}")
+        h, a = self.index(home), self.index(away)
+        for stats in (self._wins, self._draws):
+            stats[h, a] *= self.decay
+            if h != a:
+                stats[a, h] *= self.decay
+        if outcome == "win":
+            self._wins[h, a] += 1
+        elif outcome == "loss":
+            self._wins[a, h] += 1
+        else:
+            self._draws[h, a] += 1
+            if h != a:
+                self._draws[a, h] += 1
+
+    def update_many(self, results: Iterable[tuple[str, str, str]]) -> None:
+        for home, away, outcome in results:
+            self.update(home, away, outcome)
+
+    # -- queries ---------------------------------------------------------------
+
+    def _rates(self, h: np.ndarray | int, a: np.ndarray | int) -> np.ndarray:
+        wins = self._wins[h, a].astype(np.float64)
+        losses = self._wins[a, h].astype(np.float64)
+        draws = self._draws[h, a].astype(np.float64)
+        games = wins + losses + draws
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rates = np.where(games > 0, (wins + 0.5 * draws) / games, 0.5)
+        return rates
+
+    def win_rate(self, home: str, away: str) -> float:
+        """P[home beats away] (draws count half); 0.5 for a pair never played."""
+        return float(self._rates(self.index(home), self.index(away)))
+
+    def win_rates(self, home: str, aways: Sequence[str]) -> np.ndarray:
+        """Vectorised `win_rate(home, b)` for every b in `aways`."""
+        return self.win_rates_by_index(self.index(home), self.indices(aways))
+
+    def win_rates_by_index(self, home: int, aways: np.ndarray) -> np.ndarray:
+        return self._rates(home, np.asarray(aways, dtype=np.int64))
+
+    def win_rate_matrix(self, player_ids: Sequence[str] | None = None) -> np.ndarray:
+        """[n, n] win rates between `player_ids` (all players by default)."""
+        idx = self.indices(player_ids) if player_ids is not None else np.arange(len(self._ids))
+        return self._rates(idx[:, None], idx[None, :])
+
+    def counts(self, home: str, away: str) -> dict[str, float]:
+        """Decayed wins, draws, losses and games of `home` against `away`."""
+        h, a = self.index(home), self.index(away)
+        wins, losses = float(self._wins[h, a]), float(self._wins[a, h])
+        draws = float(self._draws[h, a])
+        return {"wins": wins, "draws": draws, "losses": losses, "games": wins + draws + losses}
+
+    def count_matrices(self, player_ids: Sequence[str] | None = None):
+        """(wins, draws, losses) as [n, n] float64 arrays, row player's view."""
+        idx = self.indices(player_ids) if player_ids is not None else np.arange(len(self._ids))
+        wins = self._wins[idx[:, None], idx[None, :]].astype(np.float64)
+        draws = self._draws[idx[:, None], idx[None, :]].astype(np.float64)
+        return wins, draws, wins.T.copy()
+
+    @property
+    def nbytes(self) -> int:
+        return self._wins.nbytes + self._draws.nbytes
+
+    # -- persistence (plain data; the coordinator writes it) -------------------
+
+    def state(self) -> dict:
+        n = len(self._ids)
+        return {
+            "decay": self.decay,
+            "players": list(self._ids),
+            "wins": self._wins[:n, :n].copy(),
+            "draws": self._draws[:n, :n].copy(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict) -> Payoff:
+        players = list(state["players"])
+        wins = np.asarray(state["wins"])
+        draws = np.asarray(state["draws"])
+        n = len(players)
+        if wins.shape != (n, n) or draws.shape != (n, n):
+            raise ValueError(
+                f"payoff state is inconsistent: {n} players but wins {wins.shape}, draws {draws.shape}"
+            )
+        if not (np.isfinite(wins).all() and np.isfinite(draws).all()):
+            raise ValueError("payoff state holds NaN or infinite counts; the saved payoff is corrupt")
+        payoff = cls(decay=state["decay"], capacity=max(64, n))
+        for p in players:
+            payoff.add_player(p)
+        payoff._wins[:n, :n] = wins
+        payoff._draws[:n, :n] = draws
+        return payoff

@@ -1,0 +1,188 @@
+"""Players, roles and the league's configuration.
+
+AlphaStar (Methods, "Populating the league"): three kinds of learning agent differ
+only in whom they play, when they add a frozen copy of themselves ("player") to the
+league, and whether they are reset. The full composition is, per race, one main
+agent, one main exploiter and two league exploiters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+MAIN_AGENT = "main_agent"
+MAIN_EXPLOITER = "main_exploiter"
+LEAGUE_EXPLOITER = "league_exploiter"
+HISTORICAL = "historical"
+LEARNING_ROLES = (MAIN_AGENT, MAIN_EXPLOITER, LEAGUE_EXPLOITER)
+ROLES = (*LEARNING_ROLES, HISTORICAL)
+
+MAIN_AGENT_MATCHMAKERS = ("alphastar", "openai_five", "self_play", "fsp", "pfsp", "pfsp_sp")
+"""`alphastar` is the full main-agent rule; the rest are the ablation arms of AlphaStar's
+Fig. 3c and OpenAI Five's past-self sampler (appendix N)."""
+
+
+def check_role(role: str) -> str:
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; allowed: {', '.join(ROLES)}")
+    return role
+
+
+@dataclass(frozen=True)
+class Player:
+    """A league member. Learning agents change; historical players are frozen copies.
+
+    `parent` is the learning agent a historical player was copied from; `step` and
+    `wall_time` are the parent's learner step and the time of the snapshot.
+    """
+
+    player_id: str
+    role: str
+    race: str
+    parent: str | None = None
+    step: int = 0
+    wall_time: float = 0.0
+
+    def __post_init__(self):
+        check_role(self.role)
+        if not isinstance(self.player_id, str) or not self.player_id:
+            raise ValueError(f"player ids are non-empty strings; got {self.player_id!r}")
+        if self.role == HISTORICAL and not self.parent:
+            raise ValueError(f"historical player {self.player_id!r} needs a parent agent")
+
+    @property
+    def is_learning(self) -> bool:
+        return self.role in LEARNING_ROLES
+
+
+@dataclass(frozen=True)
+class MatchmakingConfig:
+    """Every threshold of the matchmakers, with AlphaStar's values as defaults."""
+
+    # Main agent: 50% PFSP over all past players, 15% verification, rest self-play.
+    main_pfsp_probability: float = 0.5
+    main_verification_probability: float = 0.15
+    main_pfsp_weighting: str = "squared"
+    # Self-play only if the agent beats the chosen main agent more than this; otherwise
+    # PFSP(variance) over that main agent's snapshots as a curriculum.
+    main_self_play_min_win_rate: float = 0.3
+    # Verification: past main exploiters beaten less than this ...
+    verification_exploiter_win_rate: float = 0.3
+    # ... then forgotten snapshots of a main agent beaten less than this.
+    verification_forgotten_win_rate: float = 0.7
+    # Main exploiter: below this win rate against the main agent (paper text: 20%;
+    # the pseudocode uses 10%), half of the time PFSP(variance) over its snapshots.
+    main_exploiter_curriculum_win_rate: float = 0.2
+    main_exploiter_curriculum_probability: float = 0.5
+    league_exploiter_weighting: str = "linear_capped"
+    # Ablation arm pfsp_sp: self-play share (Fig. 3: a 50%-50% mix of SP and PFSP).
+    pfsp_sp_self_play_probability: float = 0.5
+    # OpenAI Five (appendix N): 80% latest self, 20% past selves by quality score.
+    openai_five_past_probability: float = 0.2
+    openai_five_learning_rate: float = 0.01
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """When learning agents add frozen copies of themselves, and when they reset.
+
+    Defaults are AlphaStar's (steps are agent steps); experiments scale them down.
+    """
+
+    main_agent_snapshot_steps: float = 2e9
+    exploiter_min_steps: float = 2e9
+    exploiter_win_rate: float = 0.7
+    main_exploiter_timeout_steps: float = 4e9
+    league_exploiter_timeout_steps: float = 2e9
+    main_exploiter_reset_probability: float = 1.0
+    league_exploiter_reset_probability: float = 0.25
+
+
+@dataclass(frozen=True)
+class LeagueConfig:
+    races: tuple[str, ...] = ("terran", "protoss", "zerg")
+    main_agents_per_race: int = 1
+    main_exploiters_per_race: int = 1
+    league_exploiters_per_race: int = 2
+    main_agent_matchmaker: str = "alphastar"
+    payoff_decay: float = 0.99
+    matchmaking: MatchmakingConfig = field(default_factory=MatchmakingConfig)
+    snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
+
+    def __post_init__(self):
+        if not self.races or len(set(self.races)) != len(self.races):
+            raise ValueError(f"races must be distinct and non-empty; got {self.races!r}")
+        for name in ("main_agents_per_race", "main_exploiters_per_race", "league_exploiters_per_race"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer; got {value!r}")
+        if self.main_agent_matchmaker not in MAIN_AGENT_MATCHMAKERS:
+            raise ValueError(
+                f"unknown main_agent_matchmaker {self.main_agent_matchmaker!r}; "
+                f"allowed: {', '.join(MAIN_AGENT_MATCHMAKERS)}"
+            )
+        _check_probabilities(self.matchmaking, self.snapshots)
+        if not 0.0 < self.payoff_decay <= 1.0:
+            raise ValueError(f"payoff_decay must lie in (0, 1]; got {self.payoff_decay!r}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> LeagueConfig:
+        data = dict(data)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown league config keys {sorted(unknown)}; allowed: {sorted(known)}")
+        if "matchmaking" in data:
+            data["matchmaking"] = MatchmakingConfig(**data["matchmaking"])
+        if "snapshots" in data:
+            data["snapshots"] = SnapshotConfig(**data["snapshots"])
+        if "races" in data:
+            data["races"] = tuple(data["races"])
+        return cls(**data)
+
+
+def _check_probabilities(matchmaking: MatchmakingConfig, snapshots: SnapshotConfig) -> None:
+    from league.pfsp import ALL_WEIGHTINGS
+
+    for config in (matchmaking, snapshots):
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name)
+            if f.name.endswith(("probability", "win_rate")) and not 0.0 <= value <= 1.0:
+                raise ValueError(f"{f.name} must lie in [0, 1]; got {value!r}")
+            if f.name.endswith("steps") and not value >= 0:
+                raise ValueError(f"{f.name} must be >= 0; got {value!r}")
+            if f.name.endswith("weighting") and value not in ALL_WEIGHTINGS:
+                raise ValueError(f"unknown PFSP weighting {value!r} for {f.name}; allowed: {', '.join(ALL_WEIGHTINGS)}")
+    if matchmaking.main_pfsp_probability + matchmaking.main_verification_probability > 1.0:
+        raise ValueError(
+            "main_pfsp_probability + main_verification_probability must be <= 1 "
+            f"(the rest is self-play); got {matchmaking.main_pfsp_probability} + "
+            f"{matchmaking.main_verification_probability}"
+        )
+
+
+def learning_agent_id(race: str, role: str, index: int) -> str:
+    return f"{race}_{role}_{index}"
+
+
+def snapshot_id(agent_id: str, snapshot_index: int) -> str:
+    return f"{agent_id}#{snapshot_index}"
+
+
+def learning_agents(config: LeagueConfig) -> list[Player]:
+    """The learning agents of a league: races x (main agents, main exploiters, league exploiters)."""
+    counts = {
+        MAIN_AGENT: config.main_agents_per_race,
+        MAIN_EXPLOITER: config.main_exploiters_per_race,
+        LEAGUE_EXPLOITER: config.league_exploiters_per_race,
+    }
+    return [
+        Player(learning_agent_id(race, role, k), role, race)
+        for race in config.races
+        for role in LEARNING_ROLES
+        for k in range(counts[role])
+    ]
