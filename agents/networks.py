@@ -1,0 +1,201 @@
+"""Policy networks and their pure functions; parameter (de)serialisation with a version.
+
+The interface every network offers (the learner and the actors only use this):
+
+- `init(rng, example_observation) -> params`;
+- `initial_state(batch) -> state`: the recurrent core state, a pytree of `[batch, ...]` arrays;
+- `step(params, obs, state, first=None, opponent_obs=None) -> (AgentOutput, state)`: one step
+  for a batch `[B, ...]` (what actors call);
+- `unroll(params, obs_seq, first_seq, state, opponent_obs_seq=None) -> (AgentOutput, state)`:
+  a time-major sequence `[T, B, ...]` (what learners call); the core is reset to its initial
+  state before every step whose `first` is set, exactly as `step(..., first=...)` does.
+
+`AgentOutput.logits` is a dict head_name -> logits (one independent categorical per head);
+`AgentOutput.value` is `[B]` (or `[T, B]`). An observation is an array or a dict of arrays;
+if the dict has an `"action_mask"` entry (head_name -> bool `[..., num_actions]`), illegal
+actions get the logit `MASKED_LOGIT` before any softmax. Every other leaf is flattened and
+concatenated as the input features.
+
+The reference network is AlphaStar's trunk in miniature (seed 002, "Architecture"; OpenAI
+Five's shared LSTM): MLP -> LSTM -> a linear policy head per action head and a linear value
+head. The value may also see the opponent's observation (AlphaStar uses it "during training
+only"); without one (acting) it gets zeros, and actors do not need the value anyway.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+
+Array = Any
+PyTree = Any
+
+MASKED_LOGIT = -1e9
+"""Logit given to illegal actions: exp() underflows to exactly 0 and 0 * logit stays finite."""
+
+MASK_KEY = "action_mask"
+PARAMS_FORMAT = 1
+"""Version of the byte format written by `params_to_bytes`."""
+
+
+class AgentOutput(NamedTuple):
+    logits: dict[str, Array]
+    value: Array
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkConfig:
+    """Sizes of the reference network. `heads` maps head name -> number of actions."""
+
+    heads: Mapping[str, int] = dataclasses.field(default_factory=lambda: {"action": 4})
+    mlp_sizes: tuple[int, ...] = (256,)
+    lstm_size: int = 256
+    value_uses_opponent: bool = False
+
+    def __post_init__(self):
+        if not self.heads or any(int(n) < 1 for n in self.heads.values()):
+            raise ValueError(f"heads must map names to positive action counts, got {self.heads}")
+        if not self.mlp_sizes or self.lstm_size < 1:
+            raise ValueError("mlp_sizes must be non-empty and lstm_size positive")
+
+
+def split_observation(obs: PyTree, batch_ndim: int) -> tuple[Array, dict[str, Array] | None]:
+    """(features [*batch, F] float32, action masks or None) from an observation pytree."""
+    mask = None
+    if isinstance(obs, Mapping):
+        mask = obs.get(MASK_KEY)
+        obs = {k: v for k, v in obs.items() if k != MASK_KEY}
+    leaves = jax.tree_util.tree_leaves(obs)
+    if not leaves:
+        raise ValueError("the observation has no feature leaves")
+    batch_shape = jnp.shape(leaves[0])[:batch_ndim]
+    features = jnp.concatenate(
+        [jnp.reshape(x, (*batch_shape, -1)).astype(jnp.float32) for x in leaves], axis=-1)
+    return features, mask
+
+
+def apply_mask(logits: dict[str, Array], mask: dict[str, Array] | None) -> dict[str, Array]:
+    """Sets the logits of illegal actions (mask False) to `MASKED_LOGIT`."""
+    if mask is None:
+        return logits
+    return {h: jnp.where(mask[h], l, MASKED_LOGIT) if h in mask else l for h, l in logits.items()}
+
+
+class _ReferenceModule(hk.Module):
+    def __init__(self, config: NetworkConfig):
+        super().__init__(name="agent")
+        self._config = config
+        self._torso = hk.nets.MLP(config.mlp_sizes, activate_final=True, name="torso")
+        self._core = hk.ResetCore(hk.LSTM(config.lstm_size, name="lstm"))
+        self._heads = {h: hk.Linear(int(n), name=f"policy_{h}") for h, n in config.heads.items()}
+        self._value = hk.Linear(1, name="value")
+        if config.value_uses_opponent:
+            self._opponent_torso = hk.nets.MLP(
+                config.mlp_sizes, activate_final=True, name="opponent_torso")
+
+    def _outputs(self, core_out, mask, opponent_obs, batch_ndim):
+        logits = apply_mask({h: head(core_out) for h, head in self._heads.items()}, mask)
+        value_in = core_out
+        if self._config.value_uses_opponent:
+            if opponent_obs is None:
+                opp = jnp.zeros((*core_out.shape[:-1], self._config.mlp_sizes[-1]), core_out.dtype)
+            else:
+                opp = self._opponent_torso(split_observation(opponent_obs, batch_ndim)[0])
+            value_in = jnp.concatenate([core_out, opp], axis=-1)
+        return AgentOutput(logits=logits, value=self._value(value_in)[..., 0])
+
+    def step(self, obs, state, first, opponent_obs):
+        features, mask = split_observation(obs, 1)
+        if first is None:
+            first = jnp.zeros(features.shape[:1], bool)
+        core_out, state = self._core((self._torso(features), first), state)
+        return self._outputs(core_out, mask, opponent_obs, 1), state
+
+    def unroll(self, obs_seq, first_seq, state, opponent_obs_seq):
+        features, mask = split_observation(obs_seq, 2)
+        embedding = hk.BatchApply(self._torso)(features)
+        core_out, state = hk.dynamic_unroll(self._core, (embedding, first_seq), state)
+        return self._outputs(core_out, mask, opponent_obs_seq, 2), state
+
+
+class ReferenceNetwork:
+    """MLP -> LSTM -> policy logits per head + value; see the module docstring for the API.
+
+    All methods are pure functions of their arguments (safe to `jax.jit`); the object only
+    holds the configuration.
+    """
+
+    def __init__(self, config: NetworkConfig | None = None):
+        self.config = config or NetworkConfig()
+
+        def build():
+            module = _ReferenceModule(self.config)
+
+            def init(obs, first, state, opponent_obs):
+                return module.unroll(obs, first, state, opponent_obs)
+
+            return init, (module.step, module.unroll)
+
+        self._transformed = hk.without_apply_rng(hk.multi_transform(build))
+
+    def initial_state(self, batch: int) -> hk.LSTMState:
+        size = self.config.lstm_size
+        return hk.LSTMState(hidden=jnp.zeros((batch, size), jnp.float32),
+                            cell=jnp.zeros((batch, size), jnp.float32))
+
+    def init(self, rng: Array, example_observation: PyTree,
+             example_opponent_observation: PyTree = None) -> PyTree:
+        """Parameters from an unbatched example observation (and opponent observation)."""
+        def add_axes(x):
+            return jnp.asarray(x)[None, None]
+
+        obs = jax.tree_util.tree_map(add_axes, example_observation)
+        opp = None
+        if self.config.value_uses_opponent:
+            opp = jax.tree_util.tree_map(
+                add_axes, example_observation if example_opponent_observation is None
+                else example_opponent_observation)
+        return self._transformed.init(rng, obs, jnp.zeros((1, 1), bool), self.initial_state(1), opp)
+
+    def step(self, params, obs, state, first=None, opponent_obs=None):
+        return self._transformed.apply[0](params, obs, state, first, opponent_obs)
+
+    def unroll(self, params, obs_seq, first_seq, state, opponent_obs_seq=None):
+        return self._transformed.apply[1](params, obs_seq, first_seq, state, opponent_obs_seq)
+
+
+def log_probs(logits: dict[str, Array], actions: dict[str, Array]) -> dict[str, Array]:
+    """log pi(a^head | s) per head, for integer actions of the logits' batch shape."""
+    return {h: jnp.take_along_axis(jax.nn.log_softmax(l), actions[h][..., None].astype(jnp.int32),
+                                   axis=-1)[..., 0]
+            for h, l in logits.items()}
+
+
+def sample_actions(rng: Array, logits: dict[str, Array]) -> tuple[dict[str, Array], dict[str, Array]]:
+    """Samples every head independently; returns (actions int32, their log-probabilities)."""
+    keys = jax.random.split(rng, len(logits))
+    actions = {h: jax.random.categorical(k, l).astype(jnp.int32)
+               for k, (h, l) in zip(keys, sorted(logits.items()))}
+    return actions, log_probs(logits, actions)
+
+
+def params_to_bytes(params: PyTree, version: int) -> bytes:
+    """Serialises parameters and their version (msgpack via flax.serialization)."""
+    payload = {"format": PARAMS_FORMAT, "version": int(version),
+               "params": jax.tree_util.tree_map(np.asarray, params)}
+    return serialization.msgpack_serialize(payload)
+
+
+def params_from_bytes(data: bytes) -> tuple[int, PyTree]:
+    """Inverse of `params_to_bytes`: returns (version, params as nested dicts of numpy arrays)."""
+    payload = serialization.msgpack_restore(data)
+    if not isinstance(payload, dict) or payload.get("format") != PARAMS_FORMAT:
+        raise ValueError(f"not a parameter blob of format {PARAMS_FORMAT}")
+    return int(payload["version"]), payload["params"]

@@ -1,0 +1,156 @@
+"""The trajectory format shared by actors (who write it) and learners (who read it).
+
+One Reverb item is one `Unroll`: `T` consecutive `Step`s of one actor's stream plus the
+recurrent core state the behaviour policy had *before* the first of them.
+
+Per step `t` (every leaf of a `Step` in an item has a leading time axis of length `T`):
+
+| field                  | dtype / shape        | meaning                                            |
+|------------------------|----------------------|----------------------------------------------------|
+| `observation`          | pytree of arrays     | o_t, what the policy saw before acting             |
+| `opponent_observation` | pytree of arrays     | the opponent's o_t; only the value uses it, only in training (AlphaStar, "Value and policy updates") |
+| `action`               | {head: int32}        | a_t, one entry per independent action head         |
+| `behaviour_log_prob`   | {head: float32}      | log mu(a_t^head | s_t) of the acting policy, per head |
+| `reward`               | float32              | r_t, received after a_t                            |
+| `discount`             | float32              | gamma_t: 0 if the episode ended after this step, else 1 (the learner multiplies its own discount factor in) |
+| `first`                | bool                 | this step starts an episode: the core is reset before processing it |
+| `policy_version`       | int32                | the learner parameter version that chose a_t       |
+
+A step holds (o_t, a_t, r_t, gamma_t): after a terminal step (`discount == 0`) the next step is
+the first step of the next episode (`first == True`), there is no separate terminal
+observation. With this convention the one-step target is r_t + gamma_t V(s_{t+1}).
+
+Unrolls and bootstrapping. An actor cuts its stream into unrolls of `T` steps that overlap by
+one step (period `T - 1`): the last step of one unroll is the first of the next. The learner
+learns on steps `0 .. T-2` and uses step `T-1` only to bootstrap (V(s_{T-1})), so every step is
+learnt on exactly once and every learnt step has a successor to bootstrap from.
+
+Core state. `Unroll.core_state` is the behaviour policy's recurrent state (any pytree, e.g. the
+LSTM's (hidden, cell)) immediately before step 0 of the unroll, i.e. the state the actor fed
+into the policy together with `steps.observation[0]` (before any reset that `first[0]`
+triggers; the network applies that reset itself). The actor remembers the state before the
+last step of an unroll and stores it with the next unroll, since that step is the next
+unroll's step 0. This is the "stored state" of IMPALA/R2D2: it comes from the behaviour
+parameters, which is a small bias on stale data.
+
+Batches. Reverb returns a batch of items batch-major, `[B, T, ...]` (`[B, ...]` for
+`core_state`); the losses are time-major, `[T, B, ...]`: use `time_major`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+Array = Any
+PyTree = Any
+
+
+class Step(NamedTuple):
+    """One step of experience (see the module docstring for every field)."""
+
+    observation: PyTree
+    opponent_observation: PyTree
+    action: dict[str, Array]
+    behaviour_log_prob: dict[str, Array]
+    reward: Array
+    discount: Array
+    first: Array
+    policy_version: Array
+
+
+class Unroll(NamedTuple):
+    """One Reverb item: `T` steps (leading time axis) and the core state before step 0."""
+
+    steps: Step
+    core_state: PyTree
+
+
+STEP_DTYPES = {
+    "reward": np.float32,
+    "discount": np.float32,
+    "first": np.bool_,
+    "policy_version": np.int32,
+}
+
+
+def validate_unroll(unroll: Unroll, unroll_length: int | None = None) -> int:
+    """Checks an unbatched unroll's dtypes and that every step leaf has the same length T.
+
+    Returns T. Raises ValueError with the offending field otherwise.
+    """
+    steps = unroll.steps
+    lengths = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree_util.tree_leaves(steps)}
+    if len(lengths) != 1 or None in lengths:
+        raise ValueError(f"every Step leaf needs the same leading time axis, got lengths {lengths}")
+    (length,) = lengths
+    if unroll_length is not None and length != unroll_length:
+        raise ValueError(f"unroll has {length} steps, expected {unroll_length}")
+    if length < 2:
+        raise ValueError("an unroll needs at least 2 steps (one to learn, one to bootstrap)")
+    for name, dtype in STEP_DTYPES.items():
+        got = np.asarray(getattr(steps, name)).dtype
+        if got != dtype:
+            raise ValueError(f"Step.{name} must be {np.dtype(dtype).name}, got {got}")
+    for name, tree, dtype in (("action", steps.action, np.int32),
+                              ("behaviour_log_prob", steps.behaviour_log_prob, np.float32)):
+        if not isinstance(tree, dict) or not tree:
+            raise ValueError(f"Step.{name} must be a non-empty dict head_name -> array")
+        for head, x in tree.items():
+            if np.asarray(x).dtype != dtype:
+                raise ValueError(f"Step.{name}[{head!r}] must be {np.dtype(dtype).name}")
+    if set(steps.action) != set(steps.behaviour_log_prob):
+        raise ValueError("Step.action and Step.behaviour_log_prob must have the same heads")
+    return length
+
+
+def reverb_signature(example_unroll: Unroll) -> Any:
+    """The Reverb table signature (a nest of `tf.TensorSpec`) for items shaped like the example.
+
+    `example_unroll` is one unbatched item (`[T, ...]` step leaves). TensorFlow is imported
+    here, not at module level, so that processes without Reverb never load it.
+    """
+    import tensorflow as tf
+
+    validate_unroll(example_unroll)
+    return jax.tree_util.tree_map(
+        lambda x: tf.TensorSpec(np.shape(x), tf.as_dtype(np.asarray(x).dtype)), example_unroll)
+
+
+def write_unroll(writer: Any, table: str, unroll: Unroll, priority: float = 1.0) -> None:
+    """Appends a whole unroll to a Reverb `TrajectoryWriter` as one item.
+
+    The writer must have been made with `client.trajectory_writer(num_keep_alive_refs=1)`.
+    The unroll is appended as a single writer step whose columns already carry the time
+    axis (much faster than appending `T` steps one by one, see DESIGN.md costs), and the
+    item takes each column squeezed, so its shapes are exactly the unroll's.
+    """
+    writer.append(unroll)
+    trajectory = jax.tree_util.tree_map(lambda column: column[-1], writer.history)
+    writer.create_item(table, priority=priority, trajectory=trajectory)
+
+
+def unflatten_like(example: PyTree, leaves: list[Any]) -> PyTree:
+    """Rebuilds our structure from Reverb's flat leaf list (tf.nest and jax order alike)."""
+    treedef = jax.tree_util.tree_structure(example)
+    if treedef.num_leaves != len(leaves):
+        raise ValueError(f"expected {treedef.num_leaves} leaves, got {len(leaves)}")
+    return jax.tree_util.tree_unflatten(treedef, list(leaves))
+
+
+def time_major(batch: Unroll) -> Unroll:
+    """[B, T, ...] step leaves -> [T, B, ...]; `core_state` ([B, ...]) is left as it is.
+
+    Works on numpy and jax arrays (inside `jit` it is a free layout change).
+    """
+    def swap(x):
+        return x.swapaxes(0, 1)
+
+    return Unroll(steps=jax.tree_util.tree_map(swap, batch.steps), core_state=batch.core_state)
+
+
+def stack_unrolls(unrolls: list[Unroll]) -> Unroll:
+    """Stacks unbatched unrolls into one batch-major batch [B, T, ...]."""
+    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *unrolls)

@@ -1,0 +1,401 @@
+"""Every loss against a slow numpy loop written from the paper's formula, plus hand-worked cases.
+
+The numpy references below never call `learners.losses`; they index time and batch one
+element at a time, the way the formulas are written in the papers.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from learners import losses
+
+# ----------------------------------------------------------------------------- references
+
+
+def np_vtrace(log_rhos, r, g, v, boot, lam=1.0, rho_bar=1.0, pg_rho_bar=1.0):
+    """IMPALA eq. 1 (forward sum) and Sec. 4.2, per-step discounts; returns (v_s, A_s)."""
+    T, B = r.shape
+    rho = np.exp(log_rhos)
+    vs = np.zeros((T, B))
+    adv = np.zeros((T, B))
+    for b in range(B):
+        V = list(v[:, b]) + [boot[b]]
+        for s in range(T):
+            total = V[s]
+            for t in range(s, T):
+                coef = 1.0
+                for i in range(s, t):
+                    coef *= g[i, b] * lam * min(1.0, rho[i, b])
+                delta = min(rho_bar, rho[t, b]) * (r[t, b] + g[t, b] * V[t + 1] - V[t])
+                total += coef * delta
+            vs[s, b] = total
+        for s in range(T):
+            if s + 1 < T:
+                nxt = lam * vs[s + 1, b] + (1 - lam) * V[s + 1]
+            else:
+                nxt = V[T]
+            adv[s, b] = min(pg_rho_bar, rho[s, b]) * (r[s, b] + g[s, b] * nxt - V[s])
+    return vs, adv
+
+
+def np_lambda_returns(r, g, v, boot, lam):
+    """Forward view (Sutton & Barto eq. 12.9, truncated): mixture of n-step returns."""
+    T, B = r.shape
+    out = np.zeros((T, B))
+    for b in range(B):
+        V = list(v[:, b]) + [boot[b]]
+
+        def n_step(t, n, b=b, V=V):
+            ret, disc = 0.0, 1.0
+            for k in range(n):
+                ret += disc * r[t + k, b]
+                disc *= g[t + k, b]
+            return ret + disc * V[t + n]
+
+        for t in range(T):
+            horizon = T - t
+            total = sum((1 - lam) * lam ** (n - 1) * n_step(t, n) for n in range(1, horizon))
+            out[t, b] = total + lam ** (horizon - 1) * n_step(t, horizon)
+    return out
+
+
+def np_upgo(r, g, v, boot):
+    """The issue's formula, one element at a time."""
+    T, B = r.shape
+    G = np.zeros((T, B))
+    for b in range(B):
+        V = list(v[:, b]) + [boot[b]]
+        G[T - 1, b] = r[T - 1, b] + g[T - 1, b] * V[T]
+        for t in range(T - 2, -1, -1):
+            q_next = r[t + 1, b] + g[t + 1, b] * V[t + 2]
+            follow = G[t + 1, b] if q_next >= V[t + 1] else V[t + 1]
+            G[t, b] = r[t, b] + g[t, b] * follow
+    return G
+
+
+def np_gae(r, g, v, boot, lam):
+    T, B = r.shape
+    A = np.zeros((T, B))
+    for b in range(B):
+        V = list(v[:, b]) + [boot[b]]
+        for t in range(T):
+            coef = 1.0
+            for k in range(t, T):
+                A[t, b] += coef * (r[k, b] + g[k, b] * V[k + 1] - V[k])
+                coef *= g[k, b] * lam
+    return A
+
+
+def np_log_softmax(x):
+    x = np.asarray(x, np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def np_entropy(logits):
+    T, B = next(iter(logits.values())).shape[:2]
+    H = np.zeros((T, B))
+    for head in logits:
+        lp = np_log_softmax(logits[head])
+        for t in range(T):
+            for b in range(B):
+                H[t, b] -= sum(np.exp(lp[t, b, a]) * lp[t, b, a] for a in range(lp.shape[-1]))
+    return H
+
+
+def np_kl(student, teacher):
+    total = 0.0
+    T, B = next(iter(student.values())).shape[:2]
+    for head in student:
+        ls, lt = np_log_softmax(student[head]), np_log_softmax(teacher[head])
+        for t in range(T):
+            for b in range(B):
+                total += sum(np.exp(lt[t, b, a]) * (lt[t, b, a] - ls[t, b, a])
+                             for a in range(ls.shape[-1]))
+    return total / (T * B)
+
+
+def random_case(seed, T=6, B=4, heads=(("a", 3), ("b", 5))):
+    rng = np.random.default_rng(seed)
+    logits = {h: rng.normal(size=(T, B, n)).astype(np.float32) * 1.5 for h, n in heads}
+    mu_logits = {h: rng.normal(size=(T, B, n)).astype(np.float32) * 1.5 for h, n in heads}
+    actions = {h: rng.integers(0, n, size=(T, B)).astype(np.int32) for h, n in heads}
+
+    def chosen(lg, h):
+        return np.take_along_axis(np_log_softmax(lg[h]), actions[h][..., None], -1)[..., 0]
+
+    log_pi = {h: chosen(logits, h).astype(np.float32) for h, _ in heads}
+    log_mu = {h: chosen(mu_logits, h).astype(np.float32) for h, _ in heads}
+    r = rng.normal(size=(T, B)).astype(np.float32)
+    g = rng.choice([1.0, 1.0, 0.9, 0.0], size=(T, B)).astype(np.float32)
+    v = rng.normal(size=(T, B)).astype(np.float32)
+    boot = rng.normal(size=(B,)).astype(np.float32)
+    return dict(logits=logits, mu_logits=mu_logits, actions=actions, log_pi=log_pi,
+                log_mu=log_mu, r=r, g=g, v=v, boot=boot)
+
+
+def f32(x):
+    return np.asarray(x, np.float32)
+
+
+# ----------------------------------------------------------------------------- V-trace
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("lam,rho_bar,pg_rho_bar", [(1.0, 1.0, 1.0), (0.9, 2.0, 0.5)])
+def test_vtrace_random(seed, lam, rho_bar, pg_rho_bar):
+    c = random_case(seed)
+    log_rho = c["log_pi"]["a"] - c["log_mu"]["a"]
+    vs, adv = losses.vtrace_advantages(log_rho, c["r"], c["g"], c["v"], c["boot"],
+                                       lam, rho_bar, pg_rho_bar)
+    ref_vs, ref_adv = np_vtrace(log_rho, c["r"], c["g"], c["v"], c["boot"], lam, rho_bar,
+                                pg_rho_bar)
+    np.testing.assert_allclose(vs, ref_vs, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(adv, ref_adv, rtol=1e-4, atol=1e-4)
+
+
+def test_vtrace_hand_worked_episode_end_and_clipping():
+    # V = [0.5, 0.2, 0.4], V(s_3) = 1; the episode ends after step 1 (gamma_1 = 0);
+    # rho = [2 (clipped to 1), 0.5 (below the clip), 1].
+    # delta = [1*(0 + 0.2 - 0.5), 0.5*(1 + 0 - 0.2), 1*(0 + 1 - 0.4)] = [-0.3, 0.4, 0.6]
+    # v_2 = 0.4 + 0.6 = 1.0; v_1 = 0.2 + 0.4 + 0 = 0.6; v_0 = 0.5 - 0.3 + 1*1*(0.6 - 0.2) = 0.6
+    # A_0 = 1*(0 + 0.6 - 0.5) = 0.1; A_1 = 0.5*(1 + 0 - 0.2) = 0.4; A_2 = 1*(0 + 1 - 0.4) = 0.6
+    v = f32([[0.5], [0.2], [0.4]])
+    r = f32([[0.0], [1.0], [0.0]])
+    g = f32([[1.0], [0.0], [1.0]])
+    log_rho = f32(np.log([[2.0], [0.5], [1.0]]))
+    vs, adv = losses.vtrace_advantages(log_rho, r, g, v, f32([1.0]))
+    np.testing.assert_allclose(vs[:, 0], [0.6, 0.6, 1.0], atol=1e-6)
+    np.testing.assert_allclose(adv[:, 0], [0.1, 0.4, 0.6], atol=1e-6)
+
+
+def test_vtrace_policy_loss_per_head_ratios_and_gradient():
+    c = random_case(2)
+    T, B = c["r"].shape
+
+    def loss_fn(log_pi):
+        return losses.vtrace_policy_loss(log_pi, c["log_mu"], c["r"], c["g"], c["v"], c["boot"])[0]
+
+    log_pi = {h: jnp.asarray(x) for h, x in c["log_pi"].items()}
+    expected, grads = 0.0, {}
+    for h in log_pi:
+        _, adv = np_vtrace(c["log_pi"][h] - c["log_mu"][h], c["r"], c["g"], c["v"], c["boot"])
+        expected -= (adv * c["log_pi"][h]).sum() / (T * B)
+        grads[h] = -adv / (T * B)
+    np.testing.assert_allclose(loss_fn(log_pi), expected, rtol=1e-4, atol=1e-5)
+    got = jax.grad(loss_fn)(log_pi)
+    for h in log_pi:  # the advantage (and its ratio) is a constant: d/dlog pi = -A/(TB)
+        np.testing.assert_allclose(got[h], grads[h], rtol=1e-4, atol=1e-6)
+
+
+def test_vtrace_without_correction_is_on_policy_actor_critic():
+    c = random_case(3)
+    zero = {h: np.zeros_like(x) for h, x in c["log_pi"].items()}
+    uncorrected = losses.vtrace_policy_loss(c["log_pi"], c["log_mu"], c["r"], c["g"], c["v"],
+                                            c["boot"], importance_correction=False)[0]
+    _, adv = np_vtrace(zero["a"], c["r"], c["g"], c["v"], c["boot"])
+    expected = -sum((adv * c["log_pi"][h]).mean() for h in c["log_pi"])
+    np.testing.assert_allclose(uncorrected, expected, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- TD(lambda)
+
+
+@pytest.mark.parametrize("seed,lam", [(0, 0.8), (1, 1.0), (2, 0.0)])
+def test_lambda_returns_random(seed, lam):
+    c = random_case(seed)
+    got = losses.lambda_returns(c["r"], c["g"], c["v"], c["boot"], lam)
+    np.testing.assert_allclose(got, np_lambda_returns(c["r"], c["g"], c["v"], c["boot"], lam),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_lambda_returns_hand_worked():
+    # lambda = 0.5, r = [1, 2], V(s_1) = 3, bootstrap V(s_2) = 4:
+    # G_1 = 2 + 4 = 6, G_0 = 1 + (0.5 * 3 + 0.5 * 6) = 5.5 (truncation with bootstrap);
+    # if the episode ends after step 0, G_0 = 1.
+    r, v, boot = f32([[1.0, 1.0], [2.0, 2.0]]), f32([[0.0, 0.0], [3.0, 3.0]]), f32([4.0, 4.0])
+    g = f32([[1.0, 0.0], [1.0, 1.0]])
+    got = losses.lambda_returns(r, g, v, boot, 0.5)
+    np.testing.assert_allclose(got, [[5.5, 1.0], [6.0, 6.0]], atol=1e-6)
+
+
+def test_td_lambda_value_loss_and_gradient():
+    c = random_case(4)
+    T, B = c["r"].shape
+    G = np_lambda_returns(c["r"], c["g"], c["v"], c["boot"], 0.8)
+    loss, grad = jax.value_and_grad(
+        lambda v: losses.td_lambda_value_loss(v, c["r"], c["g"], c["boot"], 0.8))(c["v"])
+    np.testing.assert_allclose(loss, 0.5 * ((G - c["v"]) ** 2).mean(), rtol=1e-4)
+    np.testing.assert_allclose(grad, -(G - c["v"]) / (T * B), rtol=1e-3, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- UPGO
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_upgo_returns_random(seed):
+    c = random_case(seed, T=8, B=5)
+    got = losses.upgo_returns(c["r"], c["g"], c["v"], c["boot"])
+    np.testing.assert_allclose(got, np_upgo(c["r"], c["g"], c["v"], c["boot"]), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_upgo_returns_hand_worked():
+    # column 0: V = [0, 1, 2], V(s_3) = 0.5, r = [0, 0, 1], no episode end.
+    #   G_2 = 1 + 0.5 = 1.5 (truncation: bootstrap)
+    #   t=1: Q(s_2, a_2) = 1 + 0.5 = 1.5 < V(s_2) = 2 -> bootstrap: G_1 = 0 + V(s_2) = 2
+    #   t=0: Q(s_1, a_1) = 0 + V(s_2) = 2 >= V(s_1) = 1 -> follow: G_0 = 0 + G_1 = 2
+    # column 1: same values, r = [0, 3, 1], the episode ends after step 1.
+    #   G_2 = 1.5; G_1 = 3 + 0 * (...) = 3; Q(s_1, a_1) = 3 + 0 >= 1 -> G_0 = 0 + G_1 = 3
+    v = f32([[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]])
+    r = f32([[0.0, 0.0], [0.0, 3.0], [1.0, 1.0]])
+    g = f32([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
+    got = losses.upgo_returns(r, g, v, f32([0.5, 0.5]))
+    np.testing.assert_allclose(got, [[2.0, 3.0], [2.0, 3.0], [1.5, 1.5]], atol=1e-6)
+
+
+def test_upgo_policy_loss_rho_above_and_below_clip():
+    c = random_case(5)
+    T, B = c["r"].shape
+    # make head "a" have ratios far above 1 and head "b" far below 1 on some steps
+    c["log_mu"]["a"] = c["log_pi"]["a"] - 1.0
+    c["log_mu"]["b"] = c["log_pi"]["b"] + 1.0
+    G = np_upgo(c["r"], c["g"], c["v"], c["boot"])
+    expected, grads = 0.0, {}
+    for h in c["log_pi"]:
+        rho = np.minimum(np.exp(c["log_pi"][h] - c["log_mu"][h]), 1.0)
+        expected -= (rho * (G - c["v"]) * c["log_pi"][h]).sum() / (T * B)
+        grads[h] = -rho * (G - c["v"]) / (T * B)
+
+    def loss_fn(log_pi):
+        return losses.upgo_policy_loss(log_pi, c["log_mu"], c["r"], c["g"], c["v"], c["boot"])
+
+    log_pi = {h: jnp.asarray(x) for h, x in c["log_pi"].items()}
+    np.testing.assert_allclose(loss_fn(log_pi), expected, rtol=1e-4, atol=1e-5)
+    got = jax.grad(loss_fn)(log_pi)
+    for h in grads:
+        np.testing.assert_allclose(got[h], grads[h], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got["a"], -(G - c["v"]) / (T * B), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(got["b"], -np.exp(-1.0) * (G - c["v"]) / (T * B), rtol=1e-4,
+                               atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- entropy, KL
+
+
+def test_entropy_and_kl_random():
+    c = random_case(6)
+    np.testing.assert_allclose(losses.entropy_loss(c["logits"]), -np_entropy(c["logits"]).mean(),
+                               rtol=1e-5)
+    np.testing.assert_allclose(losses.kl_to_teacher_loss(c["logits"], c["mu_logits"]),
+                               np_kl(c["logits"], c["mu_logits"]), rtol=1e-4)
+    np.testing.assert_allclose(losses.kl_to_teacher_loss(c["logits"], c["logits"]), 0.0,
+                               atol=1e-6)
+
+
+def test_entropy_hand_worked_with_masked_action():
+    # uniform over 4 legal actions: H = log 4; a masked (-1e9) fifth action adds nothing
+    logits = {"a": f32([[[0.0, 0.0, 0.0, 0.0, -1e9]]])}
+    np.testing.assert_allclose(losses.entropy_loss(logits), -np.log(4.0), rtol=1e-6)
+    # KL(teacher=[1/2, 1/2] || student=[1, 0]-ish) is large; KL(one-hot || uniform) = log 2
+    teacher = {"a": f32([[[10.0, -1e9]]])}
+    student = {"a": f32([[[0.0, 0.0]]])}
+    np.testing.assert_allclose(losses.kl_to_teacher_loss(student, teacher), np.log(2.0), rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- PPO + GAE
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gae_random(seed):
+    c = random_case(seed)
+    got = losses.gae_advantages(c["r"], c["g"], c["v"], c["boot"], 0.95)
+    np.testing.assert_allclose(got, np_gae(c["r"], c["g"], c["v"], c["boot"], 0.95), rtol=1e-4,
+                               atol=1e-4)
+
+
+def test_gae_hand_worked():
+    # lambda = 0.5, V = [1, 2], bootstrap 3, r = [0, 1]: delta = [0 + 2 - 1, 1 + 3 - 2] = [1, 2]
+    # A_1 = 2, A_0 = 1 + 0.5 * 2 = 2; with the episode ending after step 0: A_0 = 0 + 0 - 1 = -1
+    v, r, boot = f32([[1.0, 1.0], [2.0, 2.0]]), f32([[0.0, 0.0], [1.0, 1.0]]), f32([3.0, 3.0])
+    g = f32([[1.0, 0.0], [1.0, 1.0]])
+    np.testing.assert_allclose(losses.gae_advantages(r, g, v, boot, 0.5), [[2.0, -1.0], [2.0, 2.0]],
+                               atol=1e-6)
+
+
+def test_ppo_clip_random_and_clip_cases():
+    c = random_case(7)
+    A = np_gae(c["r"], c["g"], c["v"], c["boot"], 0.95).astype(np.float32)
+    T, B = A.shape
+    total = 0.0
+    for t in range(T):
+        for b in range(B):
+            ratio = np.exp(sum(c["log_pi"][h][t, b] - c["log_mu"][h][t, b] for h in c["log_pi"]))
+            total += min(ratio * A[t, b], np.clip(ratio, 0.8, 1.2) * A[t, b])
+    got, _ = losses.ppo_clip_policy_loss(c["log_pi"], c["log_mu"], A, 0.2)
+    np.testing.assert_allclose(got, -total / (T * B), rtol=1e-4, atol=1e-5)
+    # hand: ratio 2 with A = +1 is clipped to 1.2; ratio 0.5 with A = +1 is not clipped (0.5);
+    # ratio 2 with A = -1 is not clipped (-2): mean of objectives = (1.2 + 0.5 - 2) / 3
+    log_pi = {"a": f32(np.log([[2.0], [0.5], [2.0]]))}
+    zero = {"a": f32(np.zeros((3, 1)))}
+    got, _ = losses.ppo_clip_policy_loss(log_pi, zero, f32([[1.0], [1.0], [-1.0]]), 0.2)
+    np.testing.assert_allclose(got, -(1.2 + 0.5 - 2.0) / 3, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- total
+
+
+@pytest.mark.parametrize("policy_loss", ["vtrace", "ppo"])
+def test_total_loss_is_the_configured_weighted_sum(policy_loss):
+    c = random_case(8)
+    T, B = c["r"].shape
+    cfg = losses.LossConfig(policy_loss=policy_loss, discount=0.9, policy_weight=0.7,
+                            upgo_weight=0.3, value_weight=0.4, entropy_weight=0.05,
+                            kl_teacher_weight=0.2, td_lambda=0.8, gae_lambda=0.9)
+    g = c["g"] * 0.9
+    log_mu = c["log_mu"]
+    vt = 0.0
+    if policy_loss == "vtrace":
+        for h in c["log_pi"]:
+            _, adv = np_vtrace(c["log_pi"][h] - log_mu[h], c["r"], g, c["v"], c["boot"])
+            vt -= (adv * c["log_pi"][h]).mean()
+    else:
+        A = np_gae(c["r"], g, c["v"], c["boot"], 0.9)
+        ratio = np.exp(sum(c["log_pi"][h] - log_mu[h] for h in c["log_pi"]))
+        vt = -np.minimum(ratio * A, np.clip(ratio, 0.8, 1.2) * A).mean()
+    G = np_upgo(c["r"], g, c["v"], c["boot"])
+    upgo = -sum((np.minimum(np.exp(c["log_pi"][h] - log_mu[h]), 1) * (G - c["v"])
+                 * c["log_pi"][h]).mean() for h in c["log_pi"])
+    value = 0.5 * ((np_lambda_returns(c["r"], g, c["v"], c["boot"], 0.8) - c["v"]) ** 2).mean()
+    ent = -np_entropy(c["logits"]).mean()
+    kl = np_kl(c["logits"], c["mu_logits"])
+    expected = 0.7 * vt + 0.3 * upgo + 0.4 * value + 0.05 * ent + 0.2 * kl
+    got, metrics = losses.total_loss(cfg, c["logits"], c["v"], c["boot"], c["actions"], log_mu,
+                                     c["r"], c["g"], teacher_logits=c["mu_logits"])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(metrics["loss/value"], value, rtol=1e-4)
+    # the value only gets the TD(lambda) gradient (policy terms treat V as a constant)
+    grad_v = jax.grad(lambda v: losses.total_loss(cfg, c["logits"], v, c["boot"], c["actions"],
+                                                  log_mu, c["r"], c["g"])[0])(c["v"])
+    G_l = np_lambda_returns(c["r"], g, c["v"], c["boot"], 0.8)
+    np.testing.assert_allclose(grad_v, -0.4 * (G_l - c["v"]) / (T * B), rtol=1e-3, atol=1e-6)
+
+
+def test_config_validation_and_ppo_defaults():
+    with pytest.raises(ValueError):
+        losses.LossConfig(policy_loss="a2c")
+    with pytest.raises(ValueError):
+        losses.LossConfig(entropy_weight=-1.0)
+    ppo = losses.LossConfig.ppo()
+    assert (ppo.policy_loss, ppo.ppo_clip_epsilon, ppo.gae_lambda, ppo.entropy_weight) == (
+        "ppo", 0.2, 0.95, 0.01)
+
+
+def test_shape_asserts():
+    c = random_case(9)
+    with pytest.raises(AssertionError):
+        losses.upgo_returns(c["r"], c["g"], c["v"][:-1], c["boot"])
+    with pytest.raises(AssertionError):
+        losses.lambda_returns(c["r"], c["g"], c["v"], c["boot"][:-1], 0.8)
