@@ -1,0 +1,318 @@
+"""Reward plug-ins: the training reward of every step, from trajectory fields and game signals.
+
+A reward plug-in is a Python file given by `--reward_plugin=path/to/file.py` that defines
+
+    def get_reward(batch: dict[str, np.ndarray], contiguous: bool) -> np.ndarray
+
+(modelled on kanachan's reward plug-in, seed 004). `batch` holds N steps of ONE side:
+
+    "outcome"  [N] int8    +1 win / 0 draw / -1 loss from this side's view where "done", else 0
+    "done"     [N] bool    the game ended at this step
+    "reward"   [N] float32 the game's own zero-sum payoff for this side (poker: chips)
+    "time"     [N] float32 the step index within the game
+    plus the game's raw signals (GameSpec.signal_fields) seen from this side: for SMAX races
+    "damage_dealt", "damage_taken", "kills", "deaths", "present" [N, n_units] for the side's own
+    units and "enemy_<name>" for the enemy's, "win" [N] (+1 / -1 / 0 on the final step).
+
+`contiguous` is True when the batch is whole games of this side in the order played. It returns
+the rewards, [N] or, for team games, [N, n_units] (one per unit), finite. The default is the game
+outcome, +1 / 0 / -1 on the final step (AlphaStar). A plug-in that cannot be loaded, lacks
+`get_reward`, raises, or returns a wrong shape or a non-finite value raises `RewardPluginError`
+naming the file, the function and the problem -- `load_reward_plugin` checks all of that on a
+synthetic batch before a run writes anything.
+
+Built in for team games (OpenAI Five, seeds 000 and 003 appendix G): `OpenAIFiveReward` turns
+SMAX's per-unit signals into shaped per-unit rewards with zero-sum symmetrisation, team spirit
+tau (annealed), time decay, and `RunningRewardNormalizer` normalises rewards online.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import inspect
+import os
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from agents.specs import GameSpec
+
+FUNCTION = "get_reward"
+RewardFn = Callable[[Mapping[str, np.ndarray], bool], np.ndarray]
+BUILTIN = ("outcome", "openai_five")
+
+
+class RewardPluginError(ValueError):
+    """A reward plug-in failed; the message names the file, the function and the problem."""
+
+    def __init__(self, source: str, problem: str):
+        super().__init__(f"reward plug-in {source}: {FUNCTION}(batch, contiguous) {problem}")
+        self.source = source
+        self.problem = problem
+
+
+def outcome_reward(batch: Mapping[str, np.ndarray], contiguous: bool) -> np.ndarray:
+    """The default: the game outcome +1 / 0 / -1 on the final step, 0 elsewhere (AlphaStar)."""
+    del contiguous
+    return np.where(np.asarray(batch["done"], bool), np.asarray(batch["outcome"], np.float32), 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenAI Five's reward processing for team games.
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenAIFiveConfig:
+    """Weights of the per-unit score and the processing (OpenAI Five, 003 appendix G / 000).
+
+    A unit's raw reward rho_i per step is the change of its score:
+      w_damage_dealt * (enemy health fraction it removed) + w_damage_taken * (own health fraction
+      lost) + w_kill * kills + w_death * deaths + w_win * win (team: every unit, +1 / -1).
+    Then (seed 000):
+      time decay:   rho_i *= time_decay ** (t / time_decay_horizon), win excluded (003, eq. 11);
+      team spirit:  r_i = (1 - tau) rho_i + tau mean_team(rho) (003, eq. 12);
+      zero sum:     r_i -= mean_enemy(r) (000: "hero_rewards[i] -= mean(enemy_rewards)").
+    OpenAI Five anneals tau from 0.2 to 0.97 (000); `team_spirit(progress)` is that schedule.
+    """
+
+    w_damage_dealt: float = 1.0
+    w_damage_taken: float = -1.0  # OpenAI Five: health 2.0 per fraction, i.e. losing it costs
+    w_kill: float = 0.5
+    w_death: float = -1.0  # 003 Table 6: hero death -1
+    w_win: float = 5.0  # 003 Table 6: win 5 (team)
+    tau_start: float = 0.2
+    tau_end: float = 0.97
+    anneal_steps: int = 1_000_000
+    time_decay: float = 0.6
+    time_decay_horizon: float = 1200.0  # steps; OpenAI Five: 10 minutes
+
+    def team_spirit(self, progress: int) -> float:
+        """Linear annealing of tau from tau_start to tau_end over `anneal_steps` learner steps."""
+        frac = min(max(progress / max(self.anneal_steps, 1), 0.0), 1.0)
+        return self.tau_start + frac * (self.tau_end - self.tau_start)
+
+
+def team_spirit(rho: np.ndarray, tau: float, present: np.ndarray | None = None) -> np.ndarray:
+    """r_i = (1 - tau) rho_i + tau mean(rho) over the team's units (last axis)."""
+    mean = masked_mean(rho, present)
+    return (1.0 - tau) * rho + tau * mean[..., None]
+
+
+def zero_sum(own: np.ndarray, enemy: np.ndarray, enemy_present: np.ndarray | None = None) -> np.ndarray:
+    """own_i - mean(enemy): the two teams' rewards then sum to zero (equal team sizes)."""
+    return own - masked_mean(enemy, enemy_present)[..., None]
+
+
+def masked_mean(x: np.ndarray, present: np.ndarray | None) -> np.ndarray:
+    if present is None:
+        return x.mean(-1)
+    w = np.asarray(present, np.float64)
+    return (x * w).sum(-1) / np.maximum(w.sum(-1), 1.0)
+
+
+def unit_scores(batch: Mapping[str, np.ndarray], prefix: str, c: OpenAIFiveConfig) -> np.ndarray:
+    """Raw per-unit reward rho [N, n] (time decay applied to everything but the win)."""
+    shaped = (c.w_damage_dealt * batch[prefix + "damage_dealt"]
+              + c.w_damage_taken * batch[prefix + "damage_taken"]
+              + c.w_kill * batch[prefix + "kills"] + c.w_death * batch[prefix + "deaths"])
+    decay = c.time_decay ** (np.asarray(batch["time"], np.float64) / c.time_decay_horizon)
+    win = np.asarray(batch["win"], np.float64) * (1.0 if prefix == "" else -1.0)
+    return shaped * decay[:, None] + c.w_win * win[:, None]
+
+
+class OpenAIFiveReward:
+    """Built-in plug-in for SMAX races: per-unit shaped, zero-sum, team-spirit rewards [N, n]."""
+
+    def __init__(self, config: OpenAIFiveConfig = OpenAIFiveConfig()):
+        self.config = config
+        self.progress = 0
+
+    def set_progress(self, learner_steps: int) -> None:
+        self.progress = int(learner_steps)
+
+    @property
+    def tau(self) -> float:
+        return self.config.team_spirit(self.progress)
+
+    def __call__(self, batch: Mapping[str, np.ndarray], contiguous: bool) -> np.ndarray:
+        del contiguous
+        own = unit_scores(batch, "", self.config)
+        enemy = unit_scores(batch, "enemy_", self.config)
+        present = batch.get("present")
+        enemy_present = batch.get("enemy_present")
+        own = team_spirit(own, self.tau, present)
+        enemy = team_spirit(enemy, self.tau, enemy_present)
+        reward = zero_sum(own, enemy, enemy_present)
+        if present is not None:
+            reward = np.where(np.asarray(present, bool), reward, 0.0)
+        return reward.astype(np.float32)
+
+
+class RunningRewardNormalizer:
+    """Divides rewards by a running standard deviation (and optionally subtracts the mean).
+
+    Welford's online moments over every reward seen; seed 004 asks rewards near mean 0, std 1.
+    """
+
+    def __init__(self, center: bool = False, eps: float = 1e-8, clip: float | None = 10.0):
+        self.center, self.eps, self.clip = center, eps, clip
+        self.count, self.mean, self.m2 = 0, 0.0, 0.0
+
+    def update(self, rewards: np.ndarray) -> None:
+        x = np.asarray(rewards, np.float64).ravel()
+        if x.size == 0:
+            return
+        n, mean, var = x.size, x.mean(), x.var()
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += var * n + delta**2 * self.count * n / total
+        self.count = total
+
+    @property
+    def std(self) -> float:
+        return float(np.sqrt(self.m2 / self.count)) if self.count else 1.0
+
+    def __call__(self, rewards: np.ndarray, update: bool = True) -> np.ndarray:
+        if update:
+            self.update(rewards)
+        out = (np.asarray(rewards, np.float64) - (self.mean if self.center else 0.0))
+        out = out / (self.std + self.eps)
+        if self.clip is not None:
+            out = np.clip(out, -self.clip, self.clip)
+        return out.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and checking plug-ins.
+
+
+def load_reward_plugin(path_or_name: str | None, spec: GameSpec | None = None,
+                       side: int = 0) -> RewardFn:
+    """The reward function of `--reward_plugin`: a built-in name, a .py path, or None (outcome).
+
+    With `spec`, the function is also called on a synthetic batch of that game and its result
+    checked, so a broken plug-in stops the run before anything is written.
+    """
+    if path_or_name in (None, "", "outcome"):
+        fn, source = outcome_reward, "outcome (built-in)"
+    elif path_or_name == "openai_five":
+        fn, source = OpenAIFiveReward(), "openai_five (built-in)"
+    else:
+        fn, source = _load_file(str(path_or_name)), str(path_or_name)
+    checked = CheckedReward(fn, source)
+    if spec is not None:
+        checked(example_batch(spec, side), contiguous=True)
+    return checked
+
+
+def _load_file(path: str) -> RewardFn:
+    if not os.path.isfile(path):
+        raise RewardPluginError(path, "cannot be loaded: no such file")
+    name = "reward_plugin_" + os.path.splitext(os.path.basename(path))[0]
+    try:
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ImportError("not a Python source file")
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    except Exception as e:  # noqa: BLE001 -- any import failure is the plug-in's problem
+        raise RewardPluginError(path, f"cannot be loaded: {type(e).__name__}: {e}") from e
+    fn = getattr(module, FUNCTION, None)
+    if fn is None or not callable(fn):
+        raise RewardPluginError(path, "is not defined in the file")
+    try:
+        inspect.signature(fn).bind({}, True)
+    except TypeError as e:
+        raise RewardPluginError(path, f"has the wrong signature {inspect.signature(fn)}: {e}") from e
+    return fn
+
+
+class CheckedReward:
+    """Calls a reward function and validates its result (shape [N] or [N, n_units], finite)."""
+
+    def __init__(self, fn: RewardFn, source: str):
+        self.fn, self.source = fn, source
+
+    def __getattr__(self, name):  # set_progress, tau, ... of built-ins
+        return getattr(self.fn, name)
+
+    def __call__(self, batch: Mapping[str, np.ndarray], contiguous: bool) -> np.ndarray:
+        n = len(batch["done"])
+        try:
+            out = self.fn(batch, contiguous)
+        except Exception as e:  # noqa: BLE001
+            raise RewardPluginError(self.source, f"raised {type(e).__name__}: {e}") from e
+        if out is None:
+            raise RewardPluginError(self.source, "returned None; it must return the rewards")
+        try:
+            out = np.asarray(out, np.float32)
+        except (TypeError, ValueError) as e:
+            raise RewardPluginError(self.source, f"returned a non-numeric value: {e}") from e
+        units = _num_units(batch)
+        allowed = [(n,)] + ([(n, units)] if units else [])
+        if out.shape not in allowed:
+            raise RewardPluginError(self.source, f"returned shape {out.shape}; expected one of {allowed}")
+        if not np.all(np.isfinite(out)):
+            bad = np.flatnonzero(~np.isfinite(out).reshape(n, -1).all(-1))
+            raise RewardPluginError(self.source, f"returned non-finite values at steps {bad[:5].tolist()}")
+        return out
+
+
+def _num_units(batch: Mapping[str, np.ndarray]) -> int:
+    for key in ("present", "damage_dealt"):
+        if key in batch:
+            return int(np.shape(batch[key])[-1])
+    return 0
+
+
+def side_batch(timesteps_fields: Mapping[str, np.ndarray], side: int) -> dict[str, np.ndarray]:
+    """A plug-in batch for `side` from stacked TimeStep fields, flattened to [N].
+
+    `timesteps_fields` holds "done" [*], "outcome" [*] (side 0's view), "rewards" [*, 2], "time"
+    [*] and the game's signals [*, 2, ...] (per-side signals) or [*, ...] (shared), where * is any
+    leading shape (e.g. [T, B]; flattening is row-major, so pass [B, T] for contiguous games).
+    """
+    done = np.asarray(timesteps_fields["done"], bool)
+    lead = done.shape
+    flat = lambda x: np.asarray(x).reshape((-1,) + np.shape(x)[len(lead):])  # noqa: E731
+    sign = 1 if side == 0 else -1
+    out = {
+        "done": flat(done),
+        "outcome": flat(np.asarray(timesteps_fields["outcome"], np.int8) * sign).astype(np.int8),
+        "reward": flat(np.asarray(timesteps_fields["rewards"])[..., side]).astype(np.float32),
+        "time": flat(timesteps_fields["time"]).astype(np.float32),
+    }
+    for name, value in timesteps_fields.items():
+        if name in ("done", "outcome", "rewards", "time"):
+            continue
+        value = np.asarray(value)
+        if value.ndim > len(lead) and value.shape[len(lead)] == 2:
+            out[name] = flat(value[(slice(None),) * len(lead) + (side,)])
+            out["enemy_" + name] = flat(value[(slice(None),) * len(lead) + (1 - side,)])
+        else:
+            out[name] = flat(value)
+    if "win" in out:  # "win" is per side [2]: keep this side's value only
+        out.pop("enemy_win", None)
+    return out
+
+
+def example_batch(spec: GameSpec, side: int = 0, steps: int = 4) -> dict[str, np.ndarray]:
+    """A synthetic contiguous batch of one game of `steps` steps ending in a win, for checks."""
+    fields = {
+        "done": np.array([False] * (steps - 1) + [True]),
+        "outcome": np.array([0] * (steps - 1) + [1], np.int8),
+        "rewards": np.zeros((steps, 2), np.float32),
+        "time": np.arange(steps, dtype=np.float32),
+    }
+    fields["rewards"][-1] = (1.0, -1.0)
+    for name, array_spec in spec.signal_fields.items():
+        if name == "time":
+            continue
+        value = np.full((steps,) + array_spec.shape, 0.1, array_spec.dtype)
+        if name == "win":
+            value[:] = 0
+            value[-1] = (1, -1)
+        fields[name] = value
+    return side_batch(fields, side)
