@@ -133,6 +133,17 @@ def sc2_budget_menu(budget: int = 500) -> Menu:
     return tuple(menu)
 
 
+def fixed_size_menu(units: int) -> Menu:
+    """Per race: `units` of the first type, of the second, and a half-half mix (fixed slots)."""
+    menu = []
+    for race in RACES:
+        a, b = RACE_UNITS[race]
+        mix = ((a, units - units // 2), (b, units // 2)) if units > 1 else ((a, 1),)
+        menu.append((Composition(a, ((a, units),)), Composition(b, ((b, units),)),
+                     Composition(f"{a}+{b}", mix)))
+    return tuple(menu)
+
+
 COMPOSITIONS_PER_RACE = 3
 DEFAULT_MENU: Menu = (
     (Composition("marine", (("marine", 8),)),
@@ -316,6 +327,7 @@ def make_spec(env: RacesSMAX) -> GameSpec:
         "damage_taken": ArraySpec((2, n), np.float32),
         "kills": ArraySpec((2, n), np.float32),  # enemy units this unit finished
         "deaths": ArraySpec((2, n), np.float32),
+        "present": ArraySpec((2, n), np.bool_),  # the slot holds a unit of the chosen army
         "win": ArraySpec((2,), np.float32),  # +1 / -1 / 0 per side on the final step
         "time": ArraySpec((), np.float32),
     }
@@ -430,6 +442,9 @@ class SmaxRacesFunctions:
             "damage_taken": lost.reshape(2, n),
             "kills": kills.reshape(2, n),
             "deaths": died.astype(jnp.float32).reshape(2, n),
+            "present": jnp.concatenate([
+                self.env.menu_table[s.races[0], jnp.maximum(compositions[0], 0)],
+                self.env.menu_table[s.races[1], jnp.maximum(compositions[1], 0)]]).reshape(2, n) >= 0,
             "win": rewards,
             "time": smax.step.astype(jnp.float32),
         }

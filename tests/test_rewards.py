@@ -1,0 +1,139 @@
+"""Reward plug-ins: loading, checking, the default outcome reward and OpenAI Five's processing."""
+
+import numpy as np
+import pytest
+
+from actors import rewards
+from actors.games import poker, smax_races
+
+SMAX_SPEC = smax_races.make_spec(smax_races.RacesSMAX(smax_races.SmaxRacesConfig(
+    menu=smax_races.fixed_size_menu(3))))
+POKER_SPEC = poker.make_spec(poker.load_game("kuhn_poker"))
+
+
+def write(tmp_path, body, name="plugin.py"):
+    path = tmp_path / name
+    path.write_text(body)
+    return str(path)
+
+
+def test_default_is_the_outcome_at_the_end():
+    fn = rewards.load_reward_plugin(None, POKER_SPEC)
+    batch = rewards.example_batch(POKER_SPEC, side=0)
+    np.testing.assert_array_equal(fn(batch, True), [0, 0, 0, 1])
+    np.testing.assert_array_equal(fn(rewards.example_batch(POKER_SPEC, side=1), True), [0, 0, 0, -1])
+
+
+def test_a_valid_plugin_file(tmp_path):
+    path = write(tmp_path, "import numpy as np\n"
+                 "def get_reward(batch, contiguous):\n"
+                 "    return batch['reward'] * 2 + 0.01 * batch['damage_dealt'].sum(-1)\n")
+    fn = rewards.load_reward_plugin(path, SMAX_SPEC)
+    out = fn(rewards.example_batch(SMAX_SPEC), True)
+    assert out.shape == (4,) and out[-1] == pytest.approx(2 + 0.01 * 3 * 0.1)
+
+
+@pytest.mark.parametrize("body, problem", [
+    ("def get_reward(batch, contiguous):\n    return (\n", "cannot be loaded: SyntaxError"),
+    ("import no_such_module_xyz\n", "cannot be loaded: ModuleNotFoundError"),
+    ("def reward(batch, contiguous):\n    return 0\n", "is not defined"),
+    ("def get_reward(batch):\n    return batch['done']\n", "wrong signature"),
+    ("def get_reward(batch, contiguous):\n    raise KeyError('gold')\n", "raised KeyError"),
+    ("def get_reward(batch, contiguous):\n    return None\n", "returned None"),
+    ("import numpy as np\ndef get_reward(batch, contiguous):\n    return np.zeros(3)\n",
+     "returned shape (3,)"),
+    ("import numpy as np\ndef get_reward(batch, contiguous):\n"
+     "    r = np.zeros(len(batch['done'])); r[2] = np.nan; return r\n", "non-finite values at steps [2]"),
+    ("def get_reward(batch, contiguous):\n    return 'abc'\n", "non-numeric"),
+])
+def test_broken_plugins_name_file_function_and_problem(tmp_path, body, problem):
+    path = write(tmp_path, body)
+    with pytest.raises(rewards.RewardPluginError) as info:
+        rewards.load_reward_plugin(path, SMAX_SPEC)
+    message = str(info.value)
+    assert path in message and "get_reward(batch, contiguous)" in message and problem in message
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_missing_file_and_failure_at_run_time(tmp_path):
+    with pytest.raises(rewards.RewardPluginError, match="no such file"):
+        rewards.load_reward_plugin(str(tmp_path / "absent.py"))
+    path = write(tmp_path, "import numpy as np\ndef get_reward(batch, contiguous):\n"
+                 "    return np.log(batch['reward'] + 1)\n")
+    fn = rewards.load_reward_plugin(path, POKER_SPEC)  # fine on the synthetic win
+    batch = rewards.example_batch(POKER_SPEC, side=1)  # a loss: log(0) = -inf
+    with pytest.raises(rewards.RewardPluginError, match="non-finite"):
+        fn(batch, True)
+
+
+def smax_fields(rng, steps=6, n=3):
+    fields = {
+        "done": np.array([False] * (steps - 1) + [True]),
+        "outcome": np.array([0] * (steps - 1) + [1], np.int8),
+        "rewards": np.zeros((steps, 2), np.float32),
+        "time": np.arange(steps, dtype=np.float32),
+        "win": np.zeros((steps, 2), np.float32),
+        "present": np.ones((steps, 2, n), bool),
+    }
+    fields["win"][-1] = (1, -1)
+    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
+        fields[name] = rng.random((steps, 2, n)).astype(np.float32)
+    return fields
+
+
+def test_openai_five_is_zero_sum_and_team_spirit_interpolates():
+    fields = smax_fields(np.random.default_rng(0))
+    for tau in (0.0, 0.5, 1.0):
+        cfg = rewards.OpenAIFiveConfig(tau_start=tau, tau_end=tau)
+        fn = rewards.OpenAIFiveReward(cfg)
+        r0 = fn(rewards.side_batch(fields, 0), True)
+        r1 = fn(rewards.side_batch(fields, 1), True)
+        assert r0.shape == (6, 3)
+        np.testing.assert_allclose(r0.sum(-1) + r1.sum(-1), 0.0, atol=1e-5)
+        if tau == 1.0:
+            np.testing.assert_allclose(r0, r0[:, :1].repeat(3, 1), atol=1e-6)
+    # tau = 0: each unit's own score minus the enemy mean.
+    fn = rewards.OpenAIFiveReward(rewards.OpenAIFiveConfig(tau_start=0.0, tau_end=0.0))
+    b = rewards.side_batch(fields, 0)
+    own = rewards.unit_scores(b, "", fn.config)
+    enemy = rewards.unit_scores(b, "enemy_", fn.config)
+    np.testing.assert_allclose(fn(b, True), own - enemy.mean(-1, keepdims=True), rtol=1e-5)
+
+
+def test_openai_five_weights_decay_and_schedule():
+    cfg = rewards.OpenAIFiveConfig(time_decay_horizon=10.0)
+    batch = {"time": np.array([0.0, 10.0]), "win": np.array([0.0, 1.0])}
+    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
+        batch[name] = np.zeros((2, 1))
+    batch["kills"][:] = 1.0
+    rho = rewards.unit_scores(batch, "", cfg)[:, 0]
+    assert rho[0] == pytest.approx(cfg.w_kill)
+    assert rho[1] == pytest.approx(cfg.w_kill * 0.6 + cfg.w_win)  # win not decayed
+    assert cfg.team_spirit(0) == pytest.approx(0.2)
+    assert cfg.team_spirit(cfg.anneal_steps // 2) == pytest.approx((0.2 + 0.97) / 2)
+    assert cfg.team_spirit(10 * cfg.anneal_steps) == pytest.approx(0.97)
+    fn = rewards.load_reward_plugin("openai_five", SMAX_SPEC)
+    fn.set_progress(cfg.anneal_steps)
+    assert fn.tau == pytest.approx(0.97)
+
+
+def test_absent_units_get_no_reward():
+    fields = smax_fields(np.random.default_rng(1))
+    fields["present"][:, :, 2] = False
+    out = rewards.OpenAIFiveReward()(rewards.side_batch(fields, 0), True)
+    assert np.all(out[:, 2] == 0) and np.any(out[:, :2] != 0)
+
+
+def test_running_normalizer():
+    norm = rewards.RunningRewardNormalizer()
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        out = norm(rng.normal(3.0, 2.0, 1000))
+    assert norm.mean == pytest.approx(3.0, abs=0.05)
+    assert norm.std == pytest.approx(2.0, rel=0.02)
+    assert out.mean() == pytest.approx(1.5, abs=0.1)  # divided by the std, not centred
+    centred = rewards.RunningRewardNormalizer(center=True)
+    for _ in range(50):
+        out = centred(rng.normal(3.0, 2.0, 1000))
+    assert centred.std == pytest.approx(2.0, rel=0.02)
+    assert out.mean() == pytest.approx(0.0, abs=0.1) and out.std() == pytest.approx(1.0, abs=0.05)
