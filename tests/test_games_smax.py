@@ -1,0 +1,103 @@
+"""SMAX races: all nine matchups run, the strategy step spawns the chosen army, SC2 damage rules,
+per-unit signals, and jaxmarl's scripted micro as a fixed opponent."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from actors.games import smax_races as sr
+from actors.games.base import BatchGame, random_legal_actions
+from agents.specs import MASK_KEY
+
+CONFIG = sr.SmaxRacesConfig(menu=sr.fixed_size_menu(3), max_steps=25, map_width=20, map_height=20)
+MATCHUPS = np.array(list(itertools.product(range(3), range(3))), np.int32)  # all nine
+
+
+@pytest.fixture(scope="module")
+def game():
+    return sr.SmaxRacesGame(len(MATCHUPS), CONFIG, races=MATCHUPS)
+
+
+def test_damage_rules_are_sc2s():
+    env = sr.RacesSMAX(sr.SmaxRacesConfig())
+    d = np.asarray(env.damage)
+    t = sr.UNIT_TYPES.index
+    assert d[t("marauder"), t("stalker")] == 10 + 10 - 1  # +10 vs Armored, 1 armour
+    assert d[t("marauder"), t("marine")] == 10  # no bonus vs Light
+    assert d[t("stalker"), t("marauder")] == 13 + 5 - 1
+    assert d[t("zergling"), t("zealot")] == 5 - 1
+    assert d[t("hydralisk"), t("zergling")] == 12
+    plain = sr.RacesSMAX(sr.SmaxRacesConfig(rules=sr.UnitRules.plain()))
+    np.testing.assert_allclose(np.asarray(plain.damage), np.asarray(plain.unit_type_attacks)[:, None].repeat(6, 1))
+
+
+def test_a_marauder_shot_at_a_stalker_deals_bonus_damage():
+    env = sr.RacesSMAX(sr.SmaxRacesConfig(menu=sr.fixed_size_menu(1)))
+    state = env.spawn(jax.random.PRNGKey(0), jnp.array([0, 1]), jnp.array([1, 0]))  # marauder v stalker
+    state = state.replace(unit_positions=jnp.array([[10.0, 16.0], [13.0, 16.0]]))
+    no_move = jnp.zeros((2, 2))
+    attack = jnp.array([sr.NUM_MOVES + 1, 0])  # the marauder shoots enemy 0, the stalker idles
+    after = env._world_step(jax.random.PRNGKey(1), state, (no_move, attack))
+    assert float(state.unit_health[1] - after.unit_health[1]) == pytest.approx(19.0)
+    assert float(after.unit_health[0]) == float(state.unit_health[0])
+
+
+def test_all_nine_matchups_run(game):
+    assert isinstance(game, BatchGame)
+    rng = np.random.default_rng(0)
+    ts = game.reset(seed=0)
+    obs0 = jax.tree.map(np.asarray, ts.observations[0])
+    assert obs0["choosing"].all() and obs0[MASK_KEY]["composition"].all()
+    assert not obs0["alive"].any()
+    comps = rng.integers(0, 3, (len(MATCHUPS), 2))
+    finished = np.zeros(len(MATCHUPS), bool)
+    for t in range(CONFIG.max_steps + 2):
+        obs = jax.tree.map(np.asarray, ts.observations)
+        for side in range(2):
+            game.spec.side(side).check_observation(obs[side], (len(MATCHUPS),))
+        actions = random_legal_actions(rng, game.spec, obs)
+        for side in range(2):
+            actions[side]["composition"] = comps[:, side].astype(np.int32)
+        ts = game.step(actions)
+        if t == 0:  # the strategy step spawned the chosen armies
+            obs = jax.tree.map(np.asarray, ts.observations)
+            for side in range(2):
+                size = [CONFIG.menu[r][c].size for r, c in zip(MATCHUPS[:, side], comps[:, side])]
+                np.testing.assert_array_equal(obs[side]["alive"].sum(-1), size)
+                assert not obs[side]["choosing"].any()
+                np.testing.assert_array_equal(obs[side]["races"][:, 0].argmax(-1), MATCHUPS[:, side])
+                np.testing.assert_array_equal(obs[side]["compositions"][:, 0].argmax(-1), comps[:, side])
+        done, outcome, rewards = map(np.asarray, (ts.done, ts.outcome, ts.rewards))
+        np.testing.assert_array_equal(rewards[:, 0], -rewards[:, 1])
+        np.testing.assert_array_equal(rewards[:, 0], np.where(done, outcome, 0))
+        signals = jax.tree.map(np.asarray, ts.signals)
+        # every health point lost was dealt by someone: credit is conserved
+        np.testing.assert_allclose(signals["damage_dealt"][:, 0].sum(-1),
+                                   signals["damage_taken"][:, 1].sum(-1), atol=1e-4)
+        np.testing.assert_allclose(signals["kills"].sum((-1, -2)), signals["deaths"].sum((-1, -2)), atol=1e-4)
+        # finished games restart at once, with the strategy step
+        np.testing.assert_array_equal(np.asarray(ts.observations[1]["choosing"]), done)
+        finished |= done
+    assert finished.all(), "every matchup must end by the time limit"
+
+
+def test_scripted_micro_beats_an_idle_army(game):
+    init, act = sr.heuristic_policy(game.fns, side=0, composition=0)
+    act = jax.jit(jax.vmap(act))
+    pstate = jax.vmap(lambda _: init())(jnp.arange(len(MATCHUPS)))
+    ts = game.reset(seed=1, races=np.array([[0, 2]] * len(MATCHUPS)))  # marines v zerglings
+    idle = {"composition": np.zeros(len(MATCHUPS), np.int32),
+            "action_type": np.full((len(MATCHUPS), game.fns.n), sr.STOP, np.int32),
+            "target": np.zeros((len(MATCHUPS), game.fns.n), np.int32)}
+    outcome = np.zeros(len(MATCHUPS), np.int8)
+    finished = np.zeros(len(MATCHUPS), bool)
+    keys = jax.random.split(jax.random.PRNGKey(0), CONFIG.max_steps + 1)
+    for t in range(CONFIG.max_steps + 1):
+        actions, pstate = act(jax.random.split(keys[t], len(MATCHUPS)), pstate, ts.observations[0])
+        ts = game.step((jax.tree.map(np.asarray, actions), idle))
+        outcome = np.where(finished, outcome, np.asarray(ts.outcome))
+        finished |= np.asarray(ts.done)
+    assert finished.all() and (outcome == 1).mean() >= 0.8
