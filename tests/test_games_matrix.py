@@ -62,3 +62,10 @@ def test_rejects_out_of_range_actions():
         g.step(({"action": np.array([0, 3])}, {"action": np.array([0, 0])}))
     with pytest.raises(ValueError, match="unknown"):
         matrix.make_game("chess")
+
+
+def test_registry_builds_matrix_and_poker_games():
+    from actors.games import make_batch_game
+
+    assert make_batch_game("matrix_rps", 4).game.num_actions == 3
+    assert make_batch_game("kuhn_poker", 4).spec.side(0).network_heads() == {"action": 2}

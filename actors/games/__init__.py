@@ -1,1 +1,32 @@
-"""Games: one two-sided zero-sum batch protocol over SMAX races, OpenSpiel poker and matrix games."""
+"""Games: one two-sided zero-sum batch protocol over SMAX races, OpenSpiel poker and matrix games.
+
+    from actors.games import make_batch_game
+    game = make_batch_game("smax_races", batch_size=64, races=("terran", "zerg"))
+    game = make_batch_game("leduc_poker", batch_size=256)      # any OpenSpiel 2p zero-sum game
+    game = make_batch_game("matrix_rps", batch_size=1024)      # matrix_{rps,blotto,random,disc}
+
+The protocol (`BatchGame`, `TimeStep`) is in `actors.games.base`; the observation and action
+structures in `agents.specs`. Game modules are imported lazily: SMAX pulls in jaxmarl (~5 s).
+"""
+
+from __future__ import annotations
+
+from actors.games.base import DRAW, LOSS, WIN, BatchGame, TimeStep, random_legal_actions
+
+__all__ = ["DRAW", "LOSS", "WIN", "BatchGame", "TimeStep", "make_batch_game", "random_legal_actions"]
+
+
+def make_batch_game(name: str, batch_size: int, **kwargs) -> BatchGame:
+    """A batch game by name: 'smax_races', 'matrix_<game>', else an OpenSpiel game name."""
+    if name == "smax_races":
+        from actors.games import smax_races
+
+        config = kwargs.pop("config", smax_races.SmaxRacesConfig())
+        return smax_races.SmaxRacesGame(batch_size, config, **kwargs)
+    if name.startswith("matrix_"):
+        from actors.games import matrix
+
+        return matrix.MatrixGameBatch(matrix.make_game(name[len("matrix_"):], **kwargs), batch_size)
+    from actors.games import poker
+
+    return poker.OpenSpielPool(name, batch_size, **kwargs)
