@@ -85,7 +85,7 @@ def apply_mask(logits: dict[str, Array], mask: dict[str, Array] | None) -> dict[
     """Sets the logits of illegal actions (mask False) to `MASKED_LOGIT`."""
     if mask is None:
         return logits
-    return {h: jnp.where(mask[h], l, MASKED_LOGIT) if h in mask else l for h, l in logits.items()}
+    return {h: jnp.where(mask[h], x, MASKED_LOGIT) if h in mask else x for h, x in logits.items()}
 
 
 class _ReferenceModule(hk.Module):
@@ -173,16 +173,16 @@ class ReferenceNetwork:
 
 def log_probs(logits: dict[str, Array], actions: dict[str, Array]) -> dict[str, Array]:
     """log pi(a^head | s) per head, for integer actions of the logits' batch shape."""
-    return {h: jnp.take_along_axis(jax.nn.log_softmax(l), actions[h][..., None].astype(jnp.int32),
+    return {h: jnp.take_along_axis(jax.nn.log_softmax(x), actions[h][..., None].astype(jnp.int32),
                                    axis=-1)[..., 0]
-            for h, l in logits.items()}
+            for h, x in logits.items()}
 
 
 def sample_actions(rng: Array, logits: dict[str, Array]) -> tuple[dict[str, Array], dict[str, Array]]:
     """Samples every head independently; returns (actions int32, their log-probabilities)."""
     keys = jax.random.split(rng, len(logits))
-    actions = {h: jax.random.categorical(k, l).astype(jnp.int32)
-               for k, (h, l) in zip(keys, sorted(logits.items()))}
+    actions = {h: jax.random.categorical(k, x).astype(jnp.int32)
+               for k, (h, x) in zip(keys, sorted(logits.items()))}
     return actions, log_probs(logits, actions)
 
 

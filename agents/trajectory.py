@@ -154,3 +154,25 @@ def time_major(batch: Unroll) -> Unroll:
 def stack_unrolls(unrolls: list[Unroll]) -> Unroll:
     """Stacks unbatched unrolls into one batch-major batch [B, T, ...]."""
     return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *unrolls)
+
+
+def zeros_unroll(observation: PyTree, opponent_observation: PyTree, heads: list[str] | tuple,
+                 core_state: PyTree, unroll_length: int) -> Unroll:
+    """An all-zero unbatched `Unroll` with the given example shapes (for table signatures,
+    warm-up compilations and the learner's structure). `core_state` is unbatched too."""
+    def with_time(x):
+        x = np.asarray(x)
+        return np.zeros((unroll_length, *x.shape), x.dtype)
+
+    def t(dtype):
+        return np.zeros((unroll_length,), dtype)
+
+    steps = Step(
+        observation=jax.tree_util.tree_map(with_time, observation),
+        opponent_observation=jax.tree_util.tree_map(with_time, opponent_observation),
+        action={h: t(np.int32) for h in heads},
+        behaviour_log_prob={h: t(np.float32) for h in heads},
+        reward=t(np.float32), discount=t(np.float32), first=t(np.bool_),
+        policy_version=t(np.int32))
+    return Unroll(steps=steps, core_state=jax.tree_util.tree_map(
+        lambda x: np.zeros(np.shape(x), np.asarray(x).dtype), core_state))

@@ -1,0 +1,503 @@
+"""The learner node: a plain class whose public methods are its RPC surface.
+
+One learner per learning agent. It reads batches of unrolls (format: `agents.trajectory`) from
+its own Reverb table, runs one jitted update per batch (data-parallel over the local devices:
+the batch axis is sharded with `jax.sharding`, parameters are replicated and XLA averages the
+gradients, because the loss is a mean over the batch), and serves versioned parameters.
+
+Public methods (the RPC surface): `update`, `run`, `stop`, `learn_from_batch`, `params`,
+`version`, `steps`, `snapshot`, `reset`, `metrics`, `save_checkpoint`, `close`.
+
+Metrics follow OpenAI Five (seed 003, Sec. 4.4 and App. M):
+- staleness: the learner's version when it optimises on a step minus the `policy_version`
+  that produced the step (mean and max over the learnt steps of each batch);
+- sample reuse: samples consumed / samples produced, where a sample is one Reverb item (one
+  unroll); consumed counts items this learner used in updates, produced is the table's
+  completed inserts (`rate_limiter_info.insert_stats`). `sample_reuse` is the ratio since the
+  start, `sample_reuse_recent` the ratio of the increments since the previous `metrics()` call
+  (OpenAI Five's "instantaneous ratio between the rate of optimizers consuming data and
+  rollouts producing data").
+
+Version: +1 per applied update and +1 on `reset`; skipped (non-finite) updates leave params,
+optimiser state and version unchanged. Checkpoints (params, optimiser state, version, steps)
+go to `<run_dir>/<name>/checkpoint.msgpack`, written to a temporary file and `os.replace`d;
+a learner started with the same run dir and name restores them and continues the version
+sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import queue
+import threading
+import time
+from collections import deque
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import reverb
+from flax import serialization
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from agents.trajectory import Unroll, time_major, unflatten_like, validate_unroll
+from learners import losses
+
+PyTree = Any
+CHECKPOINT_FORMAT = 1
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be restored; the file is left untouched."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplayConfig:
+    """The learner's Reverb table.
+
+    selector "fifo": items are sampled oldest first and each at most
+    `ceil(samples_per_insert)` times (a queue when it is 1); "uniform": uniform sampling,
+    oldest removed first once `max_size` is reached. `samples_per_insert` is the
+    `SampleToInsertRatio` target reuse (AlphaStar replays each datum twice; OpenAI Five aims at
+    about 1); `error_buffer` is the slack, in samples, the limiter allows around that ratio
+    (default: two batches' worth).
+    """
+
+    table: str = "learner"
+    selector: str = "uniform"
+    max_size: int = 4096
+    samples_per_insert: float = 2.0
+    min_size_to_sample: int = 1
+    error_buffer: float | None = None
+
+    def __post_init__(self):
+        if self.selector not in ("fifo", "uniform"):
+            raise ValueError(f"selector must be 'fifo' or 'uniform', got {self.selector!r}")
+        if self.samples_per_insert <= 0 or self.max_size < 1 or self.min_size_to_sample < 1:
+            raise ValueError("samples_per_insert, max_size and min_size_to_sample must be > 0")
+
+
+def make_table(replay: ReplayConfig, signature: Any, batch_size: int) -> reverb.Table:
+    """The Reverb table a learner reads from (see `ReplayConfig`); `signature` from
+    `agents.trajectory.reverb_signature`."""
+    spi = replay.samples_per_insert
+    error_buffer = replay.error_buffer
+    if error_buffer is None:
+        error_buffer = max(2.0 * batch_size * max(1.0, spi), 2.0 * max(1.0, spi))
+    limiter = reverb.rate_limiters.SampleToInsertRatio(
+        samples_per_insert=spi, min_size_to_sample=replay.min_size_to_sample,
+        error_buffer=error_buffer)
+    if replay.selector == "fifo":
+        sampler, max_times_sampled = reverb.selectors.Fifo(), math.ceil(spi)
+    else:
+        sampler, max_times_sampled = reverb.selectors.Uniform(), 0
+    return reverb.Table(name=replay.table, sampler=sampler, remover=reverb.selectors.Fifo(),
+                        max_size=replay.max_size, rate_limiter=limiter,
+                        max_times_sampled=max_times_sampled, signature=signature)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Everything the learner needs besides the network and its initial parameters."""
+
+    batch_size: int = 32
+    unroll_length: int = 32
+    learning_rate: float = 3e-4
+    adam_b1: float = 0.9
+    adam_b2: float = 0.999
+    adam_eps: float = 1e-8
+    max_grad_norm: float | None = 40.0
+    loss: losses.LossConfig = dataclasses.field(default_factory=losses.LossConfig)
+    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
+    sampler: str = "dataset"            # "dataset" (reverb.TrajectoryDataset) or "client"
+    prefetch_batches: int = 2           # device batches waiting in the queue
+    checkpoint_every: int = 0           # updates between checkpoints; 0: only on request/close
+    metrics_window: int = 100           # updates averaged in metrics()
+
+    def __post_init__(self):
+        if self.batch_size < 1 or self.unroll_length < 2:
+            raise ValueError("batch_size must be >= 1 and unroll_length >= 2")
+        if self.sampler not in ("dataset", "client"):
+            raise ValueError(f"sampler must be 'dataset' or 'client', got {self.sampler!r}")
+        if self.prefetch_batches < 1:
+            raise ValueError("prefetch_batches must be >= 1")
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+
+class TrainingState(NamedTuple):
+    params: PyTree
+    opt_state: PyTree
+    version: jax.Array       # int32 scalar
+    num_skipped: jax.Array   # int32 scalar: non-finite updates skipped
+
+
+def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
+    adam = optax.adam(config.learning_rate, b1=config.adam_b1, b2=config.adam_b2,
+                      eps=config.adam_eps)
+    if config.max_grad_norm:
+        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), adam)
+    return adam
+
+
+def _all_finite(tree: PyTree) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+
+
+def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation):
+    """The pure update: (state, batch-major batch [B, T], teacher params or None) -> (state, metrics).
+
+    Learns on steps 0..T-2 of each unroll and bootstraps from V(s_{T-1}). The update is applied
+    only if the loss, every gradient and every new parameter are finite.
+    """
+
+    def loss_fn(params, unroll: Unroll, teacher_params):
+        steps = unroll.steps
+        out, _ = network.unroll(params, steps.observation, steps.first, unroll.core_state,
+                                steps.opponent_observation)
+        teacher_logits = None
+        if teacher_params is not None:
+            teacher_out, _ = network.unroll(teacher_params, steps.observation, steps.first,
+                                            unroll.core_state)
+            teacher_logits = jax.tree_util.tree_map(lambda x: x[:-1], teacher_out.logits)
+
+        def learn(x):
+            return jax.tree_util.tree_map(lambda y: y[:-1], x)
+
+        return losses.total_loss(
+            config.loss, learn(out.logits), out.value[:-1], out.value[-1], learn(steps.action),
+            learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
+            teacher_logits)
+
+    def update(state: TrainingState, batch: Unroll, teacher_params):
+        unroll = time_major(batch)
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, unroll, teacher_params)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(params)
+
+        def choose(new, old):
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+
+        staleness = (state.version - unroll.steps.policy_version[:-1]).astype(jnp.float32)
+        metrics.update(finite=finite, grad_norm=optax.global_norm(grads),
+                       staleness_mean=jnp.mean(staleness), staleness_max=jnp.max(staleness))
+        new_state = TrainingState(
+            params=choose(params, state.params), opt_state=choose(opt_state, state.opt_state),
+            version=state.version + finite.astype(jnp.int32),
+            num_skipped=state.num_skipped + (~finite).astype(jnp.int32))
+        return new_state, metrics
+
+    return update
+
+
+class _Prefetcher:
+    """A background thread that samples batches from Reverb, puts them on the devices and keeps
+    up to `size` of them in a queue, so the update does not wait on I/O when data is there."""
+
+    def __init__(self, address: str, config: LearnerConfig, example: Unroll, sharding):
+        self._address, self._config, self._example = address, config, example
+        self._sharding = sharding
+        self._queue: queue.Queue = queue.Queue(maxsize=config.prefetch_batches)
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="learner-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, leaves):
+        batch = unflatten_like(self._example, leaves)
+        batch = jax.device_put(batch, self._sharding)
+        while not self._stop.is_set():
+            try:
+                self._queue.put(batch, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _run(self):
+        try:
+            if self._config.sampler == "dataset":
+                self._run_dataset()
+            else:
+                self._run_client()
+        except BaseException as e:  # surfaced to the caller by get()
+            if not self._stop.is_set():
+                self.error = e
+
+    def _run_dataset(self):
+        import tensorflow as tf
+
+        cfg = self._config
+        workers = 1 if cfg.replay.selector == "fifo" else -1
+        while not self._stop.is_set():
+            ds = reverb.TrajectoryDataset.from_table_signature(
+                self._address, cfg.replay.table,
+                max_in_flight_samples_per_worker=2 * cfg.batch_size,
+                num_workers_per_iterator=workers, rate_limiter_timeout_ms=500)
+            ds = ds.batch(cfg.batch_size, drop_remainder=True).prefetch(1)
+            for sample in ds.as_numpy_iterator():   # ends after a rate-limiter timeout
+                self._put(tf.nest.flatten(sample.data))
+                if self._stop.is_set():
+                    return
+
+    def _run_client(self):
+        cfg = self._config
+        client = reverb.Client(self._address)
+        samples = client.sample(cfg.replay.table, num_samples=2 ** 62, emit_timesteps=False)
+        while not self._stop.is_set():
+            items = [next(samples).data for _ in range(cfg.batch_size)]
+            self._put([np.stack(column) for column in zip(*items)])
+
+    def get(self, timeout: float | None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self.error is not None:
+                raise RuntimeError("the learner's Reverb sampler failed") from self.error
+            try:
+                return self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if deadline is not None and time.monotonic() > deadline:
+                    return None
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+
+
+class Learner:
+    """See the module docstring. `network` offers `unroll(params, obs, first, state, opp)`
+    (e.g. `agents.networks.ReferenceNetwork`); `example_unroll` is one unbatched item
+    (e.g. `agents.trajectory.zeros_unroll`) that fixes the structure read from Reverb."""
+
+    def __init__(self, network: Any, initial_params: PyTree, config: LearnerConfig,
+                 example_unroll: Unroll, *, reverb_address: str | None = None,
+                 run_dir: str | None = None, name: str = "learner",
+                 teacher_params: PyTree | None = None, devices: list | None = None):
+        validate_unroll(example_unroll, config.unroll_length)
+        self._config, self._network, self._name = config, network, name
+        self._example = example_unroll
+        self._devices = list(devices or jax.local_devices())
+        if config.batch_size % len(self._devices):
+            raise ValueError(f"batch_size {config.batch_size} is not divisible by the "
+                             f"{len(self._devices)} devices")
+        mesh = Mesh(np.array(self._devices), ("batch",))
+        self._replicated = NamedSharding(mesh, PartitionSpec())
+        self._batch_sharding = NamedSharding(mesh, PartitionSpec("batch"))
+        self._optimizer = make_optimizer(config)
+        self._update_fn = jax.jit(
+            make_update_fn(network, config, self._optimizer),
+            in_shardings=(self._replicated, self._batch_sharding, self._replicated),
+            out_shardings=(self._replicated, self._replicated))
+        self._teacher = (None if teacher_params is None
+                         else jax.device_put(teacher_params, self._replicated))
+        self._lock = threading.RLock()
+        self._frames_per_update = config.batch_size * (config.unroll_length - 1)
+
+        self._checkpoint_path = None
+        if run_dir is not None:
+            directory = os.path.join(run_dir, name)
+            os.makedirs(directory, exist_ok=True)
+            self._checkpoint_path = os.path.join(directory, "checkpoint.msgpack")
+            with open(os.path.join(directory, "learner_config.json"), "w") as f:
+                f.write(config.to_json())
+        version, steps, skipped, params, opt_state = 0, 0, 0, initial_params, None
+        if self._checkpoint_path and os.path.exists(self._checkpoint_path):
+            version, steps, skipped, params, opt_state = self._read_checkpoint(initial_params)
+        self._install(params, opt_state, version, skipped, steps)
+
+        self._history: deque = deque(maxlen=config.metrics_window)
+        self._dispatched = 0
+        self._consumed = 0
+        self._last_reuse = (0, 0)
+        self._published: tuple[int, PyTree] | None = None
+        self._started = time.monotonic()
+        self._stop = threading.Event()
+        self._address = reverb_address
+        self._client = reverb.Client(reverb_address) if reverb_address else None
+        self._prefetcher = None
+
+    # ------------------------------------------------------------------ state
+
+    def _install(self, params, opt_state, version, skipped, steps):
+        params = jax.device_put(params, self._replicated)
+        if opt_state is None:
+            opt_state = jax.jit(self._optimizer.init, out_shardings=self._replicated)(params)
+        with self._lock:
+            self._state = TrainingState(
+                params=params, opt_state=jax.device_put(opt_state, self._replicated),
+                version=jax.device_put(jnp.asarray(version, jnp.int32), self._replicated),
+                num_skipped=jax.device_put(jnp.asarray(skipped, jnp.int32), self._replicated))
+            # steps = base_steps + (version - base_version) * frames per applied update
+            self._base_version, self._base_steps = int(version), int(steps)
+
+    def _apply(self, batch) -> None:
+        with self._lock:
+            self._state, metrics = self._update_fn(self._state, batch, self._teacher)
+            self._history.append(metrics)
+            self._dispatched += 1
+            self._consumed += self._config.batch_size
+        every = self._config.checkpoint_every
+        if every and self._checkpoint_path and self._dispatched % every == 0:
+            self.save_checkpoint()
+
+    # ------------------------------------------------------------------ RPC surface
+
+    def update(self, num_updates: int = 1, timeout: float | None = None) -> int:
+        """Samples `num_updates` batches from Reverb (waiting up to `timeout` seconds for each)
+        and applies one update per batch. Returns the number of batches consumed."""
+        if self._address is None:
+            raise RuntimeError("this learner has no Reverb address; use learn_from_batch")
+        if self._prefetcher is None:
+            self._prefetcher = _Prefetcher(self._address, self._config, self._example,
+                                           self._batch_sharding)
+        for i in range(num_updates):
+            batch = self._prefetcher.get(timeout)
+            if batch is None:
+                return i
+            self._apply(batch)
+        return num_updates
+
+    def run(self, max_updates: int | None = None) -> None:
+        """Learns until `stop()` (or `max_updates`); for running the node on its own thread."""
+        done = 0
+        while not self._stop.is_set() and (max_updates is None or done < max_updates):
+            done += self.update(1, timeout=0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def learn_from_batch(self, batch: Unroll) -> None:
+        """One update on a batch-major batch [B, T, ...] given directly (no Reverb)."""
+        self._apply(jax.device_put(batch, self._batch_sharding))
+
+    def version(self) -> int:
+        return int(self._state.version)
+
+    def steps(self) -> int:
+        """Agent steps learnt on by applied updates (B x (T - 1) per update), across restarts."""
+        with self._lock:
+            state, base_version, base_steps = self._state, self._base_version, self._base_steps
+        return base_steps + (int(state.version) - base_version) * self._frames_per_update
+
+    def params(self, min_version: int | None = None) -> tuple[int, PyTree] | None:
+        """(version, params as numpy) for actors, or None if the version is below
+        `min_version` (an actor passes its own version + 1 to get only newer parameters)."""
+        with self._lock:
+            state = self._state
+        version = int(state.version)
+        if min_version is not None and version < min_version:
+            return None
+        if self._published is None or self._published[0] != version:
+            params = jax.tree_util.tree_map(np.array, jax.device_get(state.params))
+            if not all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(params)):
+                raise RuntimeError("refusing to publish non-finite parameters")  # unreachable
+            self._published = (version, params)
+        return self._published
+
+    def snapshot(self) -> tuple[int, PyTree]:
+        """Frozen (version, params) for a league player: a copy that later updates never touch."""
+        version, params = self.params()
+        return version, jax.tree_util.tree_map(np.copy, params)
+
+    def reset(self, params: PyTree) -> int:
+        """Exploiter reset: new parameters and a fresh optimiser state; the version goes on
+        (+1) so that actors pick the new parameters up. Returns the new version."""
+        with self._lock:
+            version = int(self._state.version) + 1
+            skipped = int(self._state.num_skipped)
+            steps = self.steps()
+            self._install(params, None, version, skipped, steps)
+        return version
+
+    def metrics(self) -> dict[str, float]:
+        """Version, steps, skipped updates, losses and staleness (averaged over the last
+        `metrics_window` updates), sample reuse (see the module docstring), throughput."""
+        with self._lock:
+            history = list(self._history)
+            state, consumed = self._state, self._consumed
+        out: dict[str, float] = {
+            "version": int(state.version), "steps": self.steps(),
+            "updates_skipped": int(state.num_skipped), "updates_dispatched": self._dispatched,
+            "samples_consumed": consumed,
+            "frames_per_second": self._dispatched * self._frames_per_update
+            / max(time.monotonic() - self._started, 1e-9)}
+        if history:
+            host = jax.device_get(history)
+            for key in host[-1]:
+                values = np.array([float(m[key]) for m in host])
+                out[key] = float(values.mean())
+            out["staleness_max"] = float(max(float(m["staleness_max"]) for m in host))
+            out["staleness_last"] = float(host[-1]["staleness_mean"])
+        if self._client is not None:
+            info = self._client.server_info()[self._config.replay.table]
+            inserted = int(info.rate_limiter_info.insert_stats.completed)
+            sampled = int(info.rate_limiter_info.sample_stats.completed)
+            out.update(samples_inserted=inserted, samples_sampled_by_server=sampled,
+                       table_size=int(info.current_size),
+                       sample_reuse=consumed / inserted if inserted else float("nan"))
+            d_consumed, d_inserted = consumed - self._last_reuse[0], inserted - self._last_reuse[1]
+            out["sample_reuse_recent"] = d_consumed / d_inserted if d_inserted else float("nan")
+            self._last_reuse = (consumed, inserted)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def save_checkpoint(self) -> str | None:
+        """Writes params, optimiser state, version and steps atomically; returns the path."""
+        if self._checkpoint_path is None:
+            return None
+        with self._lock:
+            state, steps = self._state, self.steps()
+        payload = {
+            "format": CHECKPOINT_FORMAT, "version": int(state.version), "steps": steps,
+            "num_skipped": int(state.num_skipped),
+            "params": serialization.to_state_dict(jax.device_get(state.params)),
+            "opt_state": serialization.to_state_dict(jax.device_get(state.opt_state))}
+        data = serialization.msgpack_serialize(payload)
+        tmp = f"{self._checkpoint_path}.tmp.{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._checkpoint_path)
+        return self._checkpoint_path
+
+    def _read_checkpoint(self, initial_params):
+        path = self._checkpoint_path
+        advice = ("The file was left as it is. Move it aside (or delete it) to start this "
+                  "learner from its initial parameters, or put back a good copy to resume.")
+        try:
+            with open(path, "rb") as f:
+                payload = serialization.msgpack_restore(f.read())
+            if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
+                raise ValueError(f"not a learner checkpoint of format {CHECKPOINT_FORMAT}")
+            template_opt = jax.eval_shape(self._optimizer.init, initial_params)
+            params = serialization.from_state_dict(initial_params, payload["params"])
+            opt_state = serialization.from_state_dict(template_opt, payload["opt_state"])
+            for got, want in zip(jax.tree_util.tree_leaves((params, opt_state)),
+                                 jax.tree_util.tree_leaves((initial_params, template_opt))):
+                if np.shape(got) != np.shape(want):
+                    raise ValueError(f"shape {np.shape(got)} where the network has {np.shape(want)}")
+            return (int(payload["version"]), int(payload["steps"]), int(payload["num_skipped"]),
+                    params, opt_state)
+        except Exception as e:
+            raise CheckpointError(
+                f"cannot restore learner checkpoint {path}: {type(e).__name__}: {e}. {advice}"
+            ) from e
+
+    def close(self) -> None:
+        """Stops prefetching and writes a final checkpoint (if there is a run directory)."""
+        self._stop.set()
+        if self._prefetcher is not None:
+            self._prefetcher.close()
+            self._prefetcher = None
+        self.save_checkpoint()
