@@ -271,7 +271,7 @@ def side_batch(timesteps_fields: Mapping[str, np.ndarray], side: int) -> dict[st
     """A plug-in batch for `side` from stacked TimeStep fields, flattened to [N].
 
     `timesteps_fields` holds "done" [*], "outcome" [*] (side 0's view), "rewards" [*, 2], "time"
-    [*] and the game's signals [*, 2, ...] (per-side signals) or [*, ...] (shared), where * is any
+    [*] (optional, zeros if absent) and the game's signals [*, 2, ...] (per-side signals) or [*, ...] (shared), where * is any
     leading shape (e.g. [T, B]; flattening is row-major, so pass [B, T] for contiguous games).
     """
     done = np.asarray(timesteps_fields["done"], bool)
@@ -282,7 +282,7 @@ def side_batch(timesteps_fields: Mapping[str, np.ndarray], side: int) -> dict[st
         "done": flat(done),
         "outcome": flat(np.asarray(timesteps_fields["outcome"], np.int8) * sign).astype(np.int8),
         "reward": flat(np.asarray(timesteps_fields["rewards"])[..., side]).astype(np.float32),
-        "time": flat(timesteps_fields["time"]).astype(np.float32),
+        "time": flat(timesteps_fields.get("time", np.zeros(lead))).astype(np.float32),
     }
     for name, value in timesteps_fields.items():
         if name in ("done", "outcome", "rewards", "time"):

@@ -137,3 +137,15 @@ def test_running_normalizer():
         out = centred(rng.normal(3.0, 2.0, 1000))
     assert centred.std == pytest.approx(2.0, rel=0.02)
     assert out.mean() == pytest.approx(0.0, abs=0.1) and out.std() == pytest.approx(1.0, abs=0.05)
+
+
+def test_side_batch_from_poker_timesteps_without_time():
+    fields = {"done": np.array([[False, True]]), "outcome": np.array([[0, -1]], np.int8),
+              "rewards": np.array([[[0, 0], [-2, 2]]], np.float32),
+              "payoff": np.array([[[0, 0], [-2, 2]]], np.float32)}
+    b1 = rewards.side_batch(fields, 1)
+    np.testing.assert_array_equal(b1["outcome"], [0, 1])
+    np.testing.assert_array_equal(b1["reward"], [0, 2])
+    np.testing.assert_array_equal(b1["payoff"], [0, 2])
+    np.testing.assert_array_equal(b1["enemy_payoff"], [0, -2])
+    np.testing.assert_array_equal(rewards.outcome_reward(b1, True), [0, 1])
