@@ -212,3 +212,179 @@ def test_chain_mdp_delayed_reward_learned_from_stale_versions():
     assert initial < 0.2
     assert final > 0.9, (initial, final)
     assert np.mean(staleness[5:]) >= 1.0  # it really learnt from older versions
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def versioned_bandit_unrolls(versions, T, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for v, steps in zip(versions, bandit_unrolls(rng, len(versions), T)):
+        out.append(Unroll(steps._replace(policy_version=np.full(T, v, np.int32)),
+                          np.zeros(0, np.float32)))
+    return out
+
+
+def tiny_learner_setup(T=3, B=4, **replay):
+    net = small_net(3, num_actions=3, size=8)
+    example = example_for(net, 3, T)
+    params = net.init(jax.random.PRNGKey(0), example.steps.observation[0])
+    return net, example, params
+
+
+def with_core(unrolls, example):
+    return [u._replace(core_state=example.core_state) for u in unrolls]
+
+
+def test_staleness_and_sample_reuse_match_what_was_inserted_and_sampled():
+    T, B = 3, 4
+    net, example, params = tiny_learner_setup(T, B)
+    fifo = LearnerConfig(batch_size=B, unroll_length=T, replay=ReplayConfig(
+        table="fifo", selector="fifo", samples_per_insert=1.0, error_buffer=100.0))
+    uniform = LearnerConfig(batch_size=B, unroll_length=T, replay=ReplayConfig(
+        table="uniform", selector="uniform", samples_per_insert=2.0))
+    sig = reverb_signature(example)
+    server = reverb.Server([make_table(fifo.replay, sig, B), make_table(uniform.replay, sig, B)])
+    address = f"localhost:{server.port}"
+    client = reverb.Client(address)
+
+    # FIFO, each item once: update k runs at learner version k on items 4k..4k+3.
+    versions = [0, 0, 0, 0, 0, 1, 1, 1, 0, 0, 2, 2]
+    insert(client, "fifo", with_core(versioned_bandit_unrolls(versions, T), example))
+    learner = Learner(net, params, fifo, example, reverb_address=address)
+    assert learner.update(3, timeout=30) == 3
+    m = learner.metrics()
+    # per batch: staleness [0,0,0,0] -> 0; [1,0,0,0] -> 0.25 (max 1); [2,2,0,0] -> 1 (max 2)
+    assert m["version"] == 3
+    assert m["staleness_mean"] == pytest.approx((0 + 0.25 + 1.0) / 3)
+    assert m["staleness_last"] == pytest.approx(1.0)
+    assert m["staleness_max"] == 2
+    assert (m["samples_inserted"], m["samples_consumed"]) == (12, 12)
+    assert m["sample_reuse"] == pytest.approx(1.0)
+    assert m["steps"] == 3 * B * (T - 1)
+    learner.close()
+
+    # Uniform, target reuse 2: 8 inserted, 16 consumed -> 2; then 8 more inserted and
+    # 8 consumed -> recent 1, overall 24 / 16 = 1.5.
+    insert(client, "uniform", with_core(versioned_bandit_unrolls([0] * 8, T, seed=1), example))
+    learner = Learner(net, params, uniform, example, reverb_address=address)
+    assert learner.update(4, timeout=30) == 4
+    m = learner.metrics()
+    assert (m["samples_inserted"], m["samples_consumed"]) == (8, 16)
+    assert m["sample_reuse"] == pytest.approx(2.0) and m["sample_reuse_recent"] == pytest.approx(2.0)
+    assert m["samples_sampled_by_server"] >= 16  # the prefetcher may be ahead
+    insert(client, "uniform", with_core(versioned_bandit_unrolls([0] * 8, T, seed=2), example))
+    assert learner.update(2, timeout=30) == 2
+    m = learner.metrics()
+    assert m["sample_reuse"] == pytest.approx(1.5) and m["sample_reuse_recent"] == pytest.approx(1.0)
+    learner.close()
+    server.stop()
+
+
+def direct_batch(example, T, B, seed=0, versions=None):
+    unrolls = with_core(versioned_bandit_unrolls(versions or [0] * B, T, seed=seed), example)
+    return stack_unrolls(unrolls)
+
+
+def test_non_finite_batch_is_skipped_and_counted():
+    T, B = 3, 4
+    net, example, params = tiny_learner_setup(T, B)
+    learner = Learner(net, params, LearnerConfig(batch_size=B, unroll_length=T), example)
+    learner.learn_from_batch(direct_batch(example, T, B))
+    v1, p1 = learner.params()
+    bad = direct_batch(example, T, B, seed=1)
+    bad = bad._replace(steps=bad.steps._replace(reward=np.full_like(bad.steps.reward, np.nan)))
+    learner.learn_from_batch(bad)
+    v2, p2 = learner.params()
+    assert (v1, v2) == (1, 1)
+    assert learner.metrics()["updates_skipped"] == 1
+    for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p2)):
+        np.testing.assert_array_equal(a, b)
+        assert np.all(np.isfinite(b))
+    learner.learn_from_batch(direct_batch(example, T, B, seed=2))
+    assert learner.version() == 2 and learner.steps() == 2 * B * (T - 1)
+
+
+def test_params_snapshot_and_reset():
+    T, B = 3, 4
+    net, example, params = tiny_learner_setup(T, B)
+    learner = Learner(net, params, LearnerConfig(batch_size=B, unroll_length=T), example)
+    assert learner.params(min_version=1) is None
+    learner.learn_from_batch(direct_batch(example, T, B))
+    version, snap = learner.snapshot()
+    assert version == 1 and learner.params(min_version=1)[0] == 1
+    learner.learn_from_batch(direct_batch(example, T, B, seed=1))
+    changed = learner.params()[1]
+    assert any(not np.array_equal(a, b) for a, b in
+               zip(jax.tree_util.tree_leaves(snap), jax.tree_util.tree_leaves(changed)))
+    assert learner.reset(params) == 3  # the version goes on
+    for a, b in zip(jax.tree_util.tree_leaves(learner.params()[1]), jax.tree_util.tree_leaves(params)):
+        np.testing.assert_array_equal(a, b)
+    opt_count = jax.tree_util.tree_leaves(learner._state.opt_state)[0]
+    assert int(opt_count) == 0  # fresh optimiser state (Adam's step count)
+
+
+def test_checkpoint_restore_continues_the_version_sequence(tmp_path):
+    T, B = 3, 4
+    net, example, params = tiny_learner_setup(T, B)
+    config = LearnerConfig(batch_size=B, unroll_length=T, checkpoint_every=2)
+    a = Learner(net, params, config, example, run_dir=str(tmp_path), name="main_0")
+    for i in range(3):
+        a.learn_from_batch(direct_batch(example, T, B, seed=i))
+    a.close()
+    path = tmp_path / "main_0" / "checkpoint.msgpack"
+    assert path.exists() and not list((tmp_path / "main_0").glob("*.tmp*"))
+    b = Learner(net, params, config, example, run_dir=str(tmp_path), name="main_0")
+    assert (b.version(), b.steps()) == (3, 3 * B * (T - 1))
+    # optimiser state restored too: the next update equals the one the first learner makes
+    a.learn_from_batch(direct_batch(example, T, B, seed=9))
+    b.learn_from_batch(direct_batch(example, T, B, seed=9))
+    assert b.version() == 4
+    for x, y in zip(jax.tree_util.tree_leaves(a.params()[1]), jax.tree_util.tree_leaves(b.params()[1])):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+
+    path.write_bytes(b"\x00garbage")
+    with pytest.raises(CheckpointError, match="checkpoint.msgpack.*Move it aside"):
+        Learner(net, params, config, example, run_dir=str(tmp_path), name="main_0")
+    assert path.read_bytes() == b"\x00garbage"  # not overwritten
+
+
+TWO_DEVICES = textwrap.dedent("""
+    import os
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    import sys
+    sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+    import jax, numpy as np
+    assert len(jax.local_devices()) == 2, jax.local_devices()
+    from test_learner import tiny_learner_setup, direct_batch
+    from learners.learner import Learner, LearnerConfig
+    T, B = 3, 8
+    net, example, params = tiny_learner_setup(T, B)
+    results = []
+    for devices in (jax.local_devices()[:1], jax.local_devices()):
+        learner = Learner(net, params, LearnerConfig(batch_size=B, unroll_length=T), example,
+                          devices=devices)
+        for i in range(3):
+            learner.learn_from_batch(direct_batch(example, T, B, seed=i))
+        p = learner._state.params
+        leaf = jax.tree_util.tree_leaves(p)[0]
+        print("devices", len(devices), "params on", len(leaf.sharding.device_set))
+        results.append(learner.params()[1])
+    worst = max(float(np.max(np.abs(a - b))) for a, b in
+                zip(jax.tree_util.tree_leaves(results[0]), jax.tree_util.tree_leaves(results[1])))
+    changed = max(float(np.max(np.abs(a - b))) for a, b in
+                  zip(jax.tree_util.tree_leaves(results[1]), jax.tree_util.tree_leaves(params)))
+    print("max difference", worst, "change", changed)
+    assert changed > 1e-4 and worst < 1e-5
+    print("OK")
+""")
+
+
+def test_two_virtual_devices_match_one_device():
+    code = TWO_DEVICES.format(repo=REPO, tests=os.path.join(REPO, "tests"))
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "devices 2 params on 2" in proc.stdout and "OK" in proc.stdout
