@@ -1,0 +1,99 @@
+"""The reference network: step-by-step equals unroll (with resets), masks, serialisation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents import trajectory
+from agents.networks import (MASKED_LOGIT, NetworkConfig, ReferenceNetwork, log_probs,
+                             params_from_bytes, params_to_bytes, sample_actions)
+
+
+def make(value_uses_opponent=False):
+    net = ReferenceNetwork(NetworkConfig(heads={"kind": 3, "target": 5}, mlp_sizes=(16, 16),
+                                         lstm_size=12, value_uses_opponent=value_uses_opponent))
+    obs = {"features": np.zeros(6, np.float32), "extra": np.zeros((2, 2), np.float32),
+           "action_mask": {"target": np.ones(5, bool)}}
+    return net, obs, net.init(jax.random.PRNGKey(0), obs)
+
+
+def random_obs(rng, lead):
+    return {"features": rng.normal(size=(*lead, 6)).astype(np.float32),
+            "extra": rng.normal(size=(*lead, 2, 2)).astype(np.float32),
+            "action_mask": {"target": rng.random(size=(*lead, 5)) > 0.4}}
+
+
+@pytest.mark.parametrize("value_uses_opponent", [False, True])
+def test_step_by_step_equals_unroll_with_resets(value_uses_opponent):
+    net, _, params = make(value_uses_opponent)
+    rng = np.random.default_rng(0)
+    T, B = 7, 3
+    obs, opp = random_obs(rng, (T, B)), random_obs(rng, (T, B))
+    first = rng.random(size=(T, B)) < 0.3
+    state0 = jax.tree_util.tree_map(lambda x: x + 0.5, net.initial_state(B))  # non-trivial start
+    out, final = net.unroll(params, obs, first, state0, opp)
+    state = state0
+    for t in range(T):
+        at_t = jax.tree_util.tree_map(lambda x, t=t: x[t], (obs, opp))
+        o, state = net.step(params, at_t[0], state, first[t], at_t[1])
+        np.testing.assert_allclose(o.value, out.value[t], atol=1e-5)
+        for h in o.logits:
+            np.testing.assert_allclose(o.logits[h], out.logits[h][t], atol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(final)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_first_resets_the_core():
+    net, _, params = make()
+    rng = np.random.default_rng(1)
+    obs = jax.tree_util.tree_map(lambda x: x[0], random_obs(rng, (1, 2)))
+    fresh, _ = net.step(params, obs, net.initial_state(2), np.array([True, True]))
+    dirty = jax.tree_util.tree_map(lambda x: x + 1.0, net.initial_state(2))
+    reset, _ = net.step(params, obs, dirty, np.array([True, False]))
+    np.testing.assert_allclose(reset.value[0], fresh.value[0], atol=1e-6)
+    assert abs(float(reset.value[1] - fresh.value[1])) > 1e-6
+
+
+def test_masked_actions_get_no_probability_and_opponent_changes_only_value():
+    net, _, params = make(value_uses_opponent=True)
+    rng = np.random.default_rng(2)
+    obs, opp = random_obs(rng, (4,)), random_obs(rng, (4,))
+    out, _ = net.step(params, obs, net.initial_state(4), None, opp)
+    mask = obs["action_mask"]["target"]
+    assert np.all(np.asarray(out.logits["target"])[~mask] == MASKED_LOGIT)
+    actions, logp = sample_actions(jax.random.PRNGKey(0), out.logits)
+    assert np.all(mask[np.arange(4), np.asarray(actions["target"])])
+    np.testing.assert_allclose(logp["kind"], log_probs(out.logits, actions)["kind"])
+    out2, _ = net.step(params, obs, net.initial_state(4), None,
+                       jax.tree_util.tree_map(lambda x: x * 2.0 + 1.0, opp))
+    np.testing.assert_array_equal(out.logits["kind"], out2.logits["kind"])
+    assert not np.allclose(out.value, out2.value)
+
+
+def test_params_bytes_round_trip_with_version():
+    net, _, params = make()
+    version, restored = params_from_bytes(params_to_bytes(params, 42))
+    assert version == 42
+    assert jax.tree_util.tree_structure(restored) == jax.tree_util.tree_structure(
+        jax.tree_util.tree_map(np.asarray, params))
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(restored)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError):
+        params_from_bytes(params_to_bytes({"x": jnp.zeros(1)}, 1).replace(b"format", b"formax"))
+
+
+def test_trajectory_helpers():
+    net, obs, _ = make()
+    core = jax.tree_util.tree_map(lambda x: np.asarray(x[0]), net.initial_state(1))
+    example = trajectory.zeros_unroll(obs, obs, ["kind", "target"], core, 5)
+    assert trajectory.validate_unroll(example, 5) == 5
+    batch = trajectory.stack_unrolls([example, example, example])
+    tm = trajectory.time_major(batch)
+    assert tm.steps.reward.shape == (5, 3) and tm.steps.observation["extra"].shape == (5, 3, 2, 2)
+    assert tm.core_state.hidden.shape == (3, 12)
+    bad = example._replace(steps=example.steps._replace(reward=example.steps.reward.astype(np.float64)))
+    with pytest.raises(ValueError, match="reward"):
+        trajectory.validate_unroll(bad)
+    sig = trajectory.reverb_signature(example)
+    assert tuple(sig.steps.observation["features"].shape) == (5, 6)
