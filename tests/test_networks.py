@@ -6,8 +6,15 @@ import numpy as np
 import pytest
 
 from agents import trajectory
-from agents.networks import (MASKED_LOGIT, NetworkConfig, ReferenceNetwork, log_probs,
-                             params_from_bytes, params_to_bytes, sample_actions)
+from agents.networks import (
+    MASKED_LOGIT,
+    NetworkConfig,
+    ReferenceNetwork,
+    log_probs,
+    params_from_bytes,
+    params_to_bytes,
+    sample_actions,
+)
 
 
 def make(value_uses_opponent=False):
