@@ -59,6 +59,9 @@ class League:
         if player.role == HISTORICAL:
             self._historical.append(player.player_id)
             self._snapshots_of.setdefault(player.parent, []).append(player.player_id)
+            # OpenAI Five: a new past self enters with the highest current quality.
+            scores = self._quality.setdefault(player.parent, [])
+            scores.append(max(scores) if scores else 0.0)
         else:
             self._learning[player.role].append(player.player_id)
             self.last_snapshot_step.setdefault(player.player_id, 0)
@@ -161,9 +164,6 @@ class League:
             self._add(snapshot)
             self.last_snapshot_step[parent.player_id] = decision.step
             self.snapshot_count[parent.player_id] += 1
-            # OpenAI Five: a new past self enters with the highest current quality.
-            scores = self._quality.setdefault(parent.player_id, [])
-            scores.append(max(scores) if scores else 0.0)
             return snapshot
         if isinstance(decision, ResetAgent):
             self.player(decision.agent_id)

@@ -54,11 +54,33 @@ def zero_sum_nash(payoff: np.ndarray) -> tuple[np.ndarray, float]:
     return x / x.sum(), float(result.x[-1])
 
 
-def nash_distribution(win_rate_matrix) -> np.ndarray:
-    """A Nash mixture of the symmetric zero-sum meta-game with payoff W - 1/2."""
+def nash_distribution(win_rate_matrix, tolerance: float = 1e-9, grow: int = 64) -> np.ndarray:
+    """A Nash mixture of the symmetric zero-sum meta-game with payoff A = W - 1/2.
+
+    Solved by double oracle (McMahan et al. 2003) over exact LPs: solve the game
+    restricted to a subset S of players, then add the players that best respond to its
+    mixture; stop when no player gains more than `tolerance` against it. A symmetric
+    zero-sum game has value 0, so max_a (A x)_a <= tolerance makes x a Nash mixture of
+    the whole game. League meta-games have small supports, so S stays small.
+    """
     w = _check_matrix(win_rate_matrix)
-    mixture, _ = zero_sum_nash(w - 0.5)
-    return mixture
+    payoff = w - 0.5
+    n = len(payoff)
+    # Start from the strongest players on average: the likely support.
+    subset = np.sort(np.argsort(-payoff.mean(axis=1), kind="stable")[: min(n, grow)])
+    while True:
+        if 2 * subset.size >= n:  # a large support: the whole LP is cheaper than more rounds
+            return zero_sum_nash(payoff)[0]
+        restricted, _ = zero_sum_nash(payoff[np.ix_(subset, subset)])
+        mixture = np.zeros(n)
+        mixture[subset] = restricted
+        gains = payoff @ mixture
+        outside = np.setdiff1d(np.flatnonzero(gains > tolerance), subset)
+        if outside.size == 0:
+            return mixture
+        # Grow geometrically so that games with large supports take few rounds.
+        best = outside[np.argsort(-gains[outside], kind="stable")[: max(grow, subset.size)]]
+        subset = np.union1d(subset, best)
 
 
 def exploitability(win_rate_matrix, mixture) -> float:
@@ -134,8 +156,8 @@ def trueskill_ratings(
         if home == away:
             continue
         if outcome == "loss":
-            b, a = env.rate_1vs1(b, a)
+            b, a = trueskill.rate_1vs1(b, a, env=env)
         else:
-            a, b = env.rate_1vs1(a, b, drawn=outcome == "draw")
+            a, b = trueskill.rate_1vs1(a, b, drawn=outcome == "draw", env=env)
         ratings[home], ratings[away] = a, b
     return {p: (r.mu, r.sigma) for p, r in ratings.items()}

@@ -1,0 +1,110 @@
+"""League core speed at 100, 1,000 and 5,000 players.
+
+Reports get_match cost per call (median, p99) over all learning agents, payoff update
+cost, Nash solve time of the meta-game over all players, and payoff memory.
+Targets on this machine: get_match p99 < 1 ms and Nash < 2 s at 1,000 players.
+
+    python -m benchmarks.league_bench [--sizes=100,1000,5000] [--nash_max=5000]
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from absl import app, flags
+
+from league.league import League
+from league.meta import nash_distribution
+from league.payoff import Payoff
+from league.players import HISTORICAL, LEARNING_ROLES, LeagueConfig, Player
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("sizes", ["100", "1000", "5000"], "League sizes (players) to measure.")
+flags.DEFINE_integer("nash_max", 5000, "Largest league whose Nash distribution is solved.")
+flags.DEFINE_integer("calls", 3000, "get_match calls measured per size.")
+
+
+def build_league(num_players: int, seed: int = 0) -> League:
+    """The full 3-race composition plus frozen players, with random decayed counts."""
+    rng = np.random.default_rng(seed)
+    league = League(LeagueConfig(), rng)
+    agents = league.learning_agent_ids()
+    k = 0
+    while len(league.players) < num_players:
+        parent = agents[k % len(agents)]
+        league._add(Player(f"{parent}#{k}", HISTORICAL, league.players[parent].race, parent=parent, step=k))
+        k += 1
+    n = len(league.players)
+    wins = rng.gamma(1.0, 2.0, (n, n)).astype(np.float32)
+    draws = np.zeros((n, n), np.float32)
+    league.payoff = Payoff.from_state({"decay": 0.99, "players": list(league.players), "wins": wins, "draws": draws})
+    return league
+
+
+def measure(num_players: int, calls: int, nash_max: int) -> dict:
+    league = build_league(num_players)
+    agents = league.learning_agent_ids()
+    for agent in agents:  # warm up
+        league.get_match(agent)
+    per_call = []
+    for i in range(calls):
+        agent = agents[i % len(agents)]
+        t = time.perf_counter()
+        league.get_match(agent)
+        per_call.append(time.perf_counter() - t)
+    per_call = np.array(per_call) * 1e3
+    ids = list(league.players)
+    rng = np.random.default_rng(1)
+    pairs = rng.integers(len(ids), size=(calls, 2))
+    t = time.perf_counter()
+    for h, a in pairs:
+        league.record_result(ids[h], ids[a], "win")
+    update_us = (time.perf_counter() - t) / calls * 1e6
+    nash_s = float("nan")
+    if num_players <= nash_max:
+        matrix = league.payoff.win_rate_matrix()
+        t = time.perf_counter()
+        nash_distribution(matrix)
+        nash_s = time.perf_counter() - t
+    by_role = {
+        role: float(np.median(per_call[[i for i in range(calls) if league.players[agents[i % len(agents)]].role == role]]))
+        for role in LEARNING_ROLES
+    }
+    return {
+        "players": num_players,
+        "get_match_median_ms": float(np.median(per_call)),
+        "get_match_p99_ms": float(np.percentile(per_call, 99)),
+        "by_role_median_ms": by_role,
+        "update_us": update_us,
+        "nash_s": nash_s,
+        "payoff_mb": league.payoff.nbytes / 2**20,
+    }
+
+
+def main(argv):
+    del argv
+    results = {}
+    print("| players | get_match median (ms) | get_match p99 (ms) | payoff update (us) | Nash solve (s) | payoff memory (MB) |")
+    print("|---|---|---|---|---|---|")
+    for size in map(int, FLAGS.sizes):
+        r = measure(size, FLAGS.calls, FLAGS.nash_max)
+        results[size] = r
+        print(
+            f"| {size} | {r['get_match_median_ms']:.3f} | {r['get_match_p99_ms']:.3f} | "
+            f"{r['update_us']:.1f} | {r['nash_s']:.2f} | {r['payoff_mb']:.1f} |",
+            flush=True,
+        )
+    ref = results.get(1000) or results[max(results)]
+    print(
+        f"limits at {ref['players']} players: get_match p99 {ref['get_match_p99_ms']:.3f} ms / 1 ms = "
+        f"{ref['get_match_p99_ms'] / 1.0:.2f}; Nash {ref['nash_s']:.2f} s / 2 s = {ref['nash_s'] / 2.0:.2f}"
+    )
+    print(
+        f"RESULT league get_match_p99_ms={ref['get_match_p99_ms']:.3f} nash_1000_s={ref['nash_s']:.2f} "
+        f"ratio={max(ref['get_match_p99_ms'] / 1.0, ref['nash_s'] / 2.0):.2f} target=1.0"
+    )
+
+
+if __name__ == "__main__":
+    app.run(main)

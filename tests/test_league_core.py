@@ -1,0 +1,434 @@
+"""The league core against values worked by hand from AlphaStar's formulas and pseudocode."""
+
+import collections
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from league.league import League
+from league.matchmaking import remove_monotonic_suffix
+from league.payoff import Payoff
+from league.pfsp import pfsp_probabilities
+from league.players import LeagueConfig, MatchmakingConfig, Player, SnapshotConfig, learning_agents
+from league.rules import AddSnapshot, ResetAgent, snapshot_reason
+
+# -- PFSP ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "weighting, p, rates, expected",
+    [
+        ("squared", None, [0.2, 0.5, 1.0], [0.64 / 0.89, 0.25 / 0.89, 0.0]),
+        ("linear", None, [0.2, 0.6], [0.8 / 1.2, 0.4 / 1.2]),
+        ("linear_capped", None, [0.2, 0.6], [5 / 9, 4 / 9]),
+        ("variance", None, [0.5, 0.9, 0.0], [25 / 34, 9 / 34, 0.0]),
+        ("hard", 3.0, [0.5, 0.0], [1 / 9, 8 / 9]),
+    ],
+)
+def test_pfsp_weightings_worked_by_hand(weighting, p, rates, expected):
+    np.testing.assert_allclose(pfsp_probabilities(rates, weighting, p), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighting, rates", [("squared", [1.0, 1.0, 1.0]), ("variance", [0.0, 1.0])])
+def test_pfsp_all_zero_weights_fall_back_to_uniform(weighting, rates):
+    np.testing.assert_allclose(pfsp_probabilities(rates, weighting), np.full(len(rates), 1 / len(rates)))
+
+
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=50), st.sampled_from(["squared", "linear", "linear_capped", "variance"]))
+def test_pfsp_is_a_distribution_that_never_favours_beaten_opponents(rates, weighting):
+    probs = pfsp_probabilities(rates, weighting)
+    assert probs.shape == (len(rates),)
+    assert np.all(probs >= 0) and abs(probs.sum() - 1) < 1e-9
+    if weighting != "variance" and probs.max() < 1 - 1e-9:
+        # f_hard, linear and capped are non-increasing: harder opponents are at least as likely.
+        order = np.argsort(rates)
+        assert np.all(np.diff(probs[order]) <= 1e-12)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(win_rates=[0.5], weighting="cubic"), "unknown PFSP weighting 'cubic'"),
+        (dict(win_rates=[1.5], weighting="squared"), "must lie in \\[0, 1\\]"),
+        (dict(win_rates=[np.nan], weighting="squared"), "must lie in \\[0, 1\\]"),
+        (dict(win_rates=[0.5], weighting="hard"), "exponent p > 0"),
+        (dict(win_rates=[], weighting="squared"), "non-empty"),
+    ],
+)
+def test_pfsp_bad_input_names_the_problem(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        pfsp_probabilities(**kwargs)
+
+
+# -- payoff -------------------------------------------------------------------------
+
+
+def test_payoff_decay_worked_by_hand():
+    payoff = Payoff(decay=0.99)
+    for p in ("a", "b", "c"):
+        payoff.add_player(p)
+    assert payoff.win_rate("a", "b") == 0.5  # never played: the prior
+    payoff.update("a", "b", "win")
+    assert payoff.win_rate("a", "b") == pytest.approx(1.0)
+    payoff.update("a", "b", "loss")  # old counts x0.99, then one loss
+    assert payoff.win_rate("a", "b") == pytest.approx(0.99 / 1.99, rel=1e-6)
+    assert payoff.win_rate("b", "a") == pytest.approx(1.0 / 1.99, rel=1e-6)
+    payoff.update("b", "a", "draw")
+    assert payoff.win_rate("a", "b") == pytest.approx((0.9801 + 0.5) / (0.9801 + 0.99 + 1), rel=1e-6)
+    counts = payoff.counts("a", "b")
+    assert counts["wins"] == pytest.approx(0.9801) and counts["losses"] == pytest.approx(0.99)
+    assert counts["draws"] == pytest.approx(1.0) and counts["games"] == pytest.approx(2.9701)
+    np.testing.assert_allclose(payoff.win_rates("a", ["b", "c", "a"]), [(0.9801 + 0.5) / 2.9701, 0.5, 0.5], rtol=1e-6)
+    assert payoff.win_rate("a", "c") == 0.5  # other pairs untouched by the decay
+
+
+class ReferencePayoff:
+    """AlphaStar's pseudocode Payoff, as dicts of pairs: slow and obvious."""
+
+    def __init__(self, decay):
+        self.decay = decay
+        self.stats = {k: collections.defaultdict(float) for k in ("games", "wins", "draws", "losses")}
+
+    def update(self, home, away, result):
+        for stats in self.stats.values():
+            stats[home, away] *= self.decay
+            stats[away, home] *= self.decay
+        self.stats["games"][home, away] += 1
+        self.stats["games"][away, home] += 1
+        if result == "win":
+            self.stats["wins"][home, away] += 1
+            self.stats["losses"][away, home] += 1
+        elif result == "draw":
+            self.stats["draws"][home, away] += 1
+            self.stats["draws"][away, home] += 1
+        else:
+            self.stats["wins"][away, home] += 1
+            self.stats["losses"][home, away] += 1
+
+    def win_rate(self, home, away):
+        games = self.stats["games"][home, away]
+        if games == 0:
+            return 0.5
+        return (self.stats["wins"][home, away] + 0.5 * self.stats["draws"][home, away]) / games
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from(["win", "draw", "loss"])).filter(lambda r: r[0] != r[1]), max_size=60))
+def test_payoff_matches_the_pseudocode_and_is_symmetric(results):
+    ids = ["p0", "p1", "p2", "p3"]
+    payoff, reference = Payoff(decay=0.99), ReferencePayoff(0.99)
+    for p in ids:
+        payoff.add_player(p)
+    for h, a, outcome in results:
+        payoff.update(ids[h], ids[a], outcome)
+        reference.update(ids[h], ids[a], outcome)
+    matrix = payoff.win_rate_matrix()
+    for i, h in enumerate(ids):
+        for j, a in enumerate(ids):
+            if i != j:
+                assert matrix[i, j] == pytest.approx(reference.win_rate(h, a), abs=1e-5)
+                assert matrix[i, j] + matrix[j, i] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_payoff_grows_past_its_capacity_and_round_trips():
+    payoff = Payoff(capacity=2)
+    for i in range(10):
+        payoff.add_player(f"p{i}")
+    payoff.update("p9", "p0", "win")
+    copy = Payoff.from_state(payoff.state())
+    assert copy.win_rate("p9", "p0") == 1.0 and copy.players == payoff.players
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda p: p.win_rate("a", "zz"), "unknown player id 'zz'"),
+        (lambda p: p.update("a", "b", "victory"), "unknown outcome 'victory'"),
+        (lambda p: p.add_player(""), "non-empty strings"),
+    ],
+)
+def test_payoff_bad_input_names_the_problem(call, message):
+    payoff = Payoff()
+    payoff.add_player("a")
+    payoff.add_player("b")
+    with pytest.raises(ValueError, match=message):
+        call(payoff)
+
+
+def test_corrupt_payoff_state_is_refused():
+    payoff = Payoff()
+    payoff.add_player("a")
+    state = payoff.state()
+    state["wins"][0, 0] = np.nan
+    with pytest.raises(ValueError, match="corrupt"):
+        Payoff.from_state(state)
+
+
+# -- players and composition --------------------------------------------------------
+
+
+def test_full_composition_is_one_one_two_per_race():
+    agents = learning_agents(LeagueConfig())
+    assert len(agents) == 12
+    by_race = collections.Counter((a.race, a.role) for a in agents)
+    for race in ("terran", "protoss", "zerg"):
+        assert by_race[race, "main_agent"] == 1
+        assert by_race[race, "main_exploiter"] == 1
+        assert by_race[race, "league_exploiter"] == 2
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Player("x", "commander", "terran"), "unknown role 'commander'"),
+        (lambda: Player("x", "historical", "terran"), "needs a parent"),
+        (lambda: LeagueConfig(main_agent_matchmaker="elo"), "unknown main_agent_matchmaker 'elo'"),
+        (lambda: LeagueConfig(matchmaking=MatchmakingConfig(main_pfsp_weighting="cubic")), "unknown PFSP weighting 'cubic'"),
+        (lambda: LeagueConfig(matchmaking=MatchmakingConfig(main_pfsp_probability=1.5)), "must lie in \\[0, 1\\]"),
+        (lambda: LeagueConfig.from_dict({"racez": ["terran"]}), "unknown league config keys"),
+    ],
+)
+def test_bad_config_names_the_problem(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_config_round_trips_through_a_dict():
+    config = LeagueConfig(races=("zerg",), snapshots=SnapshotConfig(main_agent_snapshot_steps=10))
+    assert LeagueConfig.from_dict(config.to_dict()) == config
+
+
+# -- matchmaking --------------------------------------------------------------------
+
+
+def play(league, home, away, wins, losses):
+    for _ in range(wins):
+        league.record_result(home, away, "win")
+    for _ in range(losses):
+        league.record_result(home, away, "loss")
+
+
+def snapshot(league, agent, step=1):
+    (add, *_) = [d for d in league.decide(agent, 10**12, 0.0) if isinstance(d, AddSnapshot)] or [None]
+    assert add is not None, f"{agent} was not ready to snapshot"
+    return league.apply(AddSnapshot(agent, add.player_id, step, 0.0, "test")).player_id
+
+
+def tiny_snapshots():
+    return SnapshotConfig(main_agent_snapshot_steps=1, exploiter_min_steps=0, main_exploiter_timeout_steps=1, league_exploiter_timeout_steps=1)
+
+
+def opponent_frequencies(league, agent, n=20000):
+    counts = collections.Counter(league.get_match(agent).opponent_id for _ in range(n))
+    return {k: v / n for k, v in counts.items()}
+
+
+def assert_distribution(freq, expected, n=20000):
+    assert set(freq) <= set(expected), f"unexpected opponents {set(freq) - set(expected)}"
+    for player, p in expected.items():
+        sigma = np.sqrt(p * (1 - p) / n)
+        assert abs(freq.get(player, 0.0) - p) < 4 * sigma + 1e-9, (player, freq.get(player), p)
+
+
+def test_main_agent_opponents_are_pfsp_verification_and_self_play():
+    config = LeagueConfig(races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
+    league = League(config, rng=1)
+    main, exploiter = "terran_main_agent_0", "terran_main_exploiter_0"
+    me0 = snapshot(league, exploiter)
+    ma0, ma1 = snapshot(league, main), snapshot(league, main)
+    play(league, main, me0, 1, 4)  # 0.2: a strong past exploiter -> verification picks it
+    play(league, main, ma1, 4, 1)  # 0.8; ma0 never played: 0.5
+    pfsp = np.array([0.8**2, 0.5**2, 0.2**2]) / (0.64 + 0.25 + 0.04)
+    expected = {
+        me0: 0.5 * pfsp[0] + 0.15,
+        ma0: 0.5 * pfsp[1],
+        ma1: 0.5 * pfsp[2],
+        main: 0.35,  # self-play: the only main agent is itself
+    }
+    assert_distribution(opponent_frequencies(league, main), expected)
+
+
+def test_main_agent_verification_finds_forgotten_snapshots():
+    mm = MatchmakingConfig(main_pfsp_probability=0.0, main_verification_probability=1.0)
+    config = LeagueConfig(races=("terran",), main_exploiters_per_race=0, league_exploiters_per_race=0,
+                          payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
+    league = League(config, rng=2)
+    main = "terran_main_agent_0"
+    snaps = [snapshot(league, main) for _ in range(5)]
+    # win rates against its snapshots: [0.9, 0.5, 0.8, 0.6, 0.4] -> the non-increasing tail
+    # (0.8, 0.6, 0.4) after index 2 is dropped: PFSP(squared) over the first three.
+    for s, (w, l) in zip(snaps, [(9, 1), (1, 1), (4, 1), (3, 2), (2, 3)]):
+        play(league, main, s, w, l)
+    weights = np.array([0.1, 0.5, 0.2]) ** 2
+    expected = dict(zip(snaps[:3], weights / weights.sum()))
+    assert_distribution(opponent_frequencies(league, main), expected)
+
+
+def test_remove_monotonic_suffix_worked_by_hand():
+    players = list("abcde")
+    rates, kept = remove_monotonic_suffix(np.array([0.9, 0.5, 0.8, 0.6, 0.4]), players)
+    assert kept == ["a", "b", "c"] and rates.tolist() == [0.9, 0.5, 0.8]
+    rates, kept = remove_monotonic_suffix(np.array([0.9, 0.8, 0.7]), players[:3])
+    assert kept == [] and rates.size == 0
+    assert remove_monotonic_suffix(np.array([0.1, 0.5]), players[:2])[1] == ["a", "b"]
+
+
+def test_struggling_main_agent_gets_a_curriculum_of_the_opponents_snapshots():
+    mm = MatchmakingConfig(main_pfsp_probability=0.0, main_verification_probability=0.0)
+    config = LeagueConfig(races=("terran", "zerg"), main_exploiters_per_race=0, league_exploiters_per_race=0,
+                          payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
+    league = League(config, rng=3)
+    terran, zerg = "terran_main_agent_0", "zerg_main_agent_0"
+    z0, z1 = snapshot(league, zerg), snapshot(league, zerg)
+    play(league, terran, zerg, 1, 4)  # 0.2 <= 0.3: too strong for plain self-play
+    play(league, terran, z1, 9, 1)  # 0.9; z0 unplayed: 0.5 -> variance weights 0.25, 0.09
+    expected = {terran: 0.5, z0: 0.5 * 25 / 34, z1: 0.5 * 9 / 34}
+    assert_distribution(opponent_frequencies(league, terran), expected)
+
+
+def test_main_exploiter_plays_main_agents_with_a_curriculum_when_struggling():
+    config = LeagueConfig(races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
+    league = League(config, rng=4)
+    main, exploiter = "terran_main_agent_0", "terran_main_exploiter_0"
+    m0, m1 = snapshot(league, main), snapshot(league, main)
+    assert_distribution(opponent_frequencies(league, exploiter), {main: 1.0})  # 0.5 >= 0.2
+    play(league, exploiter, main, 1, 9)  # 0.1 < 0.2: half the time PFSP(variance) over snapshots
+    play(league, exploiter, m1, 9, 1)  # 0.9 vs m1, m0 unplayed 0.5
+    expected = {main: 0.5, m0: 0.5 * 25 / 34, m1: 0.5 * 9 / 34}
+    assert_distribution(opponent_frequencies(league, exploiter), expected)
+
+
+def test_league_exploiter_uses_capped_linear_pfsp_over_all_past_players():
+    config = LeagueConfig(races=("terran",), league_exploiters_per_race=1, payoff_decay=1.0, snapshots=tiny_snapshots())
+    league = League(config, rng=5)
+    exploiter = "terran_league_exploiter_0"
+    a = snapshot(league, "terran_main_agent_0")
+    b = snapshot(league, "terran_main_exploiter_0")
+    play(league, exploiter, a, 1, 4)  # 0.2 -> min(0.5, 0.8) = 0.5
+    play(league, exploiter, b, 3, 2)  # 0.6 -> 0.4
+    assert_distribution(opponent_frequencies(league, exploiter), {a: 5 / 9, b: 4 / 9})
+
+
+@pytest.mark.parametrize("matchmaker", ["alphastar", "openai_five", "self_play", "fsp", "pfsp", "pfsp_sp"])
+def test_empty_league_falls_back_to_self_play(matchmaker):
+    league = League(LeagueConfig(main_agent_matchmaker=matchmaker), rng=6)
+    for agent in league.learning_agent_ids():
+        for _ in range(50):
+            match = league.get_match(agent)
+            assert league.players[match.opponent_id].role == "main_agent" or match.opponent_id == agent
+
+
+def test_ablation_arms_fsp_is_uniform_and_pfsp_sp_mixes_self_play():
+    config = LeagueConfig(races=("t",), main_exploiters_per_race=0, league_exploiters_per_race=0,
+                          payoff_decay=1.0, main_agent_matchmaker="fsp", snapshots=tiny_snapshots())
+    league = League(config, rng=7)
+    main = "t_main_agent_0"
+    snaps = [snapshot(league, main) for _ in range(4)]
+    play(league, main, snaps[0], 9, 1)
+    assert_distribution(opponent_frequencies(league, main), dict.fromkeys(snaps, 0.25))
+    league.config = LeagueConfig(**{**vars(config), "main_agent_matchmaker": "pfsp_sp"})
+    w = np.array([0.1**2, 0.25, 0.25, 0.25])
+    expected = {main: 0.5, **dict(zip(snaps, 0.5 * w / w.sum()))}
+    assert_distribution(opponent_frequencies(league, main), expected)
+
+
+def test_openai_five_quality_scores_worked_by_hand():
+    config = LeagueConfig(races=("t",), main_exploiters_per_race=0, league_exploiters_per_race=0,
+                          main_agent_matchmaker="openai_five", snapshots=tiny_snapshots())
+    league = League(config, rng=8)
+    main = "t_main_agent_0"
+    s0, s1 = snapshot(league, main), snapshot(league, main)
+    np.testing.assert_allclose(league.quality_probabilities(main), [0.5, 0.5])
+    league.record_result(main, s0, "win")  # q0 -= 0.01 / (2 * 0.5)
+    q = np.array([-0.01, 0.0])
+    np.testing.assert_allclose(league.quality_probabilities(main), np.exp(q) / np.exp(q).sum())
+    league.record_result(s1, main, "loss")  # the agent beat s1, seen from s1's side
+    p1 = np.exp(q)[1] / np.exp(q).sum()
+    q[1] -= 0.01 / (2 * p1)
+    np.testing.assert_allclose(league.quality_probabilities(main), np.exp(q) / np.exp(q).sum())
+    snapshot(league, main)  # a new past self enters with max(q)
+    q = np.append(q, q.max())
+    np.testing.assert_allclose(league.quality_probabilities(main), np.exp(q) / np.exp(q).sum())
+    freq = opponent_frequencies(league, main)
+    probs = np.exp(q) / np.exp(q).sum()
+    assert_distribution(freq, {main: 0.8, **dict(zip(league.snapshots_of(main), 0.2 * probs))})
+
+
+def test_matches_are_deterministic_for_a_seed():
+    def sequence(seed):
+        league = League(LeagueConfig(snapshots=tiny_snapshots()), rng=seed)
+        for agent in league.learning_agent_ids()[:4]:
+            snapshot(league, agent)
+        return [league.get_match(a).opponent_id for a in league.learning_agent_ids() for _ in range(20)]
+
+    assert sequence(11) == sequence(11)
+    assert sequence(11) != sequence(12)
+
+
+def test_unknown_player_and_historical_requests_are_refused():
+    league = League(LeagueConfig(snapshots=tiny_snapshots()), rng=0)
+    with pytest.raises(ValueError, match="unknown player id 'nobody'"):
+        league.get_match("nobody")
+    past = snapshot(league, "terran_main_agent_0")
+    with pytest.raises(ValueError, match="does not learn"):
+        league.get_match(past)
+
+
+# -- snapshot and reset rules -------------------------------------------------------
+
+
+def test_snapshot_reasons_follow_the_paper():
+    cfg = SnapshotConfig(main_agent_snapshot_steps=100, exploiter_min_steps=50, exploiter_win_rate=0.7,
+                         main_exploiter_timeout_steps=400, league_exploiter_timeout_steps=200)
+    assert snapshot_reason("main_agent", 99, [], cfg) is None
+    assert snapshot_reason("main_agent", 100, [], cfg) == "steps"
+    assert snapshot_reason("main_exploiter", 49, [0.9, 0.9], cfg) is None  # too soon
+    assert snapshot_reason("main_exploiter", 60, [0.9, 0.71], cfg) == "beats_all"
+    assert snapshot_reason("main_exploiter", 60, [0.9, 0.7], cfg) is None  # > 70%, strictly
+    assert snapshot_reason("main_exploiter", 399, [0.1], cfg) is None
+    assert snapshot_reason("main_exploiter", 400, [0.1], cfg) == "timeout"
+    assert snapshot_reason("league_exploiter", 200, [0.1], cfg) == "timeout"
+    assert snapshot_reason("league_exploiter", 60, [], cfg) is None  # nobody to beat yet
+    with pytest.raises(ValueError, match="only learning agents"):
+        snapshot_reason("historical", 1, [], cfg)
+
+
+def test_resets_main_exploiter_always_league_exploiter_a_quarter_main_never():
+    config = LeagueConfig(races=("t",), league_exploiters_per_race=1, snapshots=tiny_snapshots())
+    league = League(config, rng=9)
+    n = 4000
+    resets = collections.Counter()
+    for agent in league.learning_agent_ids():
+        for _ in range(n):
+            decisions = league.decide(agent, 10, 0.0)
+            assert isinstance(decisions[0], AddSnapshot)
+            resets[agent] += any(isinstance(d, ResetAgent) for d in decisions)
+    assert resets["t_main_agent_0"] == 0
+    assert resets["t_main_exploiter_0"] == n
+    assert abs(resets["t_league_exploiter_0"] / n - 0.25) < 4 * np.sqrt(0.25 * 0.75 / n)
+
+
+def test_decisions_are_applied_not_acted_on():
+    config = LeagueConfig(races=("t",), snapshots=SnapshotConfig(main_agent_snapshot_steps=100))
+    league = League(config, rng=10)
+    main = "t_main_agent_0"
+    assert league.decide(main, 99, 1.0) == []
+    (decision,) = league.decide(main, 150, 2.0)
+    assert league.historical_ids() == []  # deciding changes nothing
+    player = league.apply(decision)
+    assert player == Player(f"{main}#0", "historical", "t", parent=main, step=150, wall_time=2.0)
+    assert league.decide(main, 249, 3.0) == []  # counted from the snapshot's step
+    assert league.decide(main, 250, 3.0)[0].player_id == f"{main}#1"
+
+
+def test_league_state_round_trips():
+    league = League(LeagueConfig(snapshots=tiny_snapshots(), main_agent_matchmaker="openai_five"), rng=12)
+    for agent in league.learning_agent_ids():
+        snapshot(league, agent)
+    play(league, "terran_main_agent_0", "terran_main_agent_0#0", 3, 1)
+    copy = League.from_state(league.state())
+    assert copy.players == league.players
+    np.testing.assert_allclose(copy.payoff.win_rate_matrix(), league.payoff.win_rate_matrix())
+    assert [copy.get_match(a) for a in copy.learning_agent_ids()] == [league.get_match(a) for a in league.learning_agent_ids()]

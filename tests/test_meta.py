@@ -1,0 +1,105 @@
+"""Meta-game solutions, population metrics and ratings against values worked by hand."""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from league.meta import (
+    elo_ratings,
+    elo_win_probability,
+    exploitability,
+    nash_distribution,
+    relative_population_performance,
+    trueskill_ratings,
+)
+
+RPS = np.array([[0.5, 0.0, 1.0], [1.0, 0.5, 0.0], [0.0, 1.0, 0.5]])
+
+
+def test_rock_paper_scissors_nash_is_uniform_and_pure_rock_is_exploitable():
+    np.testing.assert_allclose(nash_distribution(RPS), [1 / 3] * 3, atol=1e-7)
+    assert exploitability(RPS, [1 / 3] * 3) == pytest.approx(0.0, abs=1e-9)
+    assert exploitability(RPS, [1.0, 0.0, 0.0]) == pytest.approx(0.5)  # paper beats rock
+    assert exploitability(RPS, [0.5, 0.5, 0.0]) == pytest.approx(0.25)  # paper: 0.5*0.5 + 0.5*0
+
+
+def test_a_player_that_beats_everyone_is_the_whole_nash():
+    w = np.array([[0.5, 0.9, 0.8], [0.1, 0.5, 0.7], [0.2, 0.3, 0.5]])
+    np.testing.assert_allclose(nash_distribution(w), [1, 0, 0], atol=1e-7)
+
+
+def brute_force_exploitability(w, x):
+    """max over pure responses a of sum_b x_b (W[a, b] - 1/2), by explicit loops."""
+    best = -np.inf
+    for a in range(len(w)):
+        best = max(best, sum(x[b] * (w[a][b] - 0.5) for b in range(len(w))))
+    return best
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 7), st.integers(0, 10**6))
+def test_nash_of_random_symmetric_games_is_unexploitable(n, seed):
+    rng = np.random.default_rng(seed)
+    upper = rng.uniform(0, 1, (n, n))
+    w = np.triu(upper, 1) + np.tril(1 - upper.T, -1) + 0.5 * np.eye(n)  # W + W^T = 1
+    nash = nash_distribution(w)
+    assert nash.min() >= 0 and nash.sum() == pytest.approx(1.0)
+    assert exploitability(w, nash) == pytest.approx(brute_force_exploitability(w, nash), abs=1e-9)
+    assert exploitability(w, nash) == pytest.approx(0.0, abs=1e-7)
+    other = rng.dirichlet(np.ones(n))
+    assert exploitability(w, other) >= -1e-9
+    assert exploitability(w, other) == pytest.approx(brute_force_exploitability(w, other))
+
+
+def test_relative_population_performance_worked_by_hand():
+    # payoff [[.3, .1], [-.2, .4]]: P mixes 3/4, 1/4; value 0.75*0.3 - 0.25*0.2 = 0.175
+    assert relative_population_performance([[0.8, 0.6], [0.3, 0.9]]) == pytest.approx(0.175, abs=1e-9)
+    assert relative_population_performance([[1.0, 0.0], [0.0, 1.0]]) == pytest.approx(0.0, abs=1e-9)
+    # symmetric: Q against P is the negative
+    assert relative_population_performance(1 - np.array([[0.8, 0.6], [0.3, 0.9]]).T) == pytest.approx(-0.175, abs=1e-9)
+
+
+def test_elo_of_a_three_to_one_record_is_400_log10_3_apart():
+    wins = np.array([[0.0, 75.0], [25.0, 0.0]])
+    ratings = elo_ratings(wins, prior_games=0.0, anchor=1000)
+    assert ratings[0] - ratings[1] == pytest.approx(400 * np.log10(3), abs=1e-2)
+    assert ratings.mean() == pytest.approx(1000)
+    assert elo_win_probability(ratings[0], ratings[1]) == pytest.approx(0.75, abs=1e-4)
+
+
+def test_elo_orders_a_transitive_league_and_stays_finite_when_someone_never_loses():
+    wins = np.array([[0, 10, 10], [0, 0, 10], [0, 0, 0]], dtype=float)
+    ratings = elo_ratings(wins)
+    assert np.isfinite(ratings).all() and ratings[0] > ratings[1] > ratings[2]
+
+
+def test_trueskill_moves_winner_up_and_loser_down_symmetrically():
+    ratings = trueskill_ratings([("a", "b", "win")])
+    (mu_a, s_a), (mu_b, s_b) = ratings["a"], ratings["b"]
+    assert mu_a > 25 > mu_b and mu_a - 25 == pytest.approx(25 - mu_b) and s_a < 25 / 3
+    flipped = trueskill_ratings([("b", "a", "loss")])
+    assert flipped["a"][0] == pytest.approx(mu_a)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: nash_distribution([[0.5, 1.2], [-0.2, 0.5]]), "must lie in \\[0, 1\\]"),
+        (lambda: nash_distribution([[0.5, np.nan], [0.5, 0.5]]), "must lie in \\[0, 1\\]"),
+        (lambda: nash_distribution([[0.5, 0.5]]), "square"),
+        (lambda: exploitability(RPS, [0.5, 0.5]), "probability vector of length 3"),
+        (lambda: trueskill_ratings([("a", "b", "won")]), "unknown outcome"),
+    ],
+)
+def test_meta_bad_input_names_the_problem(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_nash_of_blotto_meta_game_is_unexploitable():
+    allocs = [a for a in itertools.product(range(4), repeat=3) if sum(a) == 3]
+    w = np.array([[0.5 + 0.5 * np.sign(sum(x > y for x, y in zip(a, b)) - sum(x < y for x, y in zip(a, b))) for b in allocs] for a in allocs])
+    assert exploitability(w, nash_distribution(w)) == pytest.approx(0.0, abs=1e-7)
