@@ -21,22 +21,19 @@ Both are in win-rate units (best response's win rate - 1/2), as `league.meta`.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 from absl import app, flags
 
 from actors.games import matrix_games
-from league.league import League
+from coordinator.coordinator import Coordinator, CoordinatorConfig
+from coordinator.history import DB_NAME
 from league.meta import nash_distribution
-from league.players import (
-    HISTORICAL,
-    MAIN_AGENT,
-    LeagueConfig,
-    SnapshotConfig,
-)
-from league.rules import AddSnapshot, ResetAgent
+from league.players import MAIN_AGENT, LeagueConfig, SnapshotConfig
 
 MATCHMAKERS = ("self_play", "fsp", "pfsp", "pfsp_sp", "league")
 
@@ -54,6 +51,8 @@ class MatrixLeagueConfig:
     # Total learner updates of the run, summed over learning agents; the same for every
     # matchmaker so that a league with four learners runs a quarter of the iterations.
     budget_updates: int | None = None
+    # Write payoff, Nash and ratings to the run's history every this many iterations (0: never).
+    publish_every: int = 0
 
     def __post_init__(self):
         if self.game not in matrix_games.GAMES:
@@ -137,49 +136,90 @@ class IterationReport:
     main_strategy: np.ndarray
 
 
-def run(config: MatrixLeagueConfig, report=None) -> list[IterationReport]:
-    """Runs one league; calls `report(IterationReport)` after every iteration."""
+class StrategyLearner:
+    """A learning agent of the matrix league: the learner-node surface the coordinator polls."""
+
+    def __init__(self, initial: np.ndarray):
+        self.strategy_params = initial.copy()
+        self.agent_steps = 0
+        self.version = 0
+
+    def steps(self) -> int:
+        return self.agent_steps
+
+    def snapshot(self) -> tuple[int, dict]:
+        return self.version, {"strategy": self.strategy_params.copy()}
+
+    def reset(self, params: dict) -> int:
+        self.strategy_params = np.array(params["strategy"])
+        self.version += 1
+        return self.version
+
+
+def run(config: MatrixLeagueConfig, report=None, run_dir: str | None = None) -> list[IterationReport]:
+    """Runs one league through the real coordinator (SQLite history in `run_dir`, or a
+    temporary directory); calls `report(IterationReport)` after every iteration."""
+    if run_dir is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return run(config, report, tmp)
+    if os.path.exists(os.path.join(run_dir, DB_NAME)):
+        raise ValueError(f"{run_dir} already holds a league history; pass a new --run_dir")
     rng = np.random.default_rng(config.seed)
     space = StrategySpace(config.game, rng)
-    league = League(league_config(config), rng)
-    agents = league.learning_agent_ids()
-    params = {agent: space.initial.copy() for agent in agents}  # frozen players are added here
-    steps = dict.fromkeys(agents, 0)
+    coordinator = Coordinator(
+        league_config(config), run_dir, seed=config.seed,
+        config=CoordinatorConfig(meta_game_every_seconds=float("inf"), checkpoint_every_seconds=float("inf")),
+    )
+    agents = coordinator.agent_ids()
+    learners = {agent: StrategyLearner(space.initial) for agent in agents}
+    coordinator.set_learners(learners)
+    for agent in agents:
+        coordinator.store_initial_params(agent, {"strategy": space.initial})
     iterations = config.iterations
     if config.budget_updates is not None:
         iterations = max(1, config.budget_updates // (len(agents) * config.updates_per_match))
-    (main,) = league.learning_agent_ids(MAIN_AGENT)
+    (main,) = coordinator.league.learning_agent_ids(MAIN_AGENT)
+
+    def strategy_of(player_id: str) -> np.ndarray:
+        if player_id in learners:
+            return space.strategy(learners[player_id].strategy_params)
+        return space.strategy(coordinator.params.load(player_id)[1]["strategy"])
+
     reports = []
     for it in range(iterations):
         for agent in agents:
-            opponent = league.get_match(agent).opponent_id
-            mine, theirs = space.strategy(params[agent]), space.strategy(params[opponent])
+            match = coordinator.request_match(agent)
+            opponent = match["opponent_id"]
+            mine, theirs = strategy_of(agent), strategy_of(opponent)
             win_p = 0.5 * (1.0 + space.payoff(mine, theirs))
-            for won in rng.random(config.games_per_match) < win_p:
-                league.record_result(agent, opponent, "win" if won else "loss")
+            coordinator.report_results([
+                {"home": agent, "away": opponent, "outcome": "win" if won else "loss",
+                 "length": 1, "branch": match["branch"], "actor_id": "matrix"}
+                for won in rng.random(config.games_per_match) < win_p
+            ])
+            learner = learners[agent]
             for _ in range(config.updates_per_match):
-                params[agent] = space.ascend(params[agent], theirs, config.learning_rate)
-            steps[agent] += config.games_per_match
-            for decision in league.decide(agent, steps[agent], wall_time=float(it)):
-                if isinstance(decision, AddSnapshot):
-                    params[decision.player_id] = params[agent].copy()
-                elif isinstance(decision, ResetAgent):
-                    params[agent] = space.initial.copy()
-                league.apply(decision)
-        players = list(league.players)
-        strategies = np.stack([space.strategy(params[p]) for p in players])
+                learner.strategy_params = space.ascend(learner.strategy_params, theirs, config.learning_rate)
+                learner.version += 1
+            learner.agent_steps += config.games_per_match
+        coordinator.poll()
+        players = list(coordinator.league.players)
+        strategies = np.stack([strategy_of(p) for p in players])
         win_rates = 0.5 * (1.0 + space.payoff_matrix(strategies))
         nash = nash_distribution(np.clip(win_rates, 0.0, 1.0))
         entry = IterationReport(
             iteration=it,
-            league_size=sum(p.role == HISTORICAL for p in league.players.values()),
+            league_size=len(coordinator.league.historical_ids()),
             nash_exploitability=space.exploitability(nash @ strategies),
-            main_exploitability=space.exploitability(space.strategy(params[main])),
-            main_strategy=space.strategy(params[main]).copy(),
+            main_exploitability=space.exploitability(strategy_of(main)),
+            main_strategy=strategy_of(main).copy(),
         )
         reports.append(entry)
+        if config.publish_every and (it % config.publish_every == 0 or it == iterations - 1):
+            coordinator.publish_meta_game()
         if report is not None:
             report(entry)
+    coordinator.close()
     return reports
 
 
@@ -223,6 +263,8 @@ flags.DEFINE_integer("seed", 0, "Random seed (initial strategy, matchmaking, sam
 flags.DEFINE_integer("games_per_match", 20, "Games sampled per match; their outcomes feed the payoff matrix.")
 flags.DEFINE_float("learning_rate", 0.1, "Gradient-ascent step size on the exact expected payoff.")
 flags.DEFINE_integer("snapshot_every_games", 200, "Games between a main agent's snapshots (exploiters: minimum games, with a timeout of twice that).")
+flags.DEFINE_string("run_dir", None, "If set, the league's history (league.db: players, games, payoff, Nash, ratings) is kept here, for the dashboard.")
+flags.DEFINE_integer("publish_every", 10, "With --run_dir: write payoff, Nash and ratings to the history every this many iterations.")
 flags.DEFINE_integer("compare_seeds", 3, "At the end, compare every matchmaker on the same budget over this many seeds (0 to skip).")
 
 
@@ -234,7 +276,10 @@ def main(argv):
             game=FLAGS.game, matchmaker=FLAGS.matchmaker, iterations=FLAGS.iterations,
             seed=FLAGS.seed, games_per_match=FLAGS.games_per_match,
             learning_rate=FLAGS.learning_rate, snapshot_every_games=FLAGS.snapshot_every_games,
+            publish_every=FLAGS.publish_every if FLAGS.run_dir else 0,
         )
+        if FLAGS.run_dir and os.path.exists(os.path.join(FLAGS.run_dir, DB_NAME)):
+            raise ValueError(f"{FLAGS.run_dir} already holds a league history; pass a new --run_dir")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -248,7 +293,9 @@ def main(argv):
         )
 
     print(f"matrix league: game={config.game} matchmaker={config.matchmaker} iterations={config.iterations}")
-    run(config, show)
+    run(config, show, FLAGS.run_dir)
+    if FLAGS.run_dir:
+        print(f"league history written to {os.path.join(FLAGS.run_dir, DB_NAME)}")
     if FLAGS.compare_seeds > 0:
         seeds = list(range(FLAGS.compare_seeds))
         print(f"\ncomparing matchmakers on the same budget ({config.iterations} updates in total) ...", flush=True)

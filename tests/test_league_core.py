@@ -259,8 +259,8 @@ def test_main_agent_verification_finds_forgotten_snapshots():
     snaps = [snapshot(league, main) for _ in range(5)]
     # win rates against its snapshots: [0.9, 0.5, 0.8, 0.6, 0.4] -> the non-increasing tail
     # (0.8, 0.6, 0.4) after index 2 is dropped: PFSP(squared) over the first three.
-    for s, (w, l) in zip(snaps, [(9, 1), (1, 1), (4, 1), (3, 2), (2, 3)]):
-        play(league, main, s, w, l)
+    for s, (won, lost) in zip(snaps, [(9, 1), (1, 1), (4, 1), (3, 2), (2, 3)]):
+        play(league, main, s, won, lost)
     weights = np.array([0.1, 0.5, 0.2]) ** 2
     expected = dict(zip(snaps[:3], weights / weights.sum()))
     assert_distribution(opponent_frequencies(league, main), expected)

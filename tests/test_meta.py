@@ -78,7 +78,7 @@ def test_elo_orders_a_transitive_league_and_stays_finite_when_someone_never_lose
 
 def test_trueskill_moves_winner_up_and_loser_down_symmetrically():
     ratings = trueskill_ratings([("a", "b", "win")])
-    (mu_a, s_a), (mu_b, s_b) = ratings["a"], ratings["b"]
+    (mu_a, s_a), (mu_b, _s_b) = ratings["a"], ratings["b"]
     assert mu_a > 25 > mu_b and mu_a - 25 == pytest.approx(25 - mu_b) and s_a < 25 / 3
     flipped = trueskill_ratings([("b", "a", "loss")])
     assert flipped["a"][0] == pytest.approx(mu_a)

@@ -1,0 +1,269 @@
+"""The coordinator node: owns the league, answers match requests, takes results, decides
+snapshots and resets, and keeps the league's history in SQLite.
+
+AlphaStar (Methods, "Infrastructure"): "One central coordinator maintains an estimate of
+the payoff matrix, samples new matches on request, and resets main and league
+exploiters. Additional evaluator workers ... are used to supplement the payoff estimates."
+
+A plain class; its public methods are its RPC surface, so it runs in-process, as a Ray
+actor or behind any RPC layer. Learners are reached through handles that offer
+`steps()`, `snapshot() -> (version, params)` and `reset(params)` (a `learners.Learner`,
+or a runner's proxy to one). No JAX here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from coordinator.history import DB_NAME, LeagueHistory
+from coordinator.param_store import ParamStore
+from league import meta
+from league.league import League
+from league.payoff import OUTCOMES
+from league.players import HISTORICAL, MAIN_AGENT, LeagueConfig
+from league.rules import AddSnapshot, ResetAgent
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    # Write the payoff, Nash distribution and ratings to the history this often.
+    meta_game_every_seconds: float = 10.0
+    # Checkpoint the league state (besides after every snapshot or reset) this often.
+    checkpoint_every_seconds: float = 30.0
+
+
+def initial_player_id(agent_id: str) -> str:
+    """The param-store id of a learning agent's initial parameters (what resets restore)."""
+    return f"{agent_id}@initial"
+
+
+class Coordinator:
+    def __init__(
+        self,
+        league_config: LeagueConfig,
+        run_dir: str,
+        seed: int = 0,
+        learners: Mapping[str, Any] | None = None,
+        config: CoordinatorConfig | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.config = config or CoordinatorConfig()
+        self._clock = clock
+        self._lock = threading.RLock()
+        os.makedirs(run_dir, exist_ok=True)
+        self.history = LeagueHistory(os.path.join(run_dir, DB_NAME))
+        self.params = ParamStore(run_dir)
+        self._learners = dict(learners or {})
+        state = self.history.load_league_state()
+        if state is None:
+            self.league = League(league_config, np.random.default_rng(seed))
+            now = clock()
+            for player in self.league.players.values():
+                self.history.add_player(player.player_id, player.role, player.race, None, 0, now)
+            self._last_game_id = 0
+            self._save_state()
+        else:
+            self.league = League.from_state(state["league"])
+            self._last_game_id = int(state["last_game_id"])
+            self._catch_up()
+        self._trueskill = meta.trueskill_ratings(
+            [(g["home"], g["away"], g["outcome"]) for g in self.history.games()], list(self.league.players)
+        )
+        self._last_meta_game = 0.0
+        self._last_checkpoint = clock()
+        self._started = clock()
+        self._games_since_start = 0
+
+    # -- resuming --------------------------------------------------------------
+
+    def _catch_up(self) -> None:
+        """Re-applies what the history holds past the last league checkpoint (after kill -9)."""
+        for row in self.history.players():
+            if row["player_id"] not in self.league.players and row["role"] == HISTORICAL:
+                if row["player_id"] not in self.params:
+                    continue  # died between deciding and storing: the decision is re-made
+                self.league.apply(AddSnapshot(row["parent"], row["player_id"], row["step"], row["wall_time"], "resumed"))
+        for game in self.history.games(since_id=self._last_game_id):
+            if game["home"] in self.league.players and game["away"] in self.league.players:
+                self.league.record_result(game["home"], game["away"], game["outcome"])
+            self._last_game_id = game["id"]
+
+    def _save_state(self) -> None:
+        self.history.save_league_state({"league": self.league.state(), "last_game_id": self._last_game_id})
+
+    # -- the RPC surface -------------------------------------------------------
+
+    def set_learners(self, learners: Mapping[str, Any]) -> None:
+        """Handles to the learners (runners connect them after starting the nodes)."""
+        with self._lock:
+            self._learners = dict(learners)
+
+    def agent_ids(self) -> list[str]:
+        return self.league.learning_agent_ids()
+
+    def players(self) -> list[dict]:
+        with self._lock:
+            return [vars(p).copy() for p in self.league.players.values()]
+
+    def store_initial_params(self, agent_id: str, params, version: int = 0) -> None:
+        """Keeps a learning agent's initial parameters for its resets (written once)."""
+        self.league.player(agent_id)
+        self.params.save(initial_player_id(agent_id), params, version)
+
+    def request_match(self, agent_id: str) -> dict:
+        """The opponent for `agent_id`'s next games, where its parameters live, and why."""
+        with self._lock:
+            match = self.league.get_match(agent_id)
+            home, away = self.league.players[agent_id], self.league.players[match.opponent_id]
+        return {
+            "agent_id": agent_id,
+            "opponent_id": away.player_id,
+            "branch": match.branch,
+            "home_race": home.race,
+            "away_race": away.race,
+            # A learning opponent plays its learner's current parameters; a frozen one is
+            # loaded from the parameter store by player id.
+            "opponent_params": "learner" if away.is_learning else "store",
+        }
+
+    def report_results(self, results: Sequence[Mapping]) -> int:
+        """Game results from actors and evaluators: {"home", "away", "outcome", ...}."""
+        with self._lock:
+            for r in results:
+                for key in ("home", "away"):
+                    self.league.player(r[key])
+                if r["outcome"] not in OUTCOMES:
+                    raise ValueError(f"unknown outcome {r['outcome']!r}; allowed: {', '.join(OUTCOMES)}")
+            for r in results:
+                self.league.record_result(r["home"], r["away"], r["outcome"])
+                self._update_trueskill(r["home"], r["away"], r["outcome"])
+            self.history.add_games(results)
+            self._games_since_start += len(results)
+            self._last_game_id = self.history.game_count()
+        return len(results)
+
+    def _update_trueskill(self, home: str, away: str, outcome: str) -> None:
+        import trueskill
+
+        env = trueskill.TrueSkill(draw_probability=0.05)
+        a = env.create_rating(*self._trueskill.get(home, (env.mu, env.sigma)))
+        b = env.create_rating(*self._trueskill.get(away, (env.mu, env.sigma)))
+        if home == away:
+            return
+        if outcome == "loss":
+            b, a = trueskill.rate_1vs1(b, a, env=env)
+        else:
+            a, b = trueskill.rate_1vs1(a, b, drawn=outcome == "draw", env=env)
+        self._trueskill[home], self._trueskill[away] = (a.mu, a.sigma), (b.mu, b.sigma)
+
+    def poll(self) -> list[dict]:
+        """Asks every learner for its steps and carries out the league's snapshot/reset decisions."""
+        events = []
+        for agent_id in self.league.learning_agent_ids():
+            learner = self._learners.get(agent_id)
+            if learner is None:
+                continue
+            steps = int(learner.steps())
+            with self._lock:
+                decisions = self.league.decide(agent_id, steps, self._clock())
+            for decision in decisions:
+                events.append(self._carry_out(learner, decision))
+        if events:
+            with self._lock:
+                self._save_state()
+        self._maybe_periodic()
+        return events
+
+    def _carry_out(self, learner, decision) -> dict:
+        if isinstance(decision, AddSnapshot):
+            version, params = learner.snapshot()
+            self.params.save(decision.player_id, params, version)
+            with self._lock:
+                player = self.league.apply(decision)
+            self.history.add_player(player.player_id, player.role, player.race, player.parent, player.step, player.wall_time)
+            self.history.add_event("snapshot", decision.agent_id, decision.player_id, decision.step, decision.reason)
+            return {"kind": "snapshot", "agent_id": decision.agent_id, "player_id": decision.player_id, "reason": decision.reason}
+        if isinstance(decision, ResetAgent):
+            _, params = self.params.load(initial_player_id(decision.agent_id))
+            learner.reset(params)
+            with self._lock:
+                self.league.apply(decision)
+            self.history.add_event("reset", decision.agent_id, None, decision.step, None)
+            return {"kind": "reset", "agent_id": decision.agent_id}
+        raise ValueError(f"unknown decision {decision!r}")
+
+    def evaluation_pairs(self, count: int) -> list[tuple[str, str]]:
+        """The `count` pairs of distinct players with the fewest (decayed) games between them."""
+        with self._lock:
+            ids = list(self.league.players)
+            wins, draws, losses = self.league.payoff.count_matrices(ids)
+            rng = self.league.rng
+        games = wins + draws + losses
+        n = len(ids)
+        if n < 2:
+            return []
+        upper = np.triu_indices(n, 1)
+        pair_games = games[upper] + rng.uniform(0, 1e-3, len(upper[0]))  # random tie-breaks
+        order = np.argsort(pair_games)[:count]
+        return [(ids[upper[0][k]], ids[upper[1][k]]) for k in order]
+
+    def record_learner_metrics(self, agent_id: str, metrics: Mapping[str, float]) -> None:
+        self.history.add_learner_metrics(agent_id, metrics, self._clock())
+
+    def checkpoint(self) -> None:
+        with self._lock:
+            self._save_state()
+        self._last_checkpoint = self._clock()
+
+    def publish_meta_game(self) -> dict:
+        """Writes the payoff, the Nash distribution over all players and ratings to history."""
+        with self._lock:
+            ids = list(self.league.players)
+            wins, draws, _ = self.league.payoff.count_matrices(ids)
+            win_rates = self.league.payoff.win_rate_matrix(ids)
+            trueskill = dict(self._trueskill)
+        now = self._clock()
+        nash = meta.nash_distribution(win_rates)
+        elo = meta.elo_ratings(wins, draws)
+        self.history.add_payoff_snapshot(ids, wins, draws, now)
+        self.history.add_nash(dict(zip(ids, nash)), now)
+        self.history.add_ratings(
+            {p: (elo[i], *trueskill.get(p, (25.0, 25.0 / 3))) for i, p in enumerate(ids)}, now
+        )
+        self._last_meta_game = now
+        return {"nash": dict(zip(ids, nash.tolist())), "elo": dict(zip(ids, elo.tolist()))}
+
+    def _maybe_periodic(self) -> None:
+        now = self._clock()
+        if now - self._last_meta_game >= self.config.meta_game_every_seconds:
+            self.publish_meta_game()
+        if now - self._last_checkpoint >= self.config.checkpoint_every_seconds:
+            self.checkpoint()
+
+    def summary(self) -> dict:
+        """Figures for the terminal: league size, games, each main agent's win rate vs the league."""
+        with self._lock:
+            historical = self.league.historical_ids()
+            mains = self.league.learning_agent_ids(MAIN_AGENT)
+            vs_league = {
+                m: float(self.league.payoff.win_rates(m, historical).mean()) if historical else float("nan")
+                for m in mains
+            }
+            return {
+                "players": len(self.league.players),
+                "historical": len(historical),
+                "games": self.history.game_count(),
+                "games_per_second": self._games_since_start / max(self._clock() - self._started, 1e-9),
+                "main_win_rate_vs_league": vs_league,
+            }
+
+    def close(self) -> None:
+        self.checkpoint()
+        self.history.close()

@@ -1,0 +1,256 @@
+"""The league's history in SQLite (`<run_dir>/league.db`): the one source of truth.
+
+The coordinator writes; the dashboard, benchmarks and a restarted run read. WAL mode lets
+readers work while the league writes. Schema (times are Unix seconds):
+
+    meta(key TEXT PRIMARY KEY, value TEXT)           run config (JSON) under "config", ...
+    players(player_id TEXT PRIMARY KEY, role, race, parent, step, wall_time)
+        every learning agent and frozen (historical) player; wall_time = creation time
+    games(id INTEGER PRIMARY KEY, time, home, away, outcome, length, branch, source, actor_id)
+        every game result; outcome "win" | "draw" | "loss" from home's side;
+        source "actor" | "evaluator"; branch = the matchmaking branch that chose the match
+    events(id INTEGER PRIMARY KEY, time, kind, agent_id, player_id, step, reason)
+        kind "snapshot" (player_id = the new frozen player) | "reset"
+    payoff_snapshots(id INTEGER PRIMARY KEY, time, players TEXT, wins BLOB, draws BLOB)
+        the decayed payoff counts over time: players = JSON list of ids; wins[a, b] (a's
+        decayed wins over b) and draws as float32 [n, n] arrays, zlib-compressed
+    nash(id INTEGER PRIMARY KEY, time, player_id, weight)
+        the Nash distribution over all players at `time` (rows with weight > 0)
+    ratings(id INTEGER PRIMARY KEY, time, player_id, elo, trueskill_mu, trueskill_sigma)
+    learner_metrics(id INTEGER PRIMARY KEY, time, agent_id, name, value)
+        learner scalars in long form: updates_per_s, frames_per_s, loss, entropy, kl,
+        staleness, sample_reuse, version, steps, ...
+    league_state(id INTEGER PRIMARY KEY CHECK (id = 1), time, state BLOB)
+        the latest League.state() checkpoint (zlib JSON), for resuming
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS players(player_id TEXT PRIMARY KEY, role TEXT NOT NULL, race TEXT NOT NULL,
+    parent TEXT, step INTEGER NOT NULL, wall_time REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS games(id INTEGER PRIMARY KEY, time REAL NOT NULL, home TEXT NOT NULL,
+    away TEXT NOT NULL, outcome TEXT NOT NULL CHECK (outcome IN ('win', 'draw', 'loss')),
+    length INTEGER, branch TEXT, source TEXT, actor_id TEXT);
+CREATE INDEX IF NOT EXISTS games_pair ON games(home, away);
+CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, time REAL NOT NULL, kind TEXT NOT NULL,
+    agent_id TEXT NOT NULL, player_id TEXT, step INTEGER, reason TEXT);
+CREATE TABLE IF NOT EXISTS payoff_snapshots(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+    players TEXT NOT NULL, wins BLOB NOT NULL, draws BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS nash(id INTEGER PRIMARY KEY, time REAL NOT NULL, player_id TEXT NOT NULL,
+    weight REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS nash_time ON nash(time);
+CREATE TABLE IF NOT EXISTS ratings(id INTEGER PRIMARY KEY, time REAL NOT NULL, player_id TEXT NOT NULL,
+    elo REAL, trueskill_mu REAL, trueskill_sigma REAL);
+CREATE INDEX IF NOT EXISTS ratings_time ON ratings(time);
+CREATE TABLE IF NOT EXISTS learner_metrics(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+    agent_id TEXT NOT NULL, name TEXT NOT NULL, value REAL);
+CREATE TABLE IF NOT EXISTS league_state(id INTEGER PRIMARY KEY CHECK (id = 1), time REAL NOT NULL,
+    state BLOB NOT NULL);
+"""
+
+DB_NAME = "league.db"
+
+
+class HistoryError(RuntimeError):
+    """The history database is missing, unreadable or not a league history."""
+
+
+def pack_array(array: np.ndarray) -> bytes:
+    return zlib.compress(np.ascontiguousarray(array, dtype=np.float32).tobytes(), 1)
+
+
+def unpack_array(blob: bytes, n: int) -> np.ndarray:
+    return np.frombuffer(zlib.decompress(blob), dtype=np.float32).reshape(n, n)
+
+
+def _jsonable(value):
+    if isinstance(value, np.ndarray):
+        return {"__array__": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _from_jsonable(value):
+    if isinstance(value, dict):
+        if "__array__" in value:
+            return np.asarray(value["__array__"], dtype=value["dtype"])
+        return {k: _from_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_from_jsonable(v) for v in value]
+    return value
+
+
+class LeagueHistory:
+    """Writes and reads one run's `league.db`. Thread-safe; one connection per instance."""
+
+    def __init__(self, path: str, readonly: bool = False):
+        if os.path.isdir(path):
+            path = os.path.join(path, DB_NAME)
+        self.path = path
+        if readonly:
+            if not os.path.exists(path):
+                raise HistoryError(
+                    f"no league history at {path}: pass the --run_dir of a league run "
+                    f"(it holds {DB_NAME} once the run has started)"
+                )
+            uri = f"file:{path}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=30)
+            try:
+                self._db.execute("SELECT count(*) FROM players").fetchone()
+            except sqlite3.DatabaseError as e:
+                raise HistoryError(f"{path} is not a league history ({e}); pass a run directory made by a league run") from None
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, timeout=30)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+            self._db.commit()
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def _write(self, sql: str, rows: Iterable[tuple] | tuple = ()) -> None:
+        with self._lock, self._db:
+            if isinstance(rows, tuple):
+                self._db.execute(sql, rows)
+            else:
+                self._db.executemany(sql, rows)
+
+    def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- writing ---------------------------------------------------------------
+
+    def set_meta(self, key: str, value) -> None:
+        self._write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
+
+    def add_player(self, player_id: str, role: str, race: str, parent: str | None, step: int, wall_time: float) -> None:
+        self._write(
+            "INSERT OR IGNORE INTO players VALUES (?, ?, ?, ?, ?, ?)",
+            (player_id, role, race, parent, int(step), float(wall_time)),
+        )
+
+    def add_games(self, results: Iterable[Mapping]) -> None:
+        now = time.time()
+        self._write(
+            "INSERT INTO games(time, home, away, outcome, length, branch, source, actor_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (r.get("time", now), r["home"], r["away"], r["outcome"], r.get("length"),
+                 r.get("branch"), r.get("source", "actor"), r.get("actor_id"))
+                for r in results
+            ],
+        )
+
+    def add_event(self, kind: str, agent_id: str, player_id: str | None, step: int, reason: str | None, when: float | None = None) -> None:
+        self._write(
+            "INSERT INTO events(time, kind, agent_id, player_id, step, reason) VALUES (?, ?, ?, ?, ?, ?)",
+            (when or time.time(), kind, agent_id, player_id, int(step), reason),
+        )
+
+    def add_payoff_snapshot(self, players: list[str], wins: np.ndarray, draws: np.ndarray, when: float | None = None) -> None:
+        self._write(
+            "INSERT INTO payoff_snapshots(time, players, wins, draws) VALUES (?, ?, ?, ?)",
+            (when or time.time(), json.dumps(players), pack_array(wins), pack_array(draws)),
+        )
+
+    def add_nash(self, weights: Mapping[str, float], when: float | None = None) -> None:
+        when = when or time.time()
+        self._write(
+            "INSERT INTO nash(time, player_id, weight) VALUES (?, ?, ?)",
+            [(when, p, float(w)) for p, w in weights.items() if w > 0],
+        )
+
+    def add_ratings(self, rows: Mapping[str, tuple[float, float, float]], when: float | None = None) -> None:
+        """rows: player_id -> (elo, trueskill_mu, trueskill_sigma)."""
+        when = when or time.time()
+        self._write(
+            "INSERT INTO ratings(time, player_id, elo, trueskill_mu, trueskill_sigma) VALUES (?, ?, ?, ?, ?)",
+            [(when, p, *map(float, r)) for p, r in rows.items()],
+        )
+
+    def add_learner_metrics(self, agent_id: str, metrics: Mapping[str, float], when: float | None = None) -> None:
+        when = when or time.time()
+        self._write(
+            "INSERT INTO learner_metrics(time, agent_id, name, value) VALUES (?, ?, ?, ?)",
+            [(when, agent_id, k, float(v)) for k, v in metrics.items() if np.isscalar(v) and np.isfinite(float(v))],
+        )
+
+    def save_league_state(self, state: dict, when: float | None = None) -> None:
+        blob = zlib.compress(json.dumps(_jsonable(state)).encode(), 1)
+        self._write("INSERT OR REPLACE INTO league_state VALUES (1, ?, ?)", (when or time.time(), blob))
+
+    # -- reading ---------------------------------------------------------------
+
+    def meta(self, key: str, default=None):
+        rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
+        return json.loads(rows[0][0]) if rows else default
+
+    def load_league_state(self) -> dict | None:
+        rows = self._read("SELECT state FROM league_state WHERE id = 1")
+        if not rows:
+            return None
+        try:
+            return _from_jsonable(json.loads(zlib.decompress(rows[0][0])))
+        except (zlib.error, ValueError) as e:
+            raise HistoryError(
+                f"the league checkpoint in {self.path} is corrupt ({e}); restore the run directory "
+                "from a backup or start a new run with another --run_dir"
+            ) from None
+
+    def players(self) -> list[dict]:
+        rows = self._read("SELECT player_id, role, race, parent, step, wall_time FROM players ORDER BY wall_time, rowid")
+        keys = ("player_id", "role", "race", "parent", "step", "wall_time")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def games(self, since_id: int = 0) -> list[dict]:
+        rows = self._read(
+            "SELECT id, time, home, away, outcome, length, branch, source, actor_id FROM games WHERE id > ? ORDER BY id",
+            (since_id,),
+        )
+        keys = ("id", "time", "home", "away", "outcome", "length", "branch", "source", "actor_id")
+        return [dict(zip(keys, r)) for r in rows]
+
+    def game_count(self) -> int:
+        return self._read("SELECT count(*) FROM games")[0][0]
+
+    def events(self) -> list[dict]:
+        rows = self._read("SELECT time, kind, agent_id, player_id, step, reason FROM events ORDER BY id")
+        return [dict(zip(("time", "kind", "agent_id", "player_id", "step", "reason"), r)) for r in rows]
+
+    def latest_payoff(self) -> tuple[float, list[str], np.ndarray, np.ndarray] | None:
+        rows = self._read("SELECT time, players, wins, draws FROM payoff_snapshots ORDER BY id DESC LIMIT 1")
+        if not rows:
+            return None
+        when, players, wins, draws = rows[0]
+        players = json.loads(players)
+        return when, players, unpack_array(wins, len(players)), unpack_array(draws, len(players))
+
+    def nash_history(self) -> list[tuple[float, str, float]]:
+        return self._read("SELECT time, player_id, weight FROM nash ORDER BY time, id")
+
+    def ratings_history(self) -> list[tuple[float, str, float, float, float]]:
+        return self._read("SELECT time, player_id, elo, trueskill_mu, trueskill_sigma FROM ratings ORDER BY time, id")
+
+    def learner_metrics(self) -> list[tuple[float, str, str, float]]:
+        return self._read("SELECT time, agent_id, name, value FROM learner_metrics ORDER BY time, id")
