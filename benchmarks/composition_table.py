@@ -77,6 +77,8 @@ def main(_):
     names = [n for _, _, n in comps]
     for race, race_menu in zip(sr.RACES, menu):
         print(race, "; ".join(f"{c.name}: {dict(c.units)} (SC2 cost {c.cost})" for c in race_menu))
+    print("combat rules:", "plain SMAX (no armour, attributes or bonus damage)" if FLAGS.plain
+          else "SC2 attributes, armour and bonus damage (smax_races.UnitRules)")
     start = time.time()
     table = measure_table(config, FLAGS.games, FLAGS.seed)
     print(f"P[row beats column], draws half, {2 * FLAGS.games} games per pair "
