@@ -256,16 +256,21 @@ def format_table(game: str, table: dict[str, dict[str, float]], seeds: list[int]
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_enum("game", "disc", list(matrix_games.GAMES), "The matrix game: rps, blotto, random (non-transitive) or disc.")
-flags.DEFINE_enum("matchmaker", "league", list(MATCHMAKERS), "Opponent selection: naive self-play, FSP, PFSP, PFSP+SP, or the full AlphaStar league (main agent, main exploiter, two league exploiters).")
-flags.DEFINE_integer("iterations", 200, "Iterations of the run (every learning agent plays one match per iteration).")
-flags.DEFINE_integer("seed", 0, "Random seed (initial strategy, matchmaking, sampled game outcomes).")
-flags.DEFINE_integer("games_per_match", 20, "Games sampled per match; their outcomes feed the payoff matrix.")
-flags.DEFINE_float("learning_rate", 0.1, "Gradient-ascent step size on the exact expected payoff.")
-flags.DEFINE_integer("snapshot_every_games", 200, "Games between a main agent's snapshots (exploiters: minimum games, with a timeout of twice that).")
-flags.DEFINE_string("run_dir", None, "If set, the league's history (league.db: players, games, payoff, Nash, ratings) is kept here, for the dashboard.")
-flags.DEFINE_integer("publish_every", 10, "With --run_dir: write payoff, Nash and ratings to the history every this many iterations.")
-flags.DEFINE_integer("compare_seeds", 3, "At the end, compare every matchmaker on the same budget over this many seeds (0 to skip).")
+
+
+def define_flags() -> None:
+    """Defines the command-line flags (only when run as a program, so importing this module
+    for its functions registers no flags)."""
+    flags.DEFINE_enum("game", "disc", list(matrix_games.GAMES), "The matrix game: rps, blotto, random (non-transitive) or disc.")
+    flags.DEFINE_enum("matchmaker", "league", list(MATCHMAKERS), "Opponent selection: naive self-play, FSP, PFSP, PFSP+SP, or the full AlphaStar league (main agent, main exploiter, two league exploiters).")
+    flags.DEFINE_integer("iterations", 200, "Iterations of the run (every learning agent plays one match per iteration).")
+    flags.DEFINE_integer("seed", 0, "Random seed (initial strategy, matchmaking, sampled game outcomes).")
+    flags.DEFINE_integer("games_per_match", 20, "Games sampled per match; their outcomes feed the payoff matrix.")
+    flags.DEFINE_float("learning_rate", 0.1, "Gradient-ascent step size on the exact expected payoff.")
+    flags.DEFINE_integer("snapshot_every_games", 200, "Games between a main agent's snapshots (exploiters: minimum games, with a timeout of twice that).")
+    flags.DEFINE_string("run_dir", None, "If set, the league's history (league.db: players, games, payoff, Nash, ratings) is kept here, for the dashboard.")
+    flags.DEFINE_integer("publish_every", 10, "With --run_dir: write payoff, Nash and ratings to the history every this many iterations.")
+    flags.DEFINE_integer("compare_seeds", 3, "At the end, compare every matchmaker on the same budget over this many seeds (0 to skip).")
 
 
 def main(argv):
@@ -304,4 +309,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

@@ -1,0 +1,166 @@
+"""One typed configuration per run, validated at start and written to `<run_dir>/config.json`.
+
+Rerunning with the same `--run_dir` resumes the run; the configuration must then be the
+same (a different one is refused, naming the fields that differ) except for how long to
+run and where the dashboard listens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+
+from league.players import LeagueConfig, SnapshotConfig
+
+RACES = ("terran", "protoss", "zerg")
+MATRIX_GAMES = ("matrix_rps", "matrix_disc", "matrix_blotto", "matrix_random")
+GAMES = ("smax_races", "kuhn_poker", "leduc_poker", *MATRIX_GAMES)
+RUNNERS = ("inprocess", "ray", "launchpad")
+# Fields that may change between the runs of one run directory.
+RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address", "progress_every_seconds")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with the fix in its message."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    game: str = "smax_races"
+    races: int = 3
+    runner: str = "ray"
+    ray_address: str | None = None
+    run_dir: str = ""
+    minutes: float = 0.0  # 0: until Ctrl-C (or learner_steps)
+    learner_steps: int = 0  # stop once every learner has consumed this many agent steps; 0: no limit
+    seed: int = 0
+    # League composition per race (AlphaStar: 1 / 1 / 2).
+    main_agents_per_race: int = 1
+    main_exploiters_per_race: int = 1
+    league_exploiters_per_race: int = 2
+    main_agent_matchmaker: str = "alphastar"
+    # Snapshot rules, in agent steps (AlphaStar's 2e9 scaled to a laptop).
+    main_agent_snapshot_steps: int = 20_000
+    exploiter_min_steps: int = 20_000
+    main_exploiter_timeout_steps: int = 40_000
+    league_exploiter_timeout_steps: int = 20_000
+    # Actors.
+    actors_per_learner: int = 1
+    batch_size: int = 32  # games per actor, stepped as one batch
+    episodes_per_match: int = 32  # a new opponent every this many finished games
+    param_refresh_seconds: float = 10.0  # AlphaStar: 10 s
+    reward_plugin: str | None = None
+    # Learners.
+    learner_batch_size: int = 16
+    unroll_length: int = 16
+    learning_rate: float = 3e-4
+    samples_per_insert: float = 2.0  # AlphaStar replays each datum twice
+    replay_size: int = 1024
+    # Network sizes.
+    hidden_size: int = 64
+    core_size: int = 64
+    # Evaluators.
+    evaluators: int = 1
+    evaluation_games: int = 16
+    # Coordinator and dashboard.
+    dashboard_port: int = 0  # 0: any free port; -1: no dashboard
+    progress_every_seconds: float = 10.0
+    meta_game_every_seconds: float = 10.0
+    checkpoint_every_seconds: float = 30.0
+
+    def __post_init__(self):
+        if self.game not in GAMES:
+            raise ConfigError(f"unknown --game {self.game!r}; allowed: {', '.join(GAMES)}")
+        if self.runner not in RUNNERS:
+            raise ConfigError(f"unknown --runner {self.runner!r}; allowed: {', '.join(RUNNERS)}")
+        if self.game == "smax_races" and not 1 <= self.races <= len(RACES):
+            raise ConfigError(f"--races must be 1, 2 or 3 (the first N of {', '.join(RACES)}); got {self.races}")
+        if self.game != "smax_races" and self.races != 1:
+            raise ConfigError(f"--game={self.game} has one race; pass --races=1 (or leave --races out)")
+        positive = ("actors_per_learner", "batch_size", "episodes_per_match", "learner_batch_size",
+                    "replay_size", "hidden_size", "core_size", "evaluation_games")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name} must be at least 1; got {getattr(self, name)}")
+        if self.unroll_length < 2:
+            raise ConfigError(f"--unroll_length must be at least 2; got {self.unroll_length}")
+        for name in ("minutes", "learner_steps", "evaluators"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"--{name} must be >= 0; got {getattr(self, name)}")
+        if self.main_agents_per_race < 1:
+            raise ConfigError("a league needs at least one main agent per race (--main_agents_per_race >= 1)")
+        if self.reward_plugin and not os.path.isfile(self.reward_plugin):
+            raise ConfigError(f"--reward_plugin {self.reward_plugin!r} is not a file; pass the path of a .py file defining get_reward(batch, contiguous)")
+        self.league_config()  # validates the league part
+
+    @property
+    def race_names(self) -> tuple[str, ...]:
+        return RACES[: self.races] if self.game == "smax_races" else ("any",)
+
+    def league_config(self) -> LeagueConfig:
+        try:
+            return LeagueConfig(
+                races=self.race_names,
+                main_agents_per_race=self.main_agents_per_race,
+                main_exploiters_per_race=self.main_exploiters_per_race,
+                league_exploiters_per_race=self.league_exploiters_per_race,
+                main_agent_matchmaker=self.main_agent_matchmaker,
+                snapshots=SnapshotConfig(
+                    main_agent_snapshot_steps=self.main_agent_snapshot_steps,
+                    exploiter_min_steps=self.exploiter_min_steps,
+                    main_exploiter_timeout_steps=self.main_exploiter_timeout_steps,
+                    league_exploiter_timeout_steps=self.league_exploiter_timeout_steps,
+                ),
+            )
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown config keys {unknown}; allowed: {sorted(known)}")
+        return cls(**data)
+
+
+def prepare_run_dir(config: RunConfig) -> bool:
+    """Creates the run directory and writes config.json; returns True when resuming.
+
+    A run directory holding a different configuration is refused and left untouched.
+    """
+    run_dir = config.run_dir
+    path = os.path.join(run_dir, "config.json")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        probe = os.path.join(run_dir, ".write_test")
+        with open(probe, "w") as f:
+            f.write("ok")
+        os.remove(probe)
+    except OSError as e:
+        raise ConfigError(f"cannot write to the run directory {run_dir!r} ({e.strerror}); pass a writable --run_dir") from None
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                saved = RunConfig.from_dict(json.load(f))
+        except (ValueError, TypeError) as e:
+            raise ConfigError(f"{path} is not a readable run config ({e}); pass another --run_dir or fix the file") from None
+        mine, theirs = config.to_dict(), saved.to_dict()
+        differ = sorted(k for k in mine if k not in RESUMABLE_CHANGES and k != "run_dir" and mine[k] != theirs[k])
+        if differ:
+            details = ", ".join(f"{k}: saved {theirs[k]!r}, now {mine[k]!r}" for k in differ)
+            raise ConfigError(
+                f"--run_dir {run_dir} holds a run with a different config ({details}). "
+                "Rerun with the saved flags to resume it, or pass a new --run_dir."
+            )
+        return True
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(config.to_dict(), f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+    return False

@@ -1,0 +1,98 @@
+"""Run a league: `python -m experiments.league --races=3`.
+
+Builds the program of nodes from the flags (coordinator, one learner per learning agent,
+actors, evaluators, Reverb tables) and launches it with a runner. The run directory holds
+`config.json`, the league's history `league.db` (SQLite), frozen players' parameters and
+the learners' checkpoints; rerunning with the same --run_dir resumes. Ctrl-C stops cleanly
+with checkpoints written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from absl import app, flags
+
+from experiments.config import GAMES, RUNNERS, ConfigError, RunConfig, prepare_run_dir
+
+FLAGS = flags.FLAGS
+_DEFAULTS = RunConfig()
+
+
+def config_from_flags() -> RunConfig:
+    races = FLAGS.races if FLAGS.races is not None else (3 if FLAGS.game == "smax_races" else 1)
+    run_dir = FLAGS.run_dir or f"runs/{FLAGS.game}-r{races}"
+    values = {
+        f.name: getattr(FLAGS, f.name)
+        for f in dataclasses.fields(RunConfig)
+        if f.name in FLAGS and f.name not in ("races", "run_dir")
+    }
+    return RunConfig(**values, races=races, run_dir=run_dir)
+
+
+def define_flags() -> None:
+    """Defines the command-line flags (only when run as a program, so importing this module
+    for its functions registers no flags)."""
+    flags.DEFINE_enum("game", _DEFAULTS.game, list(GAMES), "The game: SMAX races (StarCraft micro with an army-composition choice), OpenSpiel Kuhn/Leduc poker, or a matrix game.")
+    flags.DEFINE_integer("races", None, "SMAX races: the first N of Terran, Protoss, Zerg (default 3); each race gets 1 main agent, 1 main exploiter and 2 league exploiters. Poker and matrix games have one race.")
+    flags.DEFINE_string("runner", _DEFAULTS.runner, f"How the nodes run: {', '.join(RUNNERS)}. 'ray' (default) starts a local Ray instance unless --ray_address is given; 'inprocess' runs every node on threads of this process.")
+    flags.DEFINE_string("ray_address", None, "Address of an existing Ray cluster (e.g. 'auto' or 'ray://host:10001'); default: a local Ray instance bound to 127.0.0.1.")
+    flags.DEFINE_string("run_dir", None, "Run directory (config.json, league.db, params/, learners/). Default: runs/<game>-r<races>. Rerunning with the same directory resumes the run.")
+    flags.DEFINE_float("minutes", _DEFAULTS.minutes, "Stop after this many minutes (0: run until Ctrl-C or --learner_steps).")
+    flags.DEFINE_integer("learner_steps", _DEFAULTS.learner_steps, "Stop once every learner has learnt from this many agent steps (0: no limit).")
+    flags.DEFINE_integer("seed", _DEFAULTS.seed, "Random seed of the league, the initial parameters and the games.")
+    flags.DEFINE_integer("actors_per_learner", _DEFAULTS.actors_per_learner, "Actors per learning agent (each plays --batch_size games at once).")
+    flags.DEFINE_integer("batch_size", _DEFAULTS.batch_size, "Games per actor, stepped together as one batch with one jitted policy step.")
+    flags.DEFINE_integer("learner_batch_size", _DEFAULTS.learner_batch_size, "Unrolls per learner update.")
+    flags.DEFINE_integer("unroll_length", _DEFAULTS.unroll_length, "Steps per unroll written to Reverb (consecutive unrolls overlap by one step).")
+    flags.DEFINE_float("learning_rate", _DEFAULTS.learning_rate, "Adam learning rate of every learner.")
+    flags.DEFINE_integer("hidden_size", _DEFAULTS.hidden_size, "Network width (encoder/MLP).")
+    flags.DEFINE_integer("core_size", _DEFAULTS.core_size, "Recurrent core (LSTM) size.")
+    flags.DEFINE_integer("main_agent_snapshot_steps", _DEFAULTS.main_agent_snapshot_steps, "A main agent adds a frozen copy of itself every this many agent steps (AlphaStar: 2e9).")
+    flags.DEFINE_integer("exploiter_min_steps", _DEFAULTS.exploiter_min_steps, "Exploiters snapshot no sooner than this many steps after their last snapshot.")
+    flags.DEFINE_integer("main_exploiter_timeout_steps", _DEFAULTS.main_exploiter_timeout_steps, "A main exploiter snapshots (and resets) after this many steps even if it has not beaten the main agents (AlphaStar: 4e9).")
+    flags.DEFINE_integer("league_exploiter_timeout_steps", _DEFAULTS.league_exploiter_timeout_steps, "A league exploiter snapshots after this many steps even if it has not beaten the league (AlphaStar: 2e9).")
+    flags.DEFINE_integer("main_exploiters_per_race", _DEFAULTS.main_exploiters_per_race, "Main exploiters per race (AlphaStar: 1).")
+    flags.DEFINE_integer("league_exploiters_per_race", _DEFAULTS.league_exploiters_per_race, "League exploiters per race (AlphaStar: 2).")
+    flags.DEFINE_string("main_agent_matchmaker", _DEFAULTS.main_agent_matchmaker, "Main agents' opponent selection: alphastar, openai_five, self_play, fsp, pfsp, pfsp_sp.")
+    flags.DEFINE_integer("evaluators", _DEFAULTS.evaluators, "Evaluator nodes filling the payoff matrix for pairs of players with few games.")
+    flags.DEFINE_string("reward_plugin", None, "Path of a Python file defining get_reward(batch, contiguous) (see actors/rewards.py); default: +1/0/-1 at the end of a game.")
+    flags.DEFINE_integer("dashboard_port", _DEFAULTS.dashboard_port, "Port of the live dashboard on 127.0.0.1 (0: any free port, -1: no dashboard).")
+    flags.DEFINE_float("progress_every_seconds", _DEFAULTS.progress_every_seconds, "Seconds between progress lines in the terminal.")
+
+
+def main(argv) -> int:
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
+        return 2
+    try:
+        config = config_from_flags()
+        if config.runner == "launchpad":
+            raise ConfigError(
+                "--runner=launchpad needs dm-launchpad, whose last release (0.5.2) supports Python 3.9-3.10 "
+                "and TF 2.8 only; use --runner=ray (a local instance or a cluster via --ray_address) or --runner=inprocess"
+            )
+        resuming = prepare_run_dir(config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{'resuming' if resuming else 'starting'} a league: game={config.game} races={config.race_names} "
+          f"runner={config.runner} run_dir={config.run_dir}", flush=True)
+    from experiments.runners import RUNNERS as RUNNER_FUNCTIONS
+
+    try:
+        RUNNER_FUNCTIONS[config.runner](config)
+    except Exception as e:
+        from learners.learner import CheckpointError
+
+        if isinstance(e, CheckpointError | ValueError):
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

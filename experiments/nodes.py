@@ -1,0 +1,309 @@
+"""The nodes of a league program besides the coordinator: plain classes whose public methods
+are their RPC surface, so a runner can place them in one process or as Ray actors.
+
+- `LearnerGroup`: the learners of several learning agents in one process (one JAX runtime:
+  identical shapes compile once) and the Reverb server holding their tables, one per agent.
+  On one machine a dozen learner processes would not fit (DESIGN.md: ~1 GB each); on a
+  cluster a runner makes one group per agent.
+- `ActorGroup`: the actors of several agents in one process, each on its own thread.
+- `EvaluatorNode`: plays the pairs of players the coordinator names and reports the games.
+- `ParamsSource` and `LearnerHandle`: how actors and the coordinator reach parameters.
+
+Handles to other nodes may be local objects or Ray actor handles: `local(handle)` makes
+either look like a plain object.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from coordinator.param_store import ParamStore
+from experiments.config import RunConfig
+
+
+class RayProxy:
+    """Calls a Ray actor's methods as if it were a local object (blocking on each result)."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def __getattr__(self, name: str):
+        import ray
+
+        method = getattr(self._handle, name)
+
+        def call(*args, **kwargs):
+            return ray.get(method.remote(*args, **kwargs))
+
+        return call
+
+    def __reduce__(self):
+        return (RayProxy, (self._handle,))
+
+
+def local(handle):
+    """A Ray actor handle wrapped as a plain object; anything else unchanged."""
+    try:
+        import ray
+
+        if isinstance(handle, ray.actor.ActorHandle):
+            return RayProxy(handle)
+    except ImportError:  # pragma: no cover - ray is a dependency
+        pass
+    return handle
+
+
+class LearnerHandle:
+    """One agent's learner inside a `LearnerGroup`: the surface the coordinator polls."""
+
+    def __init__(self, group, agent_id: str):
+        self._group, self.agent_id = local(group), agent_id
+
+    def steps(self) -> int:
+        return self._group.steps(self.agent_id)
+
+    def snapshot(self):
+        return self._group.snapshot(self.agent_id)
+
+    def reset(self, params) -> int:
+        return self._group.reset(self.agent_id, params)
+
+    def params(self, min_version=None):
+        return self._group.params(self.agent_id, min_version)
+
+
+class ParamsSource:
+    """Parameters by player id: a learning agent's from its learner, a frozen player's from the store."""
+
+    def __init__(self, learner_groups: Mapping[str, Any], run_dir: str):
+        self._learners = {agent: LearnerHandle(group, agent) for agent, group in learner_groups.items()}
+        self._store = ParamStore(run_dir)
+
+    def latest_params(self, player_id: str, min_version: int | None = None):
+        if player_id in self._learners:
+            return self._learners[player_id].params(min_version)
+        version, params = self._store.load(player_id)
+        if min_version is not None and version < min_version:
+            return None
+        return version, params
+
+
+# -- building games, networks and learners from a RunConfig ---------------------------
+
+
+def game_kwargs(config: RunConfig) -> dict:
+    return {}
+
+
+def make_game(config: RunConfig, batch_size: int):
+    from actors.games import make_batch_game
+
+    return make_batch_game(config.game, batch_size, **game_kwargs(config))
+
+
+def make_network(config: RunConfig, spec):
+    """The unit network for SMAX races, the MLP + LSTM reference network otherwise."""
+    import agents
+
+    return agents.make_network(spec, hidden_size=config.hidden_size, core_size=config.core_size)
+
+
+def initial_params(network, spec, agent_index: int, seed: int):
+    """Each learning agent's initial (and reset) parameters, seeded by its index."""
+    import jax
+
+    side = spec.sides[0]
+    obs = side.zero_observation()
+    params = network.init(jax.random.PRNGKey(seed * 1000 + agent_index), obs, opponent_observation=obs)
+    return jax.tree_util.tree_map(np.asarray, params)
+
+
+class LearnerGroup:
+    """Learners for `agent_ids` sharing one process, one JAX runtime and one Reverb server."""
+
+    def __init__(self, config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int]):
+        import reverb
+
+        from agents.trajectory import reverb_signature, zeros_unroll
+        from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+
+        self.config = config
+        self.agent_ids = list(agent_ids)
+        probe = make_game(config, 1)
+        self.spec = probe.spec
+        self.network = make_network(config, self.spec)
+        side = self.spec.sides[0]
+        obs = side.zero_observation()
+        self._initial = {a: initial_params(self.network, self.spec, agent_indices[a], config.seed) for a in agent_ids}
+        example = zeros_unroll(obs, obs, list(side.action.heads), self.network.initial_state_unbatched(),
+                               config.unroll_length)
+        learner_configs, tables = {}, []
+        for agent in agent_ids:
+            replay = ReplayConfig(table=agent, selector="uniform", max_size=config.replay_size,
+                                  samples_per_insert=config.samples_per_insert,
+                                  min_size_to_sample=config.learner_batch_size)
+            learner_configs[agent] = LearnerConfig(
+                batch_size=config.learner_batch_size, unroll_length=config.unroll_length,
+                learning_rate=config.learning_rate, replay=replay)
+            tables.append(make_table(replay, reverb_signature(example), config.learner_batch_size))
+        self._server = reverb.Server(tables, port=None)
+        self._address = f"localhost:{self._server.port}"
+        run_dir = os.path.join(config.run_dir, "learners")
+        self.learners = {
+            agent: Learner(self.network, self._initial[agent], learner_configs[agent], example,
+                           reverb_address=self._address, run_dir=run_dir, name=agent)
+            for agent in agent_ids
+        }
+        self._stop = threading.Event()
+        self._errors: list[str] = []
+
+    def reverb_address(self) -> str:
+        host = os.environ.get("LEAGUE_REVERB_HOST")
+        if host is None:
+            try:
+                import ray
+
+                host = ray.util.get_node_ip_address() if ray.is_initialized() else "localhost"
+            except Exception:
+                host = "localhost"
+        return f"{host}:{self._server.port}"
+
+    def initial_params(self, agent_id: str):
+        return self._initial[agent_id]
+
+    def steps(self, agent_id: str) -> int:
+        return self.learners[agent_id].steps()
+
+    def snapshot(self, agent_id: str):
+        return self.learners[agent_id].snapshot()
+
+    def reset(self, agent_id: str, params) -> int:
+        return self.learners[agent_id].reset(params)
+
+    def params(self, agent_id: str, min_version: int | None = None):
+        return self.learners[agent_id].params(min_version)
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        return {agent: learner.metrics() for agent, learner in self.learners.items()}
+
+    def run(self) -> None:
+        """Round-robin over the learners: one update for each that has a batch ready."""
+        self._stop.clear()
+        while not self._stop.is_set():
+            done = 0
+            for learner in self.learners.values():
+                if self._stop.is_set():
+                    break
+                done += learner.update(1, timeout=0.005)
+            if not done:
+                time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def checkpoint(self) -> None:
+        for learner in self.learners.values():
+            learner.save_checkpoint()
+
+    def close(self) -> None:
+        self._stop.set()
+        for learner in self.learners.values():
+            learner.close()
+        self._server.stop()
+
+
+class ActorGroup:
+    """The actors of several agents in one process, each running on its own thread."""
+
+    def __init__(self, config: RunConfig, assignments: list[tuple[str, str]], coordinator, learner_groups: Mapping[str, Any],
+                 reverb_addresses: Mapping[str, str]):
+        from actors.actor import Actor, ActorConfig
+        from actors.rewards import load_reward_plugin
+
+        self.config = config
+        coordinator = local(coordinator)
+        params_source = ParamsSource(learner_groups, config.run_dir)
+        reward = load_reward_plugin(config.reward_plugin) if config.reward_plugin else None
+        self.actors = {}
+        network = None
+        for actor_id, agent_id in assignments:
+            game = make_game(config, config.batch_size)
+            network = network or make_network(config, game.spec)
+            actor_config = ActorConfig(unroll_length=config.unroll_length,
+                                       episodes_per_match=config.episodes_per_match,
+                                       refresh_seconds=config.param_refresh_seconds,
+                                       seed=config.seed * 7919 + hash(actor_id) % 7919)
+            self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
+                                          reverb_addresses[agent_id], agent_id, actor_config, reward=reward)
+        self._threads: list[threading.Thread] = []
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        """Runs every actor on a thread until `stop()`; returns when they have all stopped."""
+        def loop(actor):
+            try:
+                actor.run()
+            except Exception:
+                self.errors.append(traceback.format_exc())
+                raise
+
+        self._threads = [threading.Thread(target=loop, args=(a,), daemon=True, name=i) for i, a in self.actors.items()]
+        for t in self._threads:
+            t.start()
+        for t in self._threads:
+            t.join()
+        if self.errors:
+            raise RuntimeError(f"{len(self.errors)} actor(s) failed; first:\n{self.errors[0]}")
+
+    def stop(self) -> None:
+        for actor in self.actors.values():
+            actor.stop()
+
+    def metrics(self) -> dict[str, dict]:
+        return {i: a.metrics() for i, a in self.actors.items()}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class EvaluatorNode:
+    """Keeps the payoff matrix honest: plays the pairs with the fewest games between them."""
+
+    def __init__(self, config: RunConfig, coordinator, learner_groups: Mapping[str, Any], evaluator_id: str = "evaluator_0"):
+        from actors.evaluator import Evaluator
+
+        self.config = config
+        self.evaluator_id = evaluator_id
+        self._coordinator = local(coordinator)
+        game = make_game(config, config.evaluation_games)
+        network = make_network(config, game.spec)
+        self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir))
+        self._stop = threading.Event()
+        self.games = 0
+
+    def run(self) -> None:
+        self._stop.clear()
+        while not self._stop.is_set():
+            pairs = self._coordinator.evaluation_pairs(1)
+            if not pairs:
+                time.sleep(1.0)
+                continue
+            a, b = pairs[0]
+            results = self._evaluator.evaluate(a, b, self.config.evaluation_games)
+            for r in results:
+                r.update(source="evaluator", actor_id=self.evaluator_id, branch="evaluation")
+            self._coordinator.report_results(results)
+            self.games += len(results)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def metrics(self) -> dict:
+        return {"games": self.games}
