@@ -1,0 +1,132 @@
+"""The coordinator node over a real SQLite history and parameter store."""
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from coordinator.coordinator import Coordinator, CoordinatorConfig, initial_player_id
+from coordinator.history import HistoryError, LeagueHistory
+from coordinator.param_store import ParamStore
+from experiments.matrix_league import StrategyLearner
+from league.players import LeagueConfig, SnapshotConfig
+
+SNAPSHOTS = SnapshotConfig(main_agent_snapshot_steps=100, exploiter_min_steps=100,
+                           main_exploiter_timeout_steps=200, league_exploiter_timeout_steps=200)
+NEVER = CoordinatorConfig(meta_game_every_seconds=float("inf"), checkpoint_every_seconds=float("inf"))
+
+
+def make(run_dir, races=("terran", "zerg")):
+    config = LeagueConfig(races=races, snapshots=SNAPSHOTS)
+    coordinator = Coordinator(config, str(run_dir), seed=3, config=NEVER)
+    learners = {a: StrategyLearner(np.full(3, float(i))) for i, a in enumerate(coordinator.agent_ids())}
+    coordinator.set_learners(learners)
+    for a in learners:
+        coordinator.store_initial_params(a, {"strategy": np.zeros(3)})
+    return coordinator, learners
+
+
+def test_request_match_names_opponent_races_and_where_params_live(tmp_path):
+    coordinator, _ = make(tmp_path)
+    match = coordinator.request_match("terran_main_exploiter_0")
+    assert match["opponent_id"] in ("terran_main_agent_0", "zerg_main_agent_0")
+    assert match["home_race"] == "terran" and match["away_race"] == match["opponent_id"].split("_")[0]
+    assert match["opponent_params"] == "learner" and match["branch"] == "main_agent"
+    with pytest.raises(ValueError, match="unknown player id 'nobody'"):
+        coordinator.request_match("nobody")
+
+
+def test_results_update_payoff_and_history(tmp_path):
+    coordinator, _ = make(tmp_path)
+    results = [{"home": "terran_main_agent_0", "away": "zerg_main_agent_0", "outcome": o, "length": 5}
+               for o in ("win", "win", "loss", "draw")]
+    coordinator.report_results(results)
+    payoff = coordinator.league.payoff
+    # decay 0.99 per game: wins 0.99^3 + 0.99^2, losses 0.99, draws 1
+    wins, losses, draws = 0.99**3 + 0.99**2, 0.99, 1.0
+    assert payoff.win_rate("terran_main_agent_0", "zerg_main_agent_0") == pytest.approx(
+        (wins + 0.5 * draws) / (wins + losses + draws), rel=1e-6)
+    rows = sqlite3.connect(tmp_path / "league.db").execute("SELECT home, away, outcome, length FROM games ORDER BY id").fetchall()
+    assert rows == [(r["home"], r["away"], r["outcome"], 5) for r in results]
+    with pytest.raises(ValueError, match="unknown outcome 'won'"):
+        coordinator.report_results([{"home": "terran_main_agent_0", "away": "zerg_main_agent_0", "outcome": "won"}])
+    assert coordinator.history.game_count() == 4  # a bad batch writes nothing
+
+
+def test_poll_snapshots_into_the_store_and_resets_exploiters(tmp_path):
+    coordinator, learners = make(tmp_path, races=("terran",))
+    for learner in learners.values():
+        learner.agent_steps = 250
+    learners["terran_main_exploiter_0"].strategy_params = np.array([5.0, 5.0, 5.0])
+    events = coordinator.poll()
+    kinds = sorted((e["kind"], e["agent_id"]) for e in events)
+    assert ("snapshot", "terran_main_agent_0") in kinds
+    assert ("reset", "terran_main_exploiter_0") in kinds  # main exploiters always reset
+    store = ParamStore(str(tmp_path))
+    version, params = store.load("terran_main_exploiter_0#0")
+    np.testing.assert_array_equal(params["strategy"], [5.0, 5.0, 5.0])  # frozen before the reset
+    np.testing.assert_array_equal(learners["terran_main_exploiter_0"].strategy_params, np.zeros(3))
+    history = LeagueHistory(str(tmp_path), readonly=True)
+    assert {p["player_id"] for p in history.players() if p["role"] == "historical"} >= {"terran_main_agent_0#0", "terran_main_exploiter_0#0"}
+    assert any(e["kind"] == "reset" for e in history.events())
+    assert not store.save("terran_main_exploiter_0#0", {"strategy": np.ones(3)}, 9)  # written once
+    assert coordinator.poll() == []  # counted from the snapshot's step
+
+
+def test_restart_resumes_players_and_payoff_even_without_a_final_checkpoint(tmp_path):
+    coordinator, learners = make(tmp_path)
+    for learner in learners.values():
+        learner.agent_steps = 150
+    coordinator.poll()  # snapshots: the state is checkpointed right after
+    a, b = "terran_main_agent_0", "zerg_main_agent_0#0"
+    coordinator.report_results([{"home": a, "away": b, "outcome": "win"}] * 3)  # after the checkpoint
+    expected = coordinator.league.payoff.win_rate_matrix()
+    players = dict(coordinator.league.players)
+    # no close(): as after kill -9
+    resumed = Coordinator(LeagueConfig(races=("terran", "zerg"), snapshots=SNAPSHOTS), str(tmp_path), seed=3, config=NEVER)
+    assert resumed.league.players == players
+    np.testing.assert_allclose(resumed.league.payoff.win_rate_matrix(), expected)
+    assert resumed.history.game_count() == 3
+
+
+def test_evaluation_pairs_prefer_pairs_with_few_games(tmp_path):
+    coordinator, _ = make(tmp_path, races=("terran",))
+    ids = coordinator.agent_ids()
+    played = {(ids[0], ids[1]), (ids[0], ids[2])}
+    coordinator.report_results([{"home": h, "away": a, "outcome": "win"} for h, a in played])
+    pairs = coordinator.evaluation_pairs(3)
+    assert len(pairs) == 3 and not {tuple(p) for p in pairs} & played
+    assert all(h != a for h, a in pairs)
+
+
+def test_meta_game_is_published(tmp_path):
+    coordinator, _ = make(tmp_path, races=("terran",))
+    coordinator.report_results([{"home": "terran_main_agent_0", "away": "terran_main_exploiter_0", "outcome": "win"}] * 5)
+    published = coordinator.publish_meta_game()
+    assert published["nash"]["terran_main_agent_0"] > 0.5
+    history = LeagueHistory(str(tmp_path), readonly=True)
+    _, players, wins, _ = history.latest_payoff()
+    assert wins[players.index("terran_main_agent_0"), players.index("terran_main_exploiter_0")] == pytest.approx(sum(0.99**k for k in range(5)), rel=1e-5)
+    assert history.nash_history() and history.ratings_history()
+
+
+def test_corrupt_league_checkpoint_is_reported_and_left_alone(tmp_path):
+    coordinator, _ = make(tmp_path)
+    coordinator.close()
+    db = sqlite3.connect(tmp_path / "league.db")
+    db.execute("UPDATE league_state SET state = ?", (b"not zlib at all",))
+    db.commit()
+    with pytest.raises(HistoryError, match="corrupt"):
+        Coordinator(LeagueConfig(races=("terran", "zerg"), snapshots=SNAPSHOTS), str(tmp_path), seed=3, config=NEVER)
+    assert db.execute("SELECT state FROM league_state").fetchone()[0] == b"not zlib at all"
+
+
+def test_missing_history_is_a_clear_error(tmp_path):
+    with pytest.raises(HistoryError, match="no league history"):
+        LeagueHistory(str(tmp_path / "nothing"), readonly=True)
+
+
+def test_initial_params_are_kept_for_resets(tmp_path):
+    coordinator, _ = make(tmp_path, races=("terran",))
+    version, params = ParamStore(str(tmp_path)).load(initial_player_id("terran_league_exploiter_0"))
+    np.testing.assert_array_equal(params["strategy"], np.zeros(3))
