@@ -1,1 +1,65 @@
-"""Agents: networks, their pure initial_state/step/unroll functions, versioned parameters and their (de)serialisation."""
+"""Agents: networks, their pure initial_state/step/unroll functions, versioned parameters and their (de)serialisation.
+
+    from agents import make_network, act
+    network = make_network(game.spec)          # UnitNetwork for SMAX races, else ReferenceNetwork
+    action, state = act(network, params, rng, obs, state, first)   # what actors call (jittable)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from agents.networks import NetworkConfig, ReferenceNetwork, sample_actions
+from agents.unit_network import Action, UnitNetwork, UnitNetworkConfig
+
+__all__ = ["Action", "NetworkConfig", "ReferenceNetwork", "UnitNetwork", "UnitNetworkConfig",
+           "act", "head_names", "make_network"]
+
+SMALL_REFERENCE = dict(mlp_sizes=(64,), lstm_size=64)
+"""Reference-network sizes for a laptop league (poker, matrix games)."""
+
+
+def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | None = None,
+                 side: int = 0):
+    """The network for a game: `UnitNetwork` for unit games (SMAX races: per-unit heads and a
+    `composition` head), the MLP+LSTM `ReferenceNetwork` otherwise (poker, matrix games).
+
+    `config` is a full config object, or a dict of overrides of the small defaults (sizes
+    and head counts are taken from the spec)."""
+    side_spec = game_spec.side(side)
+    heads = side_spec.action.heads
+    unit_game = all(h in heads for h in ("composition", "action_type", "target"))
+    if isinstance(config, UnitNetworkConfig | NetworkConfig):
+        return UnitNetwork(config) if isinstance(config, UnitNetworkConfig) else ReferenceNetwork(config)
+    overrides = dict(config or {})
+    if unit_game:
+        return UnitNetwork(UnitNetworkConfig.from_spec(side_spec, **overrides))
+    values = dict(SMALL_REFERENCE, heads=side_spec.network_heads(), value_uses_opponent=True)
+    values.update(overrides)
+    return ReferenceNetwork(NetworkConfig(**values))
+
+
+def head_names(network) -> list[str]:
+    """The network's action heads: the keys of its logits and of trajectory actions."""
+    if hasattr(network, "head_names"):
+        return list(network.head_names)
+    return sorted(network.config.heads)
+
+
+def act(network, params, rng, obs, state, first=None, greedy: bool = False) -> tuple[Action, Any]:
+    """One acting step for a batch: (Action(game, heads, log_probs), new core state).
+
+    Networks with autoregressive heads sample inside (`network.act`); for the others every head
+    is an independent categorical sampled from `step`'s logits, and the game's action is the
+    heads' action."""
+    if hasattr(network, "act"):
+        return network.act(params, rng, obs, state, first, greedy=greedy)
+    out, state = network.step(params, obs, state, first)
+    if greedy:
+        actions = {h: x.argmax(-1).astype("int32") for h, x in out.logits.items()}
+        log_probs = {h: jax.nn.log_softmax(x).max(-1) for h, x in out.logits.items()}
+    else:
+        actions, log_probs = sample_actions(rng, out.logits)
+    return Action(game=actions, heads=actions, log_probs=log_probs), state

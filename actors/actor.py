@@ -1,0 +1,446 @@
+"""The actor node: plays batches of games for one learning agent and writes its trajectories.
+
+A plain class whose public methods are its RPC surface: `run`, `run_episodes`, `stop`,
+`metrics`, `close`, `example_unroll`.
+
+    actor = Actor(actor_id, agent_id, game, network, match_source, params_source,
+                  reverb_address, table, ActorConfig())
+    actor.run(num_steps=10_000)          # or actor.run(stop_event=event) on its own thread
+
+What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract):
+- Matches. `match_source.request_match(agent_id)` -> {"opponent_id", "branch"[, "home_race",
+  "away_race"]}; the opponent's parameters are fetched once when the match starts
+  (`params_source.latest_params(opponent_id)`: frozen for past players, the current ones for a
+  learning opponent). A match lasts until at least `episodes_per_match` games have finished;
+  it is checked after each unroll, and a new match resets the whole batch (with the new races),
+  so games still running are abandoned: never reported, counted in `metrics()`.
+- Acting. Both sides' actions for the whole batch come from ONE jitted function per game step
+  (two parameter sets, parameters on device); JAX games step as one jitted call too and the
+  loop does not wait on the device between steps: everything is brought to the host once per
+  unroll.
+- Trajectories. Side 0 (the learner's agent) is written to `table` in `agents.trajectory`'s
+  format: unrolls of `unroll_length` steps overlapping by one step, behaviour log-probs per
+  network head, rewards from the reward plug-in (actors/rewards.py; default: the outcome,
+  +1/0/-1 on the last step; per-unit rewards are averaged over the side's present units), the
+  parameter version that acted, the opponent's observation and the core state before step 0.
+  A background thread hands whole unrolls to Reverb (one `append` per unroll).
+- Results. Every finished game is reported exactly once, after the unroll it finished in:
+  `match_source.report_results([{"home", "away", "outcome": "win"|"draw"|"loss" (home's view),
+  "length", "actor_id", "branch"}])`.
+- Parameters. A background thread asks `params_source.latest_params(agent_id,
+  min_version=version + 1)` every `refresh_seconds` (AlphaStar: 10 s), puts new parameters on
+  the device and the loop swaps them in between two steps: play never waits for a refresh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import queue
+import threading
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from actors import rewards as reward_plugins
+from agents import act, head_names
+from agents.trajectory import Step, Unroll, zeros_unroll
+
+PyTree = Any
+OUTCOME_NAMES = {1: "win", 0: "draw", -1: "loss"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ActorConfig:
+    unroll_length: int = 32
+    episodes_per_match: int = 256      # K: finished games before the next match request
+    refresh_seconds: float = 10.0      # AlphaStar: actors refresh parameters every 10 s
+    reward_plugin: str | None = None   # None/"outcome", "openai_five" or a .py path
+    seed: int = 0
+    write_queue: int = 2               # unroll batches waiting for the Reverb writer thread
+    params_timeout: float = 60.0       # seconds to wait for parameters at a match start
+
+    def __post_init__(self):
+        if self.unroll_length < 2:
+            raise ValueError("unroll_length must be >= 2 (one step to learn, one to bootstrap)")
+        if self.episodes_per_match < 1 or self.refresh_seconds <= 0 or self.write_queue < 1:
+            raise ValueError("episodes_per_match, refresh_seconds and write_queue must be > 0")
+
+
+def example_unroll(game_spec, network, unroll_length: int) -> Unroll:
+    """An all-zero item of the actor's trajectories (Reverb signature, the learner's example)."""
+    side = game_spec.side(0)
+    obs = side.zero_observation()
+    core = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], network.initial_state(1))
+    return zeros_unroll(obs, side.zero_observation(), head_names(network), core, unroll_length)
+
+
+def make_policy_fn(network, greedy: bool = False):
+    """The jitted acting step of both sides: (params0, params1, rng, obs0, obs1, state0, state1,
+    first) -> (Action side 0, Action side 1, state0, state1)."""
+
+    def policy(params0, params1, rng, obs0, obs1, state0, state1, first):
+        k0, k1 = jax.random.split(rng)
+        a0, state0 = act(network, params0, k0, obs0, state0, first, greedy)
+        a1, state1 = act(network, params1, k1, obs1, state1, first, greedy)
+        return a0, a1, state0, state1
+
+    return jax.jit(policy)
+
+
+def reset_game(game, seed: int, match: dict):
+    """Resets the batch for a match: races per game where the game takes them (SMAX races)."""
+    if "home_race" in match and "races" in inspect.signature(game.reset).parameters:
+        return game.reset(seed, races=(match["home_race"], match["away_race"]))
+    return game.reset(seed)
+
+
+def team_reward(rewards: np.ndarray, present: np.ndarray | None) -> np.ndarray:
+    """[N] rewards from a plug-in's [N] or per-unit [N, n] output (mean over present units)."""
+    if rewards.ndim == 1:
+        return rewards
+    if present is None:
+        return rewards.mean(-1)
+    w = np.asarray(present, np.float32)
+    return ((rewards * w).sum(-1) / np.maximum(w.sum(-1), 1.0)).astype(np.float32)
+
+
+class _ParamsRefresher:
+    """Polls the learner's parameters on a thread; the actor swaps them in between steps."""
+
+    def __init__(self, params_source, agent_id: str, period: float, version: int):
+        self._source, self._agent_id, self._period = params_source, agent_id, period
+        self._version = version
+        self._lock = threading.Lock()
+        self._pending: tuple[int, PyTree] | None = None
+        self._stop = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"refresh-{agent_id}", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(self._period):
+            try:
+                got = self._source.latest_params(self._agent_id, min_version=self._version + 1)
+            except Exception as e:  # noqa: BLE001 -- keep playing with the current parameters
+                self.error = e
+                continue
+            if got is None or int(got[0]) <= self._version:
+                continue
+            version, params = int(got[0]), jax.device_put(got[1])
+            with self._lock:
+                self._pending = (version, params)
+                self._version = version
+
+    def take(self) -> tuple[int, PyTree] | None:
+        if self._pending is None:  # the common case: no lock
+            return None
+        with self._lock:
+            pending, self._pending = self._pending, None
+        return pending
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+
+class _UnrollWriter:
+    """Writes batches of unrolls to Reverb on a thread (one item per game, whole unrolls)."""
+
+    def __init__(self, address: str, table: str, max_queued: int):
+        import reverb  # TF is loaded only by processes that write
+
+        from agents.trajectory import write_unroll
+
+        self._write_unroll = write_unroll
+        self._client = reverb.Client(address)
+        self._writer = self._client.trajectory_writer(num_keep_alive_refs=1)
+        self._table = table
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
+        self.error: BaseException | None = None
+        self.items_written = 0
+        self._thread = threading.Thread(target=self._run, name="unroll-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            try:
+                n = len(batch.steps.reward)
+                for b in range(n):
+                    item = jax.tree_util.tree_map(lambda x, b=b: x[b], batch)
+                    self._write_unroll(self._writer, self._table, item)
+                self.items_written += n
+            except BaseException as e:  # surfaced by put()
+                self.error = e
+                return
+
+    def put(self, batch: Unroll, stop: threading.Event):
+        while True:
+            if self.error is not None:
+                raise RuntimeError("the actor's Reverb writer failed") from self.error
+            try:
+                self._queue.put(batch, timeout=0.1)
+                return
+            except queue.Full:
+                if stop.is_set():
+                    return
+
+    def close(self, timeout: float = 10.0):
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            pass
+        self._thread.join(timeout=timeout)
+        try:
+            self._writer.flush(timeout_ms=int(timeout * 1000))
+        except Exception:  # noqa: BLE001 -- a blocked table (rate limiter) at shutdown
+            pass
+        self._writer.close()
+
+
+class Actor:
+    """See the module docstring. `game` follows actors/games/base.py's protocol, `network` the
+    interface of agents/networks.py (`agents.act` samples from it)."""
+
+    def __init__(self, actor_id: str, agent_id: str, game, network, match_source, params_source,
+                 reverb_address: str | None, table: str, config: ActorConfig | None = None):
+        self.actor_id, self.agent_id = str(actor_id), str(agent_id)
+        self.game, self.network = game, network
+        self.match_source, self.params_source = match_source, params_source
+        self.config = config or ActorConfig()
+        self._table = table
+        self._address = reverb_address
+        self._batch = int(game.batch_size)
+        self._heads = head_names(network)
+        self._policy = make_policy_fn(network)
+        self._reward_fn = reward_plugins.load_reward_plugin(self.config.reward_plugin, game.spec, 0)
+        self._obs_template = game.spec.side(0).zero_observation()
+        self._rng = jax.random.PRNGKey(self.config.seed)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._writer: _UnrollWriter | None = None
+        self._refresher: _ParamsRefresher | None = None
+        self._params = self._version = None
+        self._match: dict | None = None
+        self._opponent_params = None
+        self._opponent_version = None
+        self._resets = 0
+        self._m = dict(env_steps=0, batch_steps=0, episodes=0, unrolls=0, items=0, matches=0,
+                       param_refreshes=0, games_abandoned=0, running_seconds=0.0)
+
+    # ------------------------------------------------------------------ setup
+
+    def example_unroll(self) -> Unroll:
+        return example_unroll(self.game.spec, self.network, self.config.unroll_length)
+
+    def _wait_params(self, player_id: str, min_version: int | None = None):
+        deadline = time.monotonic() + self.config.params_timeout
+        while True:
+            got = self.params_source.latest_params(player_id, min_version=min_version)
+            if got is not None:
+                return int(got[0]), jax.device_put(got[1])
+            if self._stop.is_set() or time.monotonic() > deadline:
+                raise TimeoutError(f"no parameters for {player_id!r} after "
+                                   f"{self.config.params_timeout} s")
+            time.sleep(0.05)
+
+    def _start(self):
+        if self._writer is None and self._address is not None:
+            self._writer = _UnrollWriter(self._address, self._table, self.config.write_queue)
+        if self._params is None:
+            self._version, self._params = self._wait_params(self.agent_id)
+        if self._refresher is None:
+            self._refresher = _ParamsRefresher(self.params_source, self.agent_id,
+                                               self.config.refresh_seconds, self._version)
+        if self._match is None:
+            self._new_match()
+
+    def _new_match(self):
+        match = dict(self.match_source.request_match(self.agent_id))
+        opponent = str(match["opponent_id"])
+        if opponent == self.agent_id:
+            self._opponent_version, self._opponent_params = self._version, self._params
+        else:
+            self._opponent_version, self._opponent_params = self._wait_params(opponent)
+        abandoned = 0 if self._match is None else int(np.sum(self._lengths > 0))
+        self._match, self._match_episodes = match, 0
+        self._resets += 1
+        timestep = reset_game(self.game, self.config.seed * 100_003 + self._resets, match)
+        self._obs = timestep.observations
+        self._first = np.ones(self._batch, bool)
+        self._state0 = self.network.initial_state(self._batch)
+        self._state1 = self.network.initial_state(self._batch)
+        self._carry: list[dict] = []   # the overlapping step, already on the host
+        self._carry_state = self._state0
+        self._lengths = np.zeros(self._batch, np.int64)
+        with self._lock:
+            self._m["matches"] += 1
+            self._m["games_abandoned"] += abandoned
+
+    # ------------------------------------------------------------------ the loop
+
+    def _unroll(self):
+        """Plays the steps of one unroll, writes it, reports results; may start a new match."""
+        steps_needed = self.config.unroll_length - len(self._carry)
+        core_state = self._carry_state
+        records, last_state = [], None
+        for i in range(steps_needed):
+            pending = self._refresher.take()
+            if pending is not None:
+                self._version, self._params = pending
+                with self._lock:
+                    self._m["param_refreshes"] += 1
+            if i == steps_needed - 1:
+                last_state = self._state0  # state before the last step: the next unroll's start
+            self._rng, key = jax.random.split(self._rng)
+            a0, a1, self._state0, self._state1 = self._policy(
+                self._params, self._opponent_params, key, self._obs[0], self._obs[1],
+                self._state0, self._state1, self._first)
+            timestep = self.game.step((a0.game, a1.game))
+            records.append(dict(
+                observation=self._obs[0], opponent_observation=self._obs[1], action=a0.heads,
+                behaviour_log_prob=a0.log_probs, first=self._first, version=self._version,
+                done=timestep.done, outcome=timestep.outcome, rewards=timestep.rewards,
+                signals=timestep.signals))
+            self._obs, self._first = timestep.observations, timestep.done
+        host = jax.device_get(records)   # the one synchronisation of the unroll
+        self._reward_and_report(host)
+        steps = self._carry + host
+        self._write(steps, core_state)
+        self._carry, self._carry_state = [steps[-1]], last_state
+        with self._lock:
+            self._m["batch_steps"] += steps_needed
+            self._m["env_steps"] += steps_needed * self._batch
+            self._m["unrolls"] += 1
+        if self._match_episodes >= self.config.episodes_per_match:
+            self._new_match()
+
+    def _reward_and_report(self, records: list[dict]):
+        """Training rewards of the new steps (plug-in) and the finished games' results."""
+        done = np.stack([np.asarray(r["done"], bool) for r in records], 1)        # [B, T']
+        outcome = np.stack([np.asarray(r["outcome"]) for r in records], 1)
+        fields = {"done": done, "outcome": outcome,
+                  "rewards": np.stack([np.asarray(r["rewards"]) for r in records], 1)}
+        for name in records[0]["signals"]:
+            fields[name] = np.stack([np.asarray(r["signals"][name]) for r in records], 1)
+        batch = reward_plugins.side_batch(fields, 0)
+        rewards = team_reward(np.asarray(self._reward_fn(batch, False), np.float32),
+                              batch.get("present"))
+        rewards = rewards.reshape(done.shape)
+        for t, r in enumerate(records):
+            r["reward"] = rewards[:, t]
+
+        results = []
+        branch = self._match.get("branch", "")
+        opponent = str(self._match["opponent_id"])
+        for t in range(done.shape[1]):
+            self._lengths += 1
+            for b in np.flatnonzero(done[:, t]):
+                results.append({"home": self.agent_id, "away": opponent,
+                                "outcome": OUTCOME_NAMES[int(np.sign(outcome[b, t]))],
+                                "length": int(self._lengths[b]), "actor_id": self.actor_id,
+                                "branch": branch})
+            self._lengths[done[:, t]] = 0
+        self._match_episodes += len(results)
+        with self._lock:
+            self._m["episodes"] += len(results)
+        if results:
+            self.match_source.report_results(results)
+
+    def _write(self, steps: list[dict], core_state):
+        if self._writer is None:
+            return
+
+        def stack(*xs):
+            return np.stack(xs, 1)  # [B, T, ...]
+
+        obs = jax.tree_util.tree_map(
+            lambda tmpl, *xs: stack(*xs).astype(tmpl.dtype, copy=False), self._obs_template,
+            *[s["observation"] for s in steps])
+        opp = jax.tree_util.tree_map(
+            lambda tmpl, *xs: stack(*xs).astype(tmpl.dtype, copy=False), self._obs_template,
+            *[s["opponent_observation"] for s in steps])
+        b = self._batch
+        batch = Unroll(
+            steps=Step(
+                observation=obs, opponent_observation=opp,
+                action={h: stack(*[s["action"][h] for s in steps]).astype(np.int32)
+                        for h in self._heads},
+                behaviour_log_prob={h: stack(*[s["behaviour_log_prob"][h] for s in steps])
+                                    .astype(np.float32) for h in self._heads},
+                reward=stack(*[s["reward"] for s in steps]).astype(np.float32),
+                discount=1.0 - stack(*[s["done"] for s in steps]).astype(np.float32),
+                first=stack(*[s["first"] for s in steps]).astype(bool),
+                policy_version=np.repeat(np.array([[s["version"] for s in steps]], np.int32),
+                                         b, 0)),
+            core_state=jax.tree_util.tree_map(np.asarray, jax.device_get(core_state)))
+        self._writer.put(batch, self._stop)
+        with self._lock:
+            self._m["items"] += b
+
+    # ------------------------------------------------------------------ RPC surface
+
+    def run(self, num_steps: int | None = None, stop_event: threading.Event | None = None) -> int:
+        """Plays whole unrolls until `num_steps` batch steps (each advances all B games) are
+        done, `stop()` is called or `stop_event` is set. Returns the batch steps played."""
+        self._stop.clear()
+        self._start()
+        start_steps, started = self._m["batch_steps"], time.monotonic()
+        try:
+            while not self._stop.is_set() and not (stop_event is not None and stop_event.is_set()):
+                if num_steps is not None and self._m["batch_steps"] - start_steps >= num_steps:
+                    break
+                self._unroll()
+        finally:
+            with self._lock:
+                self._m["running_seconds"] += time.monotonic() - started
+        return self._m["batch_steps"] - start_steps
+
+    def run_episodes(self, num_episodes: int) -> int:
+        """Plays whole unrolls until at least `num_episodes` more games have finished."""
+        self._stop.clear()
+        self._start()
+        target = self._m["episodes"] + num_episodes
+        started = time.monotonic()
+        try:
+            while not self._stop.is_set() and self._m["episodes"] < target:
+                self._unroll()
+        finally:
+            with self._lock:
+                self._m["running_seconds"] += time.monotonic() - started
+        return self._m["episodes"] - target + num_episodes
+
+    def stop(self) -> None:
+        """Stops `run` after the current unroll."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Stops the refresh and writer threads (flushing what is queued)."""
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.close()
+            self._refresher = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def metrics(self) -> dict:
+        """Env steps (games x steps) and their rate while running, episodes, unrolls and items
+        written, parameter refreshes, the acting version, the current match and opponent."""
+        with self._lock:
+            m = dict(self._m)
+        m["env_steps_per_second"] = m["env_steps"] / max(m["running_seconds"], 1e-9)
+        m["policy_version"] = self._version
+        m["current_opponent"] = None if self._match is None else str(self._match["opponent_id"])
+        m["opponent_version"] = self._opponent_version
+        m["match"] = None if self._match is None else dict(self._match)
+        if self._writer is not None:
+            m["items_written"] = self._writer.items_written
+        if self._refresher is not None and self._refresher.error is not None:
+            m["refresh_error"] = repr(self._refresher.error)
+        return m
