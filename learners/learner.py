@@ -200,6 +200,26 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
     return update
 
 
+_COMPILED: dict = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def _compiled_update(network, config: LearnerConfig, devices, replicated, batch_sharding):
+    """(optimizer, jitted update) shared by every learner of one network and configuration in
+    a process, so that co-located learners (one per league agent) compile the update once."""
+    key = (id(network), dataclasses.replace(config, replay=ReplayConfig()).to_json(),
+           tuple(d.id for d in devices))
+    with _COMPILED_LOCK:
+        if key not in _COMPILED:
+            optimizer = make_optimizer(config)
+            update = jax.jit(make_update_fn(network, config, optimizer),
+                             in_shardings=(replicated, batch_sharding, replicated),
+                             out_shardings=(replicated, replicated))
+            _COMPILED[key] = (network, optimizer, update)  # holding network keeps its id unique
+        _, optimizer, update = _COMPILED[key]
+    return optimizer, update
+
+
 class _Prefetcher:
     """A background thread that samples batches from Reverb, puts them on the devices and keeps
     up to `size` of them in a queue, so the update does not wait on I/O when data is there."""
@@ -292,11 +312,8 @@ class Learner:
         mesh = Mesh(np.array(self._devices), ("batch",))
         self._replicated = NamedSharding(mesh, PartitionSpec())
         self._batch_sharding = NamedSharding(mesh, PartitionSpec("batch"))
-        self._optimizer = make_optimizer(config)
-        self._update_fn = jax.jit(
-            make_update_fn(network, config, self._optimizer),
-            in_shardings=(self._replicated, self._batch_sharding, self._replicated),
-            out_shardings=(self._replicated, self._replicated))
+        self._optimizer, self._update_fn = _compiled_update(
+            network, config, self._devices, self._replicated, self._batch_sharding)
         self._teacher = (None if teacher_params is None
                          else jax.device_put(teacher_params, self._replicated))
         self._lock = threading.RLock()
