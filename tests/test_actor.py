@@ -1,0 +1,229 @@
+"""The actor node on real parts: SMAX races and OpenSpiel games, a real Reverb server, and the
+learner node consuming what the actor writes."""
+
+import jax
+import numpy as np
+import pytest
+import reverb
+
+from actors.actor import Actor, ActorConfig, example_unroll
+from actors.games import make_batch_game
+from actors.games.smax_races import ATTACK, SmaxRacesConfig, fixed_size_menu
+from agents import make_network
+from agents.specs import MASK_KEY
+from agents.trajectory import reverb_signature, unflatten_like
+from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+
+B, T = 8, 6
+TINY = dict(embed_size=16, core_size=16, replica_size=16, pointer_size=8, value_size=16,
+            attention_key_size=8)
+
+
+class FixedOpponent:
+    """The match source of the tests: always the same frozen opponent; races alternate."""
+
+    def __init__(self, opponent="frozen", races=(("terran", "zerg"), ("protoss", "terran"))):
+        self.opponent, self.race_cycle = opponent, races
+        self.requests, self.results = 0, []
+
+    def request_match(self, agent_id):
+        home, away = self.race_cycle[self.requests % len(self.race_cycle)]
+        self.requests += 1
+        return {"opponent_id": self.opponent, "branch": "test", "home_race": home,
+                "away_race": away}
+
+    def report_results(self, results):
+        self.results.extend(results)
+
+
+class CountingParams:
+    """A params source whose learner version goes up by one on every refresh request."""
+
+    def __init__(self, params):
+        self.params, self.version, self.calls = params, 0, []
+
+    def latest_params(self, player_id, min_version=None):
+        self.calls.append((player_id, min_version))
+        if player_id != "agent":
+            return 0, self.params
+        if min_version is not None:
+            self.version += 1
+        return self.version, self.params
+
+
+class LearnerParams:
+    def __init__(self, learner, frozen):
+        self.learner, self.frozen = learner, frozen
+
+    def latest_params(self, player_id, min_version=None):
+        if player_id == "agent":
+            return self.learner.params(min_version)
+        return 0, self.frozen
+
+
+class CheckedGame:
+    """Wraps a batch game: counts finished games, records resets, checks every action's
+    legality against the masks of the observation it answered."""
+
+    def __init__(self, game):
+        self.game, self.spec, self.batch_size = game, game.spec, game.batch_size
+        self.dones, self.resets, self.checked = 0, [], 0
+
+    def reset(self, seed, races=None):
+        self.resets.append(races)
+        timestep = self.game.reset(seed, races=races)
+        self.obs = jax.device_get(timestep.observations)
+        return timestep
+
+    def step(self, actions):
+        for obs, side in zip(self.obs, jax.device_get(actions)):
+            masks = obs[MASK_KEY]
+            assert masks["composition"][np.arange(self.batch_size), side["composition"]].all()
+            types = side["action_type"]
+            assert np.take_along_axis(masks["action_type"], types[..., None], -1).all()
+            attack = types == ATTACK
+            legal_target = np.take_along_axis(masks["target"], side["target"][..., None], -1)[..., 0]
+            assert legal_target[attack].all()
+            self.checked += self.batch_size
+        timestep = self.game.step(actions)
+        self.dones += int(np.sum(jax.device_get(timestep.done)))
+        self.obs = jax.device_get(timestep.observations)
+        return timestep
+
+
+@pytest.fixture(scope="module")
+def smax():
+    game = make_batch_game("smax_races", B, config=SmaxRacesConfig(menu=fixed_size_menu(2),
+                                                                   max_steps=10))
+    network = make_network(game.spec, TINY)
+    params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
+    return game, network, params
+
+
+def queue_server(example, size=10_000):
+    table = reverb.Table.queue("queue", size, signature=reverb_signature(example))
+    return reverb.Server([table])
+
+
+def drain(server, example, table="queue"):
+    client = reverb.Client(f"localhost:{server.port}")
+    n = client.server_info()[table].current_size
+    items = []
+    for sample in client.sample(table, num_samples=n, emit_timesteps=False):
+        items.append(unflatten_like(example, sample.data))
+    return items
+
+
+def test_actor_feeds_the_learner_end_to_end(smax):
+    game, network, params = smax
+    example = example_unroll(game.spec, network, T)
+    config = LearnerConfig(batch_size=4, unroll_length=T,
+                           replay=ReplayConfig(max_size=1000, samples_per_insert=1.0,
+                                               error_buffer=1e6))
+    server = reverb.Server([make_table(config.replay, reverb_signature(example), 4)])
+    address = f"localhost:{server.port}"
+    learner = Learner(network, params, config, example, reverb_address=address)
+    source = FixedOpponent()
+    actor = Actor("actor-0", "agent", game, network, source, LearnerParams(learner, params),
+                  address, config.replay.table,
+                  ActorConfig(unroll_length=T, refresh_seconds=0.05, episodes_per_match=1000))
+    try:
+        actor.run(num_steps=2 * (T - 1))
+        assert learner.update(3, timeout=60) == 3
+        metrics = learner.metrics()
+        assert metrics["version"] == 3 and np.isfinite(metrics["loss/total"])
+        assert metrics["samples_inserted"] == 2 * B
+        actor.run(num_steps=3 * (T - 1))          # picks up the learner's new parameters
+        assert actor.metrics()["param_refreshes"] >= 1
+        assert actor.metrics()["policy_version"] >= 1
+        assert learner.update(2, timeout=60) == 2
+        assert learner.metrics()["staleness_max"] >= 0
+    finally:
+        actor.close()
+        learner.close()
+        server.stop()
+
+
+def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
+    game, network, params = smax
+    example = example_unroll(game.spec, network, T)
+    server = queue_server(example)
+    source = CountingParams(params)
+    actor = Actor("actor-1", "agent", game, network, FixedOpponent(), source,
+                  f"localhost:{server.port}", "queue",
+                  ActorConfig(unroll_length=T, refresh_seconds=0.01, episodes_per_match=1000))
+    try:
+        unrolls = 4
+        actor.run(num_steps=unrolls * (T - 1))
+        actor.close()
+        items = drain(server, example)
+    finally:
+        server.stop()
+    assert len(items) == unrolls * B  # written in order: unroll by unroll, game by game
+    versions = np.stack([np.asarray(i.steps.policy_version) for i in items]).reshape(unrolls, B, T)
+    assert (np.diff(versions.reshape(unrolls, B, T)[:, 0].reshape(-1)) >= 0).all()
+    assert versions.max() > versions.min() >= 0     # refreshed while playing
+    for u in range(unrolls - 1):
+        for b in range(B):
+            this, following = items[u * B + b].steps, items[(u + 1) * B + b].steps
+            np.testing.assert_array_equal(this.observation["units"][-1],
+                                          following.observation["units"][0])
+            assert this.reward[-1] == following.reward[0]
+            assert this.policy_version[-1] == following.policy_version[0]
+    for item in items:
+        s = item.steps
+        done = s.discount == 0
+        np.testing.assert_array_equal(s.first[1:], done[:-1])   # a game ends, the next starts
+        assert np.all(s.reward[~done] == 0) and np.all(np.isin(s.reward[done], (-1, 0, 1)))
+        assert item.core_state.hidden.shape == (TINY["core_size"],)
+        for h in network.head_names:
+            assert s.action[h].shape == (T,) and np.all(s.behaviour_log_prob[h] <= 1e-6)
+        assert s.opponent_observation["units"].shape == s.observation["units"].shape
+    assert items[0].steps.first[0]                     # a fresh stream starts a game
+    np.testing.assert_array_equal(items[0].core_state.hidden, 0)
+
+
+def test_every_finished_game_is_reported_once_and_matches_change(smax):
+    game, network, params = smax
+    checked = CheckedGame(game)
+    source = FixedOpponent()
+    actor = Actor("actor-2", "agent", checked, network, source, CountingParams(params), None,
+                  "unused", ActorConfig(unroll_length=T, refresh_seconds=1.0,
+                                        episodes_per_match=B))
+    try:
+        played = actor.run_episodes(4 * B)
+    finally:
+        actor.close()
+    metrics = actor.metrics()
+    assert played >= 4 * B
+    assert len(source.results) == checked.dones == metrics["episodes"] == played
+    assert checked.checked > 0
+    assert {r["home"] for r in source.results} == {"agent"}
+    assert {r["away"] for r in source.results} == {"frozen"}
+    assert {r["outcome"] for r in source.results} <= {"win", "draw", "loss"}
+    assert all(2 <= r["length"] <= 11 for r in source.results)  # strategy step + battle
+    assert metrics["matches"] == source.requests >= 2
+    assert checked.resets[:2] == [("terran", "zerg"), ("protoss", "terran")]
+
+
+def test_actor_on_an_openspiel_pool_with_the_reference_network():
+    game = make_batch_game("kuhn_poker", 16)
+    network = make_network(game.spec, dict(mlp_sizes=(16,), lstm_size=8))
+    params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
+    example = example_unroll(game.spec, network, 4)
+    server = queue_server(example)
+    source = FixedOpponent(races=((None, None),))
+    actor = Actor("actor-3", "agent", game, network, source, CountingParams(params),
+                  f"localhost:{server.port}", "queue",
+                  ActorConfig(unroll_length=4, refresh_seconds=1.0, reward_plugin="outcome"))
+    try:
+        actor.run(num_steps=3 * 3)
+        actor.close()
+        items = drain(server, example)
+    finally:
+        server.stop()
+    assert len(items) == 3 * 16
+    done = sum(int(np.sum(i.steps.discount[1 if k >= 16 else 0:] == 0))
+               for k, i in enumerate(items))
+    assert done == len(source.results) > 0
+    assert all(r["length"] in (2, 3) for r in source.results)  # Kuhn: 2 or 3 moves

@@ -1,0 +1,190 @@
+"""The SMAX unit network: acting step by step equals the learner's teacher-forced unroll (with
+resets and masks), sampled actions are always legal, the pointer follows the action type, the
+value reads the opponent only through the value, and parameters round-trip through bytes."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents import make_network
+from agents.networks import (
+    MASKED_LOGIT,
+    ReferenceNetwork,
+    log_probs,
+    params_from_bytes,
+    params_to_bytes,
+)
+from agents.specs import (
+    MASK_KEY,
+    ActionSpec,
+    ArraySpec,
+    DiscreteHead,
+    GameSpec,
+    ObservationSpec,
+    SideSpec,
+)
+from agents.unit_network import UnitNetwork, UnitNetworkConfig
+
+N, TYPES, COMPS, F, OWN = 3, 6, 3, 13, 10
+ATTACK = 5
+
+
+def smax_like_spec() -> GameSpec:
+    """The structure of actors/games/smax_races.py's spec with 3 units (no jaxmarl needed)."""
+    heads = {"composition": DiscreteHead(COMPS), "action_type": DiscreteHead(TYPES, (N,)),
+             "target": DiscreteHead(N, (N,))}
+    fields = {"units": ArraySpec((N, F * (2 * N - 1) + OWN), np.float32),
+              "alive": ArraySpec((N,), np.bool_), "races": ArraySpec((2, 3), np.float32),
+              "compositions": ArraySpec((2, COMPS), np.float32),
+              "choosing": ArraySpec((), np.bool_), "acting": ArraySpec((), np.bool_),
+              "time": ArraySpec((), np.float32)}
+    side = SideSpec(ObservationSpec(fields), ActionSpec(heads), num_units=N)
+    return GameSpec("smax_races", (side, side), 10)
+
+
+def random_mask(rng, shape, k):
+    mask = rng.random((*shape, k)) < 0.5
+    idx = rng.integers(0, k, size=shape)
+    np.put_along_axis(mask, idx[..., None], True, axis=-1)  # at least one legal value
+    return mask
+
+
+def random_obs(rng, lead):
+    spec = smax_like_spec().side(0)
+    obs = {name: rng.normal(size=(*lead, *s.shape)).astype(np.float32) if s.dtype == np.float32
+           else rng.random(size=(*lead, *s.shape)) < 0.7
+           for name, s in spec.observation.fields.items()}
+    obs[MASK_KEY] = {"composition": random_mask(rng, lead, COMPS),
+                     "action_type": random_mask(rng, (*lead, N), TYPES),
+                     "target": random_mask(rng, (*lead, N), N)}
+    return obs
+
+
+def make(**overrides):
+    sizes = dict(embed_size=16, core_size=12, replica_size=12, pointer_size=8, value_size=8,
+                 attention_key_size=8)
+    sizes.update(overrides)
+    net = make_network(smax_like_spec(), sizes)
+    params = net.init(jax.random.PRNGKey(0), smax_like_spec().side(0).zero_observation())
+    return net, params
+
+
+def at(tree, t):
+    return jax.tree_util.tree_map(lambda x: x[t], tree)
+
+
+def test_make_network_chooses_by_game():
+    net, _ = make()
+    assert isinstance(net, UnitNetwork)
+    assert net.head_names == ["composition"] + [f"{h}/{i}" for h in ("action_type", "target")
+                                                for i in range(N)]
+    matrix = GameSpec("matrix_rps", (SideSpec(ObservationSpec({"acting": ArraySpec((), bool)}),
+                                              ActionSpec({"action": DiscreteHead(3)})),) * 2, 1)
+    assert isinstance(make_network(matrix), ReferenceNetwork)
+
+
+def test_acting_step_by_step_equals_teacher_forced_unroll_with_resets():
+    net, params = make()
+    rng = np.random.default_rng(0)
+    T, B = 6, 4
+    obs, opp = random_obs(rng, (T, B)), random_obs(rng, (T, B))
+    first = rng.random((T, B)) < 0.3
+    state0 = jax.tree_util.tree_map(lambda x: x + 0.3, net.initial_state(B))
+    state, key = state0, jax.random.PRNGKey(1)
+    acted, stepped = [], []
+    act = jax.jit(net.act)
+    for t in range(T):
+        key, sub = jax.random.split(key)
+        action, next_state = act(params, sub, at(obs, t), state, first[t])
+        out, check_state = net.step(params, at(obs, t), state, first[t], at(opp, t),
+                                    actions=action.heads)
+        for a, b in zip(jax.tree_util.tree_leaves(next_state), jax.tree_util.tree_leaves(check_state)):
+            np.testing.assert_allclose(a, b, atol=1e-6)
+        acted.append(action)
+        stepped.append(out)
+        state = next_state
+    actions = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[a.heads for a in acted])
+    behaviour = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *[a.log_probs for a in acted])
+    out, final = net.unroll(params, obs, first, state0, opp, actions_seq=actions)
+    for t in range(T):
+        np.testing.assert_allclose(stepped[t].value, out.value[t], atol=1e-5)
+        for h in out.logits:
+            np.testing.assert_allclose(stepped[t].logits[h], out.logits[h][t], atol=1e-4)
+    # The learner's recomputed log-probs of the stored actions are the behaviour log-probs.
+    recomputed = log_probs(out.logits, actions)
+    for h in recomputed:
+        np.testing.assert_allclose(recomputed[h], behaviour[h], atol=1e-4)
+    for a, b in zip(jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(final)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_sampled_actions_are_legal_and_the_pointer_follows_the_action_type():
+    net, params = make()
+    rng = np.random.default_rng(2)
+    B = 256
+    obs = at(random_obs(rng, (1, B)), 0)
+    action, _ = jax.jit(net.act)(params, jax.random.PRNGKey(3), obs, net.initial_state(B))
+    game = jax.device_get(action.game)
+    masks = obs[MASK_KEY]
+    assert masks["composition"][np.arange(B), game["composition"]].all()
+    types, targets = game["action_type"], game["target"]
+    assert np.take_along_axis(masks["action_type"], types[..., None], -1).all()
+    attack = types == ATTACK
+    assert attack.any() and (~attack).any()
+    assert np.take_along_axis(masks["target"], targets[..., None], -1)[attack].all()
+    assert (targets[~attack] == 0).all()  # no pointer unless attacking: log-prob 0
+    lp = jax.device_get(action.log_probs)
+    for i in range(N):
+        assert (lp[f"target/{i}"][~attack[:, i]] == 0).all()
+        assert (lp[f"action_type/{i}"] <= 0).all()
+    out, _ = net.step(params, obs, net.initial_state(B), actions=action.heads)
+    illegal = ~masks["action_type"][:, 0]
+    assert (np.asarray(out.logits["action_type/0"])[illegal] == MASKED_LOGIT).all()
+
+
+def test_greedy_acting_takes_the_most_likely_legal_action():
+    net, params = make()
+    obs = at(random_obs(np.random.default_rng(4), (1, 8)), 0)
+    action, _ = net.act(params, jax.random.PRNGKey(0), obs, net.initial_state(8), greedy=True)
+    out, _ = net.step(params, obs, net.initial_state(8), actions=action.heads)
+    for h, logits in out.logits.items():
+        np.testing.assert_array_equal(action.heads[h], np.argmax(logits, -1))
+
+
+def test_value_reads_the_opponent_but_the_policy_does_not():
+    net, params = make()
+    rng = np.random.default_rng(5)
+    obs, opp1, opp2 = (at(random_obs(rng, (1, 4)), 0) for _ in range(3))
+    state = net.initial_state(4)
+    out1, _ = net.step(params, obs, state, opponent_obs=opp1)
+    out2, _ = net.step(params, obs, state, opponent_obs=opp2)
+    assert not np.allclose(out1.value, out2.value)
+    for h in out1.logits:
+        np.testing.assert_array_equal(out1.logits[h], out2.logits[h])
+
+
+def test_unsplit_heads_keep_the_unit_axis():
+    net, params = make(split_units=False)
+    obs = at(random_obs(np.random.default_rng(6), (1, 2)), 0)
+    out, _ = net.step(params, obs, net.initial_state(2))
+    assert out.logits["action_type"].shape == (2, N, TYPES)
+    assert out.logits["target"].shape == (2, N, N)
+    assert out.logits["composition"].shape == (2, COMPS)
+
+
+def test_parameters_round_trip_through_bytes():
+    net, params = make()
+    version, restored = params_from_bytes(params_to_bytes(params, 7))
+    assert version == 7
+    obs = at(random_obs(np.random.default_rng(7), (1, 3)), 0)
+    a, _ = net.step(params, obs, net.initial_state(3))
+    b, _ = net.step(restored, obs, net.initial_state(3))
+    np.testing.assert_array_equal(a.value, b.value)
+
+
+def test_config_is_checked():
+    with pytest.raises(ValueError):
+        UnitNetworkConfig(core_size=0)
+    with pytest.raises(ValueError):
+        UnitNetworkConfig(pointer_action_types=(9,))
