@@ -1,0 +1,73 @@
+"""The evaluator plays two frozen players, counts exactly the games asked for and reports them."""
+
+import jax
+import numpy as np
+
+from actors.evaluator import Evaluator, EvaluatorConfig
+from actors.games import make_batch_game
+from actors.games.smax_races import SmaxRacesConfig, fixed_size_menu
+from agents import make_network
+
+ROCK, PAPER = 0, 1
+
+
+class Store:
+    def __init__(self, players):
+        self.players = players
+
+    def latest_params(self, player_id, min_version=None):
+        return self.players[player_id]
+
+
+class Sink:
+    def __init__(self):
+        self.results = []
+
+    def report_results(self, results):
+        self.results.extend(results)
+
+
+def always(network, params, action):
+    """Parameters that play `action` with probability ~1 (a large bias on the policy head)."""
+    params = jax.tree_util.tree_map(np.array, params)
+    for module, leaves in params.items():
+        if module.endswith("policy_action"):
+            leaves["w"][:] = 0.0
+            leaves["b"][:] = -50.0
+            leaves["b"][action] = 50.0
+    return params
+
+
+def test_rock_paper_scissors_outcomes_are_counted_and_reported():
+    game = make_batch_game("matrix_rps", 16)
+    network = make_network(game.spec, dict(mlp_sizes=(8,), lstm_size=8))
+    params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
+    store = Store({"paper": (3, always(network, params, PAPER)),
+                   "rock": (5, always(network, params, ROCK))})
+    sink = Sink()
+    evaluator = Evaluator(game, network, store, sink)
+    summary = evaluator.evaluate("paper", "rock", num_games=37)
+    assert summary["games"] == 37 == len(sink.results) == len(summary["results"])
+    assert summary["wins"] == 37 and summary["win_rate"] == 1.0
+    assert {(r["home"], r["away"], r["outcome"], r["length"]) for r in sink.results} == {
+        ("paper", "rock", "win", 1)}
+    mirror = evaluator.evaluate("rock", "rock", num_games=20)
+    assert mirror["draws"] == 20
+    assert len(sink.results) == 57
+    assert evaluator.metrics()["games"] == 57
+
+
+def test_smax_evaluation_plays_every_slot_its_quota():
+    game = make_batch_game("smax_races", 4, config=SmaxRacesConfig(menu=fixed_size_menu(2),
+                                                                   max_steps=8))
+    network = make_network(game.spec, dict(embed_size=8, core_size=8, replica_size=8,
+                                           pointer_size=4, value_size=8, attention_key_size=4))
+    params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
+    other = network.init(jax.random.PRNGKey(1), game.spec.side(0).zero_observation())
+    evaluator = Evaluator(game, network, Store({"a": (0, params), "b": (0, other)}),
+                          config=EvaluatorConfig(greedy=True))
+    summary = evaluator.evaluate("a", "b", num_games=10, races=("zerg", "protoss"))
+    assert summary["games"] == 10
+    assert summary["wins"] + summary["draws"] + summary["losses"] == 10
+    assert all(2 <= r["length"] <= 9 for r in summary["results"])
+    assert (np.asarray(game.races) == [[2, 1]]).all()
