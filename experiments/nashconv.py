@@ -23,11 +23,6 @@ from absl import app, flags
 
 from actors.games import poker
 
-flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker.")
-flags.DEFINE_enum("policy", "uniform", ["uniform"], "Built-in policy to measure (without --params).")
-flags.DEFINE_string("params", None, "Saved parameters to measure instead of --policy.")
-flags.DEFINE_string("loader", None, "module:function loading --params into a policy callable; "
-                    "default: .npz tabular policy keyed by information-state string.")
 FLAGS = flags.FLAGS
 
 
@@ -49,6 +44,15 @@ def measure(game_name: str, params: str | None = None, loader: str | None = None
     return poker.nash_conv(game, policy)
 
 
+def define_flags() -> None:
+    """Defines the command-line flags (only when run as a program)."""
+    flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker.")
+    flags.DEFINE_enum("policy", "uniform", ["uniform"], "Built-in policy to measure (without --params).")
+    flags.DEFINE_string("params", None, "Saved parameters to measure instead of --policy.")
+    flags.DEFINE_string("loader", None, "module:function loading --params into a policy callable; "
+                        "default: .npz tabular policy keyed by information-state string.")
+
+
 def main(argv):
     del argv
     what = FLAGS.params or f"{FLAGS.policy} policy"
@@ -58,4 +62,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
