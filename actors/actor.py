@@ -15,9 +15,12 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
   it is checked after each unroll, and a new match resets the whole batch (with the new races),
   so games still running are abandoned: never reported, counted in `metrics()`.
 - Acting. Both sides' actions for the whole batch come from ONE jitted function per game step
-  (two parameter sets, parameters on device); JAX games step as one jitted call too and the
-  loop does not wait on the device between steps: everything is brought to the host once per
-  unroll.
+  (two parameter sets, parameters on device). JAX games that expose their pure per-game step
+  (`game.fns.step` and `game.state`, as SMAX races does) play a whole unroll as one jitted
+  `lax.scan` of policy + game steps (`make_fused_unroll`; parameters swap between unrolls);
+  other games (the OpenSpiel pool) alternate one jitted policy call and `game.step` per step.
+  Either way the loop does not wait on the device between steps: the unroll is brought to the
+  host once.
 - Trajectories. Side 0 (the learner's agent) is written to `table` in `agents.trajectory`'s
   format: unrolls of `unroll_length` steps overlapping by one step, behaviour log-probs per
   network head, rewards from the reward plug-in (actors/rewards.py; default: the outcome,
@@ -29,7 +32,8 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
   "length", "actor_id", "branch"}])`.
 - Parameters. A background thread asks `params_source.latest_params(agent_id,
   min_version=version + 1)` every `refresh_seconds` (AlphaStar: 10 s), puts new parameters on
-  the device and the loop swaps them in between two steps: play never waits for a refresh.
+  the device and the loop swaps them in between two steps (two unrolls for fused games): play
+  never waits for a refresh.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from actors import rewards as reward_plugins
@@ -61,6 +66,7 @@ class ActorConfig:
     seed: int = 0
     write_queue: int = 2               # unroll batches waiting for the Reverb writer thread
     params_timeout: float = 60.0       # seconds to wait for parameters at a match start
+    fused: bool = True                 # JAX games: one jitted scan per unroll (see Actor)
 
     def __post_init__(self):
         if self.unroll_length < 2:
@@ -88,6 +94,37 @@ def make_policy_fn(network, greedy: bool = False):
         return a0, a1, state0, state1
 
     return jax.jit(policy)
+
+
+def make_fused_unroll(network, game_step, num_steps: int):
+    """One jitted `lax.scan` of `num_steps` steps of both policies and a JAX game's pure
+    per-game `game_step(state, (actions0, actions1)) -> (state, observations, rewards, done,
+    outcome, signals)` (vmapped over the batch). Returns a function
+
+        (params0, params1, rng, game_state, obs, state0, state1, first)
+            -> ((game_state, obs, state0, state1, first), chunk [num_steps, B, ...],
+                core state of side 0 before the last step)
+    """
+    step = jax.vmap(game_step)
+
+    def body(params0, params1, carry, key):
+        game_state, obs, state0, state1, first = carry
+        k0, k1 = jax.random.split(key)
+        a0, next0 = act(network, params0, k0, obs[0], state0, first)
+        a1, next1 = act(network, params1, k1, obs[1], state1, first)
+        game_state, next_obs, rewards, done, outcome, signals = step(game_state, (a0.game, a1.game))
+        record = dict(observation=obs[0], opponent_observation=obs[1], action=a0.heads,
+                      behaviour_log_prob=a0.log_probs, first=first, done=done, outcome=outcome,
+                      rewards=rewards, signals=signals)
+        return (game_state, next_obs, next0, next1, done), (record, state0)
+
+    def unroll(params0, params1, rng, game_state, obs, state0, state1, first):
+        carry = (game_state, obs, state0, state1, jnp.asarray(first, bool))
+        carry, (chunk, before) = jax.lax.scan(
+            lambda c, k: body(params0, params1, c, k), carry, jax.random.split(rng, num_steps))
+        return carry, chunk, jax.tree_util.tree_map(lambda x: x[-1], before)
+
+    return jax.jit(unroll)
 
 
 def reset_game(game, seed: int, match: dict):
@@ -230,6 +267,9 @@ class Actor:
         self._opponent_params = None
         self._opponent_version = None
         self._resets = 0
+        fused = self.config.fused and hasattr(game, "state") and callable(
+            getattr(getattr(game, "fns", None), "step", None))
+        self._fused_fns: dict | None = {} if fused else None
         self._m = dict(env_steps=0, batch_steps=0, episodes=0, unrolls=0, items=0, matches=0,
                        param_refreshes=0, games_abandoned=0, running_seconds=0.0)
 
@@ -275,7 +315,7 @@ class Actor:
         self._first = np.ones(self._batch, bool)
         self._state0 = self.network.initial_state(self._batch)
         self._state1 = self.network.initial_state(self._batch)
-        self._carry: list[dict] = []   # the overlapping step, already on the host
+        self._carry = None             # the overlapping step [1, B, ...], on the host
         self._carry_state = self._state0
         self._lengths = np.zeros(self._batch, np.int64)
         with self._lock:
@@ -284,19 +324,22 @@ class Actor:
 
     # ------------------------------------------------------------------ the loop
 
-    def _unroll(self):
-        """Plays the steps of one unroll, writes it, reports results; may start a new match."""
-        steps_needed = self.config.unroll_length - len(self._carry)
-        core_state = self._carry_state
-        records, last_state = [], None
-        for i in range(steps_needed):
-            pending = self._refresher.take()
-            if pending is not None:
-                self._version, self._params = pending
-                with self._lock:
-                    self._m["param_refreshes"] += 1
-            if i == steps_needed - 1:
-                last_state = self._state0  # state before the last step: the next unroll's start
+    def _take_refresh(self):
+        pending = self._refresher.take()
+        if pending is not None:
+            self._version, self._params = pending
+            with self._lock:
+                self._m["param_refreshes"] += 1
+
+    def _play_stepwise(self, num_steps: int):
+        """Any game: one jitted policy call and one game.step per step; the records stay on
+        the device until the one transfer at the end. Returns (time-major host chunk, core
+        state before the last step)."""
+        records, versions, last_state = [], [], None
+        for i in range(num_steps):
+            self._take_refresh()
+            if i == num_steps - 1:
+                last_state = self._state0
             self._rng, key = jax.random.split(self._rng)
             a0, a1, self._state0, self._state1 = self._policy(
                 self._params, self._opponent_params, key, self._obs[0], self._obs[1],
@@ -304,15 +347,46 @@ class Actor:
             timestep = self.game.step((a0.game, a1.game))
             records.append(dict(
                 observation=self._obs[0], opponent_observation=self._obs[1], action=a0.heads,
-                behaviour_log_prob=a0.log_probs, first=self._first, version=self._version,
-                done=timestep.done, outcome=timestep.outcome, rewards=timestep.rewards,
-                signals=timestep.signals))
+                behaviour_log_prob=a0.log_probs, first=self._first, done=timestep.done,
+                outcome=timestep.outcome, rewards=timestep.rewards, signals=timestep.signals))
+            versions.append(self._version)
             self._obs, self._first = timestep.observations, timestep.done
         host = jax.device_get(records)   # the one synchronisation of the unroll
-        self._reward_and_report(host)
-        steps = self._carry + host
-        self._write(steps, core_state)
-        self._carry, self._carry_state = [steps[-1]], last_state
+        chunk = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *host)
+        chunk["version"] = np.asarray(versions, np.int32)
+        return chunk, last_state
+
+    def _play_fused(self, num_steps: int):
+        """JAX games (pure per-game `game.fns.step`): the whole unroll is one jitted scan of
+        policy + game steps; parameters are swapped in between unrolls."""
+        self._take_refresh()
+        self._rng, key = jax.random.split(self._rng)
+        (game_state, self._obs, self._state0, self._state1, self._first), chunk, last_state = (
+            self._fused(num_steps)(self._params, self._opponent_params, key, self.game.state,
+                                   self._obs, self._state0, self._state1, self._first))
+        self.game.state = game_state
+        chunk = jax.device_get(chunk)
+        chunk["version"] = np.full(num_steps, self._version, np.int32)
+        return chunk, last_state
+
+    def _fused(self, num_steps: int):
+        if num_steps not in self._fused_fns:
+            self._fused_fns[num_steps] = make_fused_unroll(self.network, self.game.fns.step,
+                                                           num_steps)
+        return self._fused_fns[num_steps]
+
+    def _unroll(self):
+        """Plays the steps of one unroll, writes it, reports results; may start a new match."""
+        steps_needed = self.config.unroll_length - (0 if self._carry is None else 1)
+        core_state = self._carry_state
+        play = self._play_fused if self._fused_fns is not None else self._play_stepwise
+        chunk, last_state = play(steps_needed)
+        self._reward_and_report(chunk)
+        if self._carry is not None:
+            chunk = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), self._carry, chunk)
+        self._write(chunk, core_state)
+        self._carry = jax.tree_util.tree_map(lambda x: x[-1:], chunk)
+        self._carry_state = last_state
         with self._lock:
             self._m["batch_steps"] += steps_needed
             self._m["env_steps"] += steps_needed * self._batch
@@ -320,20 +394,17 @@ class Actor:
         if self._match_episodes >= self.config.episodes_per_match:
             self._new_match()
 
-    def _reward_and_report(self, records: list[dict]):
+    def _reward_and_report(self, chunk: dict):
         """Training rewards of the new steps (plug-in) and the finished games' results."""
-        done = np.stack([np.asarray(r["done"], bool) for r in records], 1)        # [B, T']
-        outcome = np.stack([np.asarray(r["outcome"]) for r in records], 1)
-        fields = {"done": done, "outcome": outcome,
-                  "rewards": np.stack([np.asarray(r["rewards"]) for r in records], 1)}
-        for name in records[0]["signals"]:
-            fields[name] = np.stack([np.asarray(r["signals"][name]) for r in records], 1)
+        done = np.asarray(chunk["done"], bool).T        # [B, T']: each game's steps in order
+        outcome = np.asarray(chunk["outcome"]).T
+        fields = {"done": done, "outcome": outcome, "rewards": np.swapaxes(chunk["rewards"], 0, 1)}
+        for name, value in chunk["signals"].items():
+            fields[name] = np.swapaxes(value, 0, 1)
         batch = reward_plugins.side_batch(fields, 0)
         rewards = team_reward(np.asarray(self._reward_fn(batch, False), np.float32),
                               batch.get("present"))
-        rewards = rewards.reshape(done.shape)
-        for t, r in enumerate(records):
-            r["reward"] = rewards[:, t]
+        chunk["reward"] = rewards.reshape(done.shape).T
 
         results = []
         branch = self._match.get("branch", "")
@@ -352,32 +423,31 @@ class Actor:
         if results:
             self.match_source.report_results(results)
 
-    def _write(self, steps: list[dict], core_state):
+    def _write(self, chunk: dict, core_state):
+        """Hands the unrolls ([T, B] chunk -> B items of [T]) to the writer thread."""
         if self._writer is None:
             return
 
-        def stack(*xs):
-            return np.stack(xs, 1)  # [B, T, ...]
+        def batch_major(x, dtype=None):
+            x = np.swapaxes(np.asarray(x), 0, 1)
+            return np.ascontiguousarray(x if dtype is None else x.astype(dtype, copy=False))
 
-        obs = jax.tree_util.tree_map(
-            lambda tmpl, *xs: stack(*xs).astype(tmpl.dtype, copy=False), self._obs_template,
-            *[s["observation"] for s in steps])
-        opp = jax.tree_util.tree_map(
-            lambda tmpl, *xs: stack(*xs).astype(tmpl.dtype, copy=False), self._obs_template,
-            *[s["opponent_observation"] for s in steps])
+        def observation(tree):
+            return jax.tree_util.tree_map(lambda tmpl, x: batch_major(x, tmpl.dtype),
+                                          self._obs_template, tree)
+
         b = self._batch
         batch = Unroll(
             steps=Step(
-                observation=obs, opponent_observation=opp,
-                action={h: stack(*[s["action"][h] for s in steps]).astype(np.int32)
-                        for h in self._heads},
-                behaviour_log_prob={h: stack(*[s["behaviour_log_prob"][h] for s in steps])
-                                    .astype(np.float32) for h in self._heads},
-                reward=stack(*[s["reward"] for s in steps]).astype(np.float32),
-                discount=1.0 - stack(*[s["done"] for s in steps]).astype(np.float32),
-                first=stack(*[s["first"] for s in steps]).astype(bool),
-                policy_version=np.repeat(np.array([[s["version"] for s in steps]], np.int32),
-                                         b, 0)),
+                observation=observation(chunk["observation"]),
+                opponent_observation=observation(chunk["opponent_observation"]),
+                action={h: batch_major(chunk["action"][h], np.int32) for h in self._heads},
+                behaviour_log_prob={h: batch_major(chunk["behaviour_log_prob"][h], np.float32)
+                                    for h in self._heads},
+                reward=batch_major(chunk["reward"], np.float32),
+                discount=batch_major(1.0 - np.asarray(chunk["done"], np.float32)),
+                first=batch_major(chunk["first"], bool),
+                policy_version=np.repeat(chunk["version"][None], b, 0)),
             core_state=jax.tree_util.tree_map(np.asarray, jax.device_get(core_state)))
         self._writer.put(batch, self._stop)
         with self._lock:
