@@ -1,0 +1,418 @@
+"""The dashboard's one HTML page: layout, styles and the script that draws the charts.
+
+Kept as a Python string so that it ships with the package. The script fetches
+`data.json` (built by `experiments.dashboard.DashboardData`) and draws every chart with
+`Plotly.react`; in an exported report the data are inlined and fetched never.
+Headline numbers have stable element ids (`games-played`, `players`, `top-nash-weight`,
+`top-nash-player`, ...) with the exact value in `data-value`; `window.dashboardRendered`
+turns true after each complete draw (`window.dashboardTimings` holds its phases in ms).
+"""
+
+from __future__ import annotations
+
+import json
+
+_HEAD = r"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>League dashboard</title>
+<link rel="icon" href="data:,">
+<style>
+  body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; background: #f4f5f7; color: #222; }
+  header { background: #1f2937; color: #fff; padding: 10px 20px; display: flex; gap: 20px; align-items: baseline; flex-wrap: wrap; }
+  header h1 { font-size: 20px; margin: 0; }
+  header .muted { color: #cbd5e1; font-size: 13px; }
+  #status { margin-left: auto; font-size: 13px; }
+  #status.waiting, #status.error { color: #fbbf24; font-weight: 600; }
+  main { padding: 12px 20px 30px; }
+  #headline { display: flex; flex-wrap: wrap; gap: 12px; margin-bottom: 12px; }
+  .stat { background: #fff; border-radius: 6px; padding: 8px 14px; box-shadow: 0 1px 2px rgba(0,0,0,.08); min-width: 110px; }
+  .stat .label { font-size: 12px; color: #666; }
+  .stat .value { font-size: 22px; font-weight: 600; }
+  .stat .sub { font-size: 12px; color: #444; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .row { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; margin-bottom: 12px; }
+  .card { background: #fff; border-radius: 6px; padding: 8px 12px; box-shadow: 0 1px 2px rgba(0,0,0,.08); min-width: 0; }
+  .card h2 { font-size: 15px; margin: 4px 0 6px; }
+  .card .note { font-size: 12px; color: #666; margin: 0 0 4px; }
+  .controls { font-size: 13px; display: flex; gap: 16px; flex-wrap: wrap; margin-bottom: 4px; }
+  .chart { width: 100%; height: 360px; }
+  #learner-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 8px; }
+  #learner-charts .chart { height: 260px; }
+  .empty { color: #888; font-size: 13px; padding: 20px 0; }
+  @media (max-width: 1000px) { .row { grid-template-columns: 1fr; } }
+</style>
+"""
+
+_BODY = r"""</head>
+<body>
+<header>
+  <h1>League dashboard</h1>
+  <span class="muted" id="run-dir"></span>
+  <span id="status">loading…</span>
+</header>
+<main>
+<section id="headline">
+  <div class="stat"><div class="label">games played</div><div class="value" id="games-played">–</div></div>
+  <div class="stat"><div class="label">players</div><div class="value" id="players">–</div></div>
+  <div class="stat"><div class="label">learning agents</div><div class="value" id="learning-agents">–</div></div>
+  <div class="stat"><div class="label">snapshots / resets</div><div class="value"><span id="snapshots">–</span> / <span id="resets">–</span></div></div>
+  <div class="stat"><div class="label">top Nash weight</div><div class="value" id="top-nash-weight">–</div><div class="sub" id="top-nash-player"></div></div>
+  <div class="stat"><div class="label">run time</div><div class="value" id="run-time">–</div><div class="sub" id="last-update"></div></div>
+</section>
+
+<section class="card">
+  <h2>Payoff matrix: win rate of row against column</h2>
+  <div class="controls">
+    <label>race matchup <select id="race-filter"><option value="all">all races</option></select></label>
+    <label>win rates from <select id="payoff-source">
+      <option value="games">all games played</option>
+      <option value="decayed">the league's payoff (decayed, as matchmaking sees it)</option>
+    </select></label>
+  </div>
+  <p class="note">Ordered by race; main agents, main exploiters, league exploiters, then their snapshots; then creation time. Blank: never played.</p>
+  <div id="chart-payoff" class="chart"></div>
+</section>
+
+<div class="row">
+  <section class="card"><h2>Nash distribution now</h2><div id="chart-nash-now" class="chart"></div></section>
+  <section class="card"><h2>Nash distribution over time</h2><div id="chart-nash-time" class="chart"></div></section>
+</div>
+<div class="row">
+  <section class="card"><h2>Elo of every player</h2><div id="chart-elo" class="chart"></div></section>
+  <section class="card"><h2>TrueSkill (μ) of every player</h2><div id="chart-trueskill" class="chart"></div></section>
+</div>
+<div class="row">
+  <section class="card"><h2>League composition</h2><div id="chart-composition" class="chart"></div></section>
+  <section class="card"><h2>Snapshots and resets</h2><div id="chart-events" class="chart"></div></section>
+</div>
+<section class="card">
+  <h2>Learning health per learner</h2>
+  <div id="learner-charts"><div class="empty" id="learner-empty">no learner metrics in this run yet</div></div>
+</section>
+</main>
+"""
+
+_SCRIPT = r"""
+<script>
+"use strict";
+const CONFIG = __CONFIG__;
+const ROLE_COLORS = {main_agent: "#d62728", main_exploiter: "#1f77b4", league_exploiter: "#2ca02c", historical: "#9ca3af"};
+const ROLE_LABELS = {main_agent: "main agents", main_exploiter: "main exploiters", league_exploiter: "league exploiters", historical: "snapshots"};
+const ROLES = ["main_agent", "main_exploiter", "league_exploiter", "historical"];
+const PLOT_CONFIG = {responsive: true, displaylogo: false};
+const MARGIN = {l: 60, r: 20, t: 10, b: 40};
+let current = null;   // the data drawn last
+let decoded = null;   // typed arrays of `current`
+
+window.dashboardRendered = false;
+window.dashboardTimings = {};
+
+const $ = (id) => document.getElementById(id);
+function fmtInt(n) { return Number(n).toLocaleString("en-US"); }
+function ms(t) { return t * 1000; }
+function setStat(id, text, value) {
+  const el = $(id); el.textContent = text;
+  if (value !== undefined) el.dataset.value = value === null ? "" : String(value);
+}
+function decode(b64, Type) {
+  const bin = atob(b64), bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  return new Type(bytes.buffer);
+}
+function decodeCounts(c) { return decode(c.b64, c.dtype === "uint16" ? Uint16Array : Uint32Array); }
+function playerLabel(i) {
+  const P = current.players;
+  return P.role[i] === "historical" ? `${P.id[i]} (snapshot of ${P.parent[i]})` : `${P.id[i]} (${P.role[i].replace("_", " ")})`;
+}
+function roleOf(i) { return current.players.role[i]; }
+function duration(s) {
+  if (s < 120) return `${Math.round(s)} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+// -- headline ------------------------------------------------------------------------
+function drawHeadline(d) {
+  const h = d.headline;
+  $("run-dir").textContent = d.run_dir;
+  setStat("games-played", fmtInt(h.games), h.games);
+  setStat("players", fmtInt(h.players), h.players);
+  setStat("learning-agents", fmtInt(h.learning_agents), h.learning_agents);
+  setStat("snapshots", fmtInt(h.snapshots), h.snapshots);
+  setStat("resets", fmtInt(h.resets), h.resets);
+  if (h.top_nash_weight === null) {
+    setStat("top-nash-weight", "–", null); setStat("top-nash-player", "no Nash distribution yet", null);
+  } else {
+    setStat("top-nash-weight", h.top_nash_weight.toFixed(3), h.top_nash_weight);
+    setStat("top-nash-player", h.top_nash_player, h.top_nash_player);
+  }
+  const span = h.start_time === null ? 0 : h.last_time - h.start_time;
+  setStat("run-time", duration(Math.max(0, span)), span);
+  $("last-update").textContent = h.last_time ? "last activity " + new Date(ms(h.last_time)).toLocaleString("en-GB") : "";
+}
+
+// -- payoff matrix -----------------------------------------------------------------
+function fillRaceFilter(d) {
+  const races = [...new Set(d.players.race)];
+  const select = $("race-filter"), keep = select.value;
+  const options = ["all"];
+  for (const a of races) for (const b of races) options.push(`${a}|${b}`);
+  if (select.options.length === options.length) return;
+  select.innerHTML = "";
+  for (const o of options) {
+    const opt = document.createElement("option");
+    opt.value = o; opt.textContent = o === "all" ? "all races" : o.replace("|", " vs ");
+    select.appendChild(opt);
+  }
+  select.value = options.includes(keep) ? keep : "all";
+}
+
+function groupKey(i) {
+  const P = current.players;
+  return P.race[i] + " · " + (P.role[i] === "historical" ? `snapshots of ${ROLE_LABELS[P.parent_role[i]] || "others"}` : ROLE_LABELS[P.role[i]]);
+}
+
+function drawPayoff() {
+  const P = current.players, n = current.payoff.n;
+  const {wins: W, draws: D, decayed: R, selfLosses: SL} = decoded;
+  const filter = $("race-filter").value, source = $("payoff-source").value;
+  const all = [...Array(n).keys()];
+  let rows = all, cols = all;
+  if (filter !== "all") {
+    const [a, b] = filter.split("|");
+    rows = all.filter((i) => P.race[i] === a); cols = all.filter((i) => P.race[i] === b);
+  }
+  const useDecayed = source === "decayed" && R !== null;
+  const z = new Array(rows.length), custom = new Array(rows.length);
+  for (let r = 0; r < rows.length; r++) {
+    const i = rows[r], zr = new Array(cols.length), cr = new Array(cols.length), rowId = P.id[i];
+    for (let c = 0; c < cols.length; c++) {
+      const j = cols[c], w = W[i * n + j], l = i === j ? SL[i] : W[j * n + i], dr = D[i * n + j], g = w + l + dr;
+      if (useDecayed) { const v = R[i * n + j]; zr[c] = v === 65535 ? null : v / 65534; }
+      else zr[c] = g ? (w + dr / 2) / g : null;
+      cr[c] = [g, w, dr, l, rowId, P.id[j]];
+    }
+    z[r] = zr; custom[r] = cr;
+  }
+  // Numeric axes (categorical ones cost twice the time at 1,000 players): every id as a tick
+  // when few, else the group names (race, role) at each group's start; lines between groups.
+  const groups = (idx) => {
+    const vals = [], text = [];
+    idx.forEach((k, pos) => { if (pos === 0 || groupKey(idx[pos - 1]) !== groupKey(k)) { vals.push(pos); text.push(groupKey(k)); } });
+    return {vals, text};
+  };
+  const gx = groups(cols), gy = groups(rows), shapes = [], line = {color: "#111", width: 1};
+  for (const v of gx.vals.slice(1)) shapes.push({type: "line", xref: "x", yref: "paper", x0: v - 0.5, x1: v - 0.5, y0: 0, y1: 1, line});
+  for (const v of gy.vals.slice(1)) shapes.push({type: "line", yref: "y", xref: "paper", y0: v - 0.5, y1: v - 0.5, x0: 0, x1: 1, line});
+  const few = Math.max(rows.length, cols.length) <= 40;
+  const ticks = (idx, g) => few ? {tickvals: idx.map((_, k) => k), ticktext: idx.map((k) => P.id[k])} : {tickvals: g.vals, ticktext: g.text};
+  const tx = ticks(cols, gx), ty = ticks(rows, gy);
+  const width = (t) => Math.min(260, 12 + 6.2 * Math.max(0, ...t.ticktext.map((s) => s.length)));
+  const trace = {
+    type: "heatmap", z, customdata: custom, zmin: 0, zmax: 1, zmid: 0.5,
+    colorscale: "RdBu", colorbar: {title: {text: "win rate"}, thickness: 12},
+    hovertemplate: "%{customdata[4]} vs %{customdata[5]}<br>win rate %{z:.3f}" + (useDecayed ? " (decayed payoff)" : "") +
+      "<br>games %{customdata[0]}: W %{customdata[1]} / D %{customdata[2]} / L %{customdata[3]}<extra></extra>",
+    hoverongaps: false,
+  };
+  const cell = Math.max(2, Math.min(24, 560 / rows.length));
+  const margin = {l: width(ty), r: 10, t: 10, b: width(tx) * 0.75};
+  const layout = {
+    margin, shapes, uirevision: filter + source, height: Math.round(Math.max(320, cell * rows.length + margin.t + margin.b)),
+    xaxis: {tickmode: "array", ...tx, tickangle: -45, tickfont: {size: 10}, showgrid: false, zeroline: false, range: [-0.5, cols.length - 0.5]},
+    yaxis: {tickmode: "array", ...ty, tickfont: {size: 10}, showgrid: false, zeroline: false, range: [rows.length - 0.5, -0.5]},
+  };
+  $("chart-payoff").style.height = layout.height + "px";
+  return Plotly.react("chart-payoff", [trace], layout, PLOT_CONFIG);
+}
+
+// -- Nash ----------------------------------------------------------------------------
+function drawNash() {
+  const N = current.nash, P = current.players;
+  if (!N.times.length) {
+    const empty = {annotations: [{text: "no Nash distribution yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}], xaxis: {visible: false}, yaxis: {visible: false}, margin: MARGIN};
+    return Promise.all([Plotly.react("chart-nash-now", [], empty, PLOT_CONFIG), Plotly.react("chart-nash-time", [], empty, PLOT_CONFIG)]);
+  }
+  const now = [...N.latest].sort((a, b) => b[1] - a[1]).slice(0, 25).reverse();
+  const bar = {
+    type: "bar", orientation: "h", x: now.map((p) => p[1]), y: now.map((p) => P.id[p[0]]),
+    marker: {color: now.map((p) => ROLE_COLORS[roleOf(p[0])])},
+    text: now.map((p) => p[1].toFixed(3)), textposition: "auto",
+    customdata: now.map((p) => playerLabel(p[0])), hovertemplate: "%{customdata}<br>weight %{x:.4f}<extra></extra>",
+  };
+  const nowLayout = {margin: {...MARGIN, l: 10}, xaxis: {title: {text: "weight"}, rangemode: "tozero"}, yaxis: {automargin: true, type: "category", tickfont: {size: 10}},
+    annotations: N.latest.length > 25 ? [{text: `top 25 of ${N.latest.length} players in the support`, showarrow: false, xref: "paper", yref: "paper", x: 1, y: 0, xanchor: "right"}] : []};
+  const x = N.times.map(ms);
+  let traces, layout;
+  if (N.players.length <= 40) {
+    traces = N.players.map((i, r) => ({
+      type: "scatter", mode: "lines", stackgroup: "nash", name: P.id[i], x, y: N.weights[r],
+      line: {width: 0.5}, customdata: N.times.map(() => playerLabel(i)),
+      hovertemplate: "%{customdata}<br>weight %{y:.3f}<extra></extra>",
+    }));
+    layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "weight"}, range: [0, 1.001]}, showlegend: N.players.length <= 12, legend: {font: {size: 9}}};
+  } else {
+    traces = [{type: "heatmap", x, y: N.players.map((i) => P.id[i]), z: N.weights, colorscale: "Viridis", zmin: 0,
+      colorbar: {title: {text: "weight"}, thickness: 12}, hovertemplate: "%{y}<br>%{x}<br>weight %{z:.3f}<extra></extra>"}];
+    layout = {margin: {...MARGIN, l: 10}, xaxis: {type: "date"}, yaxis: {type: "category", automargin: true, autorange: "reversed", tickfont: {size: 9}}};
+  }
+  return Promise.all([Plotly.react("chart-nash-now", [bar], nowLayout, PLOT_CONFIG), Plotly.react("chart-nash-time", traces, layout, PLOT_CONFIG)]);
+}
+
+// -- ratings: one trace per role, players' lines separated by gaps ---------------
+function drawRatings() {
+  const R = decoded.ratings, times = current.ratings.times.map(ms);
+  const perRole = (key) => {
+    const byRole = Object.fromEntries(ROLES.map((r) => [r, {x: [], y: [], text: []}]));
+    for (let k = 0; k < R.player.length; k++) {
+      const i = R.player[k], t = byRole[roleOf(i)], v = R[key][k];
+      if (k > 0 && R.player[k - 1] !== i) { t.x.push(null); t.y.push(null); t.text.push(""); }
+      t.x.push(times[R.t[k]]); t.y.push(Number.isNaN(v) ? null : v); t.text.push(current.players.id[i]);
+    }
+    return ROLES.filter((r) => byRole[r].x.length).map((r) => ({
+      type: "scatter", mode: "lines", name: ROLE_LABELS[r], x: byRole[r].x, y: byRole[r].y, text: byRole[r].text,
+      line: {color: ROLE_COLORS[r], width: r === "historical" ? 1 : 2}, opacity: r === "historical" ? 0.6 : 1,
+      connectgaps: false, hovertemplate: "%{text}<br>%{y:.1f}<extra></extra>",
+    }));
+  };
+  const layout = (title) => ({margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: title}}, legend: {orientation: "h", y: -0.15}});
+  return Promise.all([
+    Plotly.react("chart-elo", perRole("elo"), layout("Elo"), PLOT_CONFIG),
+    Plotly.react("chart-trueskill", perRole("mu"), layout("TrueSkill μ"), PLOT_CONFIG),
+  ]);
+}
+
+// -- composition and events ------------------------------------------------------
+function drawComposition() {
+  const P = current.players, E = current.events;
+  const races = [...new Set(P.race)];
+  const bars = races.map((race) => ({
+    type: "bar", name: race, x: ROLES.map((r) => ROLE_LABELS[r]),
+    y: ROLES.map((r) => P.role.filter((role, i) => role === r && P.race[i] === race).length),
+    hovertemplate: `${race}: %{y} %{x}<extra></extra>`, texttemplate: "%{y}", textposition: "auto",
+  }));
+  const comp = {margin: MARGIN, barmode: "stack", yaxis: {title: {text: "players"}}, showlegend: races.length > 1};
+  const kinds = [["snapshot", "circle"], ["reset", "x"]];
+  const roleOfAgent = Object.fromEntries(P.id.map((id, i) => [id, P.role[i]]));
+  const events = kinds.map(([kind, symbol]) => {
+    const idx = E.kind.map((k, i) => (k === kind ? i : -1)).filter((i) => i >= 0);
+    return {
+      type: "scatter", mode: "markers", name: kind + "s", x: idx.map((i) => ms(E.time[i])), y: idx.map((i) => E.agent[i]),
+      marker: {symbol, size: kind === "reset" ? 9 : 7, color: kind === "reset" ? "#111" : idx.map((i) => ROLE_COLORS[roleOfAgent[E.agent[i]]] || "#555")},
+      customdata: idx.map((i) => [E.player[i] || "", E.step[i], E.reason[i] || ""]),
+      hovertemplate: kind === "snapshot" ? "%{y} → %{customdata[0]}<br>step %{customdata[1]}, %{customdata[2]}<extra></extra>" : "%{y} reset at step %{customdata[1]}<extra></extra>",
+    };
+  });
+  const ev = {margin: {...MARGIN, l: 10}, xaxis: {type: "date"}, yaxis: {type: "category", automargin: true, tickfont: {size: 10}}, legend: {orientation: "h", y: -0.15}};
+  if (!E.kind.length) ev.annotations = [{text: "no snapshots or resets yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
+  return Promise.all([Plotly.react("chart-composition", bars, comp, PLOT_CONFIG), Plotly.react("chart-events", events, ev, PLOT_CONFIG)]);
+}
+
+// -- learning health ---------------------------------------------------------------
+function drawLearners() {
+  const L = current.learners, box = $("learner-charts");
+  $("learner-empty").style.display = L.names.length ? "none" : "";
+  const promises = [];
+  L.names.forEach((name, k) => {
+    const id = "chart-learner-" + name.replace(/[^A-Za-z0-9_-]/g, "_");
+    let div = $(id);
+    if (!div) { div = document.createElement("div"); div.id = id; div.className = "chart learner-chart"; box.appendChild(div); }
+    const agents = Object.keys(L.series[name]).sort();
+    const traces = agents.map((a) => ({
+      type: "scatter", mode: "lines", name: a, x: L.series[name][a].t.map(ms), y: L.series[name][a].v,
+      line: {color: ROLE_COLORS[roleOfAgentId(a)], width: 1.5}, hovertemplate: `${a}<br>${name} %{y:.4g}<extra></extra>`,
+    }));
+    promises.push(Plotly.react(div, traces, {margin: {...MARGIN, t: 28}, title: {text: name, font: {size: 13}, x: 0.02},
+      xaxis: {type: "date"}, showlegend: k === 0 && agents.length <= 12, legend: {font: {size: 9}}}, PLOT_CONFIG));
+  });
+  return Promise.all(promises);
+}
+function roleOfAgentId(a) { const i = current.players.id.indexOf(a); return i >= 0 ? current.players.role[i] : "historical"; }
+
+// -- the loop ---------------------------------------------------------------------
+function setStatus(text, cls) { const s = $("status"); s.textContent = text; s.className = cls || ""; }
+
+async function render(d) {
+  const t0 = performance.now();
+  current = d;
+  decoded = {
+    wins: decodeCounts(d.payoff.wins), draws: decodeCounts(d.payoff.draws), selfLosses: d.payoff.self_losses,
+    decayed: d.payoff.decayed ? decode(d.payoff.decayed, Uint16Array) : null,
+    ratings: Object.fromEntries(["player", "t", "elo", "mu", "sigma"].map((k) => [k, decode(d.ratings[k], k === "player" || k === "t" ? Int32Array : Float32Array)])),
+  };
+  const opt = $("payoff-source").querySelector('option[value="decayed"]');
+  opt.disabled = decoded.decayed === null;
+  drawHeadline(d);
+  fillRaceFilter(d);
+  const t1 = performance.now();
+  await drawPayoff();
+  const t2 = performance.now();
+  await Promise.all([drawNash(), drawRatings(), drawComposition(), drawLearners()]);
+  const t3 = performance.now();
+  window.dashboardTimings = {decode_ms: t1 - t0, payoff_ms: t2 - t1, other_charts_ms: t3 - t2, render_ms: t3 - t0};
+  window.dashboardRendered = true;
+  return t3 - t0;
+}
+
+async function poll() {
+  let wait = CONFIG.refresh_s;
+  try {
+    const t0 = performance.now();
+    let d;
+    if (window.firstData) { d = await window.firstData; window.firstData = null; }  // fetched while plotly.js loaded
+    else d = await (await fetch("data.json" + (current ? "?have=" + encodeURIComponent(current.version) : ""), {cache: "no-store"})).json();
+    window.dashboardTimings.fetch_ms = performance.now() - t0;
+    if (d.status === "waiting") setStatus("waiting for the league to start", "waiting");
+    else if (d.status === "error") setStatus(d.message, "error");
+    else if (d.status === "unchanged") setStatus("live · no new data", "");
+    else {
+      const renderMs = await render(d);
+      setStatus("live · refreshed " + new Date().toLocaleTimeString("en-GB"), "");
+      wait = Math.max(wait, CONFIG.load_factor * (d.build_s + renderMs / 1000));
+    }
+  } catch (e) {
+    setStatus("dashboard server unreachable (" + e.message + "); retrying", "error");
+  }
+  setTimeout(poll, wait * 1000);
+}
+
+function redrawPayoff() { if (current) drawPayoff(); }
+$("race-filter").addEventListener("change", redrawPayoff);
+$("payoff-source").addEventListener("change", redrawPayoff);
+
+const embedded = document.getElementById("dashboard-data");
+if (embedded) {
+  render(JSON.parse(embedded.textContent)).then(() => setStatus("report exported " + new Date(ms(current.generated)).toLocaleString("en-GB"), ""));
+} else {
+  poll();
+}
+</script>
+</body>
+</html>
+"""
+
+
+def page_html(
+    plotly_src: str | None = None,
+    plotly_inline: str | None = None,
+    data_json: str | None = None,
+    refresh_s: float = 5.0,
+    load_factor: float = 20.0,
+) -> str:
+    """The page: plotly.js loaded from `plotly_src` or inlined; data fetched live or inlined."""
+    if (plotly_src is None) == (plotly_inline is None):
+        raise ValueError("give exactly one of plotly_src and plotly_inline")
+    if plotly_src:
+        # Ask for the data first: the server builds them while the browser parses plotly.js.
+        plotly = ('<script>window.firstData = fetch("data.json", {cache: "no-store"}).then((r) => r.json());</script>\n'
+                  f'<script src="{plotly_src}"></script>\n')
+    else:
+        plotly = f"<script>{plotly_inline}</script>\n"
+    data = ""
+    if data_json is not None:
+        # "</" would end the script element early; "<\/" is the same string in JSON.
+        data = '<script id="dashboard-data" type="application/json">' + data_json.replace("</", "<\\/") + "</script>\n"
+    config = json.dumps({"refresh_s": refresh_s, "load_factor": load_factor})
+    return _HEAD + plotly + _BODY + data + _SCRIPT.replace("__CONFIG__", config)
