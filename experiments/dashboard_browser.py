@@ -257,18 +257,32 @@ class Chromium:
             raise BrowserError(f"could not load {url}: {result['errorText']}")
 
     def wait_for(self, expression: str, timeout: float | None = None, interval: float = 0.02):
-        """Polls until the expression is truthy and returns its value."""
+        """Polls until the expression is truthy and returns its value.
+
+        An expression that throws counts as not yet true (the page may still be loading).
+        """
         deadline = time.monotonic() + (timeout or self.timeout)
+        error = None
         while True:
-            value = self.evaluate(expression)
-            if value:
-                return value
+            try:
+                value = self.evaluate(expression)
+                if value:
+                    return value
+            except BrowserError as e:
+                error = e
             if time.monotonic() > deadline:
                 raise BrowserError(
-                    f"timed out after {timeout or self.timeout:.0f} s waiting for {expression!r}; "
-                    f"console errors: {self.console_errors}"
+                    f"timed out after {timeout or self.timeout:.0f} s waiting for {expression!r}"
+                    + (f" (last error: {error})" if error else "") + f"; console errors: {self.console_errors}"
                 )
             time.sleep(interval)
+
+    def blank(self) -> None:
+        """Leaves the current page for about:blank and forgets its console errors and requests."""
+        self.navigate("about:blank")
+        self.wait_for("location.href === 'about:blank' && document.readyState === 'complete'")
+        self.console_errors.clear()
+        self.requests.clear()
 
     def hover(self, x: float, y: float) -> None:
         self.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})

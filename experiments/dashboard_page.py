@@ -98,6 +98,8 @@ _SCRIPT = r"""
 <script>
 "use strict";
 const CONFIG = __CONFIG__;
+const PARAMS = new URLSearchParams(location.search);  // ?refresh=<seconds> overrides the refresh period
+if (PARAMS.has("refresh")) { CONFIG.refresh_s = Number(PARAMS.get("refresh")); CONFIG.load_factor = 0; }
 const ROLE_COLORS = {main_agent: "#d62728", main_exploiter: "#1f77b4", league_exploiter: "#2ca02c", historical: "#9ca3af"};
 const ROLE_LABELS = {main_agent: "main agents", main_exploiter: "main exploiters", league_exploiter: "league exploiters", historical: "snapshots"};
 const ROLES = ["main_agent", "main_exploiter", "league_exploiter", "historical"];
@@ -346,12 +348,14 @@ async function render(d) {
   opt.disabled = decoded.decayed === null;
   drawHeadline(d);
   fillRaceFilter(d);
-  const t1 = performance.now();
-  await drawPayoff();
-  const t2 = performance.now();
-  await Promise.all([drawNash(), drawRatings(), drawComposition(), drawLearners()]);
+  const timings = {decode_ms: performance.now() - t0};
+  for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
+    const t = performance.now();
+    await draw();
+    timings[name + "_ms"] = performance.now() - t;
+  }
   const t3 = performance.now();
-  window.dashboardTimings = {decode_ms: t1 - t0, payoff_ms: t2 - t1, other_charts_ms: t3 - t2, render_ms: t3 - t0};
+  window.dashboardTimings = {...timings, render_ms: t3 - t0};
   window.dashboardRendered = true;
   return t3 - t0;
 }
