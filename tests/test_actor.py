@@ -189,7 +189,7 @@ def test_every_finished_game_is_reported_once_and_matches_change(smax):
     source = FixedOpponent()
     actor = Actor("actor-2", "agent", checked, network, source, CountingParams(params), None,
                   "unused", ActorConfig(unroll_length=T, refresh_seconds=1.0,
-                                        episodes_per_match=B))
+                                        episodes_per_match=B, reward_plugin="openai_five"))
     try:
         played = actor.run_episodes(4 * B)
     finally:
