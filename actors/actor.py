@@ -242,10 +242,12 @@ class _UnrollWriter:
 
 class Actor:
     """See the module docstring. `game` follows actors/games/base.py's protocol, `network` the
-    interface of agents/networks.py (`agents.act` samples from it)."""
+    interface of agents/networks.py (`agents.act` samples from it); `reward` is a loaded reward
+    plug-in that overrides `config.reward_plugin`."""
 
     def __init__(self, actor_id: str, agent_id: str, game, network, match_source, params_source,
-                 reverb_address: str | None, table: str, config: ActorConfig | None = None):
+                 reverb_address: str | None, table: str, config: ActorConfig | None = None,
+                 *, reward=None):
         self.actor_id, self.agent_id = str(actor_id), str(agent_id)
         self.game, self.network = game, network
         self.match_source, self.params_source = match_source, params_source
@@ -255,7 +257,9 @@ class Actor:
         self._batch = int(game.batch_size)
         self._heads = head_names(network)
         self._policy = make_policy_fn(network)
-        self._reward_fn = reward_plugins.load_reward_plugin(self.config.reward_plugin, game.spec, 0)
+        # `reward`: an already loaded plug-in (actors.rewards.load_reward_plugin), else by name.
+        self._reward_fn = reward or reward_plugins.load_reward_plugin(
+            self.config.reward_plugin, game.spec, 0)
         self._obs_template = game.spec.side(0).zero_observation()
         self._rng = jax.random.PRNGKey(self.config.seed)
         self._stop = threading.Event()

@@ -5,8 +5,9 @@ outcomes feed the payoff matrix (AlphaStar, seed 002, Extended Data Fig. 6: eval
 any pair of players).
 
     evaluator = Evaluator(game, network, params_source, result_sink)
-    summary = evaluator.evaluate("main_v3", "exploiter_v1", num_games=200,
+    results = evaluator.evaluate("main_v3", "exploiter_v1", num_games=200,
                                  races=("terran", "zerg"))
+    summarize(results)   # {"games", "wins", "draws", "losses", "win_rate"}
 
 Unbiased counts. With B games running at once, "the first N games to finish" over-sample
 short games. Instead every batch slot b plays a fixed quota of games (quotas summing to N,
@@ -60,9 +61,9 @@ class Evaluator:
                  races: tuple[str, str] | None = None) -> dict:
         """Plays `num_games` games of `player_a` (side 0) against `player_b` (side 1).
 
-        Returns {"home", "away", "games", "wins", "draws", "losses", "win_rate" (draws count
-        half), "results": [result dicts as reported]}; the results are also reported to the
-        result sink."""
+        Returns the games' results, `num_games` dicts {"home": player_a, "away": player_b,
+        "outcome": "win"|"draw"|"loss" (home's view), "length", "actor_id", "branch"}, the
+        format of the actors' reports; they are also reported to the result sink if any."""
         if num_games < 1:
             raise ValueError("num_games must be >= 1")
         started = time.monotonic()
@@ -104,19 +105,24 @@ class Evaluator:
             lengths[done] = 0
         if self.result_sink is not None:
             self.result_sink.report_results(results)
-        counts = {k: sum(r["outcome"] == k for r in results) for k in ("win", "draw", "loss")}
         with self._lock:
             self._m["evaluations"] += 1
             self._m["games"] += len(results)
             self._m["env_steps"] += steps * batch
             self._m["seconds"] += time.monotonic() - started
-        return {"home": player_a, "away": player_b, "games": len(results),
-                "wins": counts["win"], "draws": counts["draw"], "losses": counts["loss"],
-                "win_rate": (counts["win"] + 0.5 * counts["draw"]) / len(results),
-                "results": results}
+        return results
 
     def metrics(self) -> dict:
         with self._lock:
             m = dict(self._m)
         m["env_steps_per_second"] = m["env_steps"] / max(m["seconds"], 1e-9)
         return m
+
+
+def summarize(results: list[dict]) -> dict:
+    """{"games", "wins", "draws", "losses", "win_rate" (draws count half)} of result dicts."""
+    counts = {k: sum(r["outcome"] == k for r in results) for k in ("win", "draw", "loss")}
+    games = len(results)
+    return {"games": games, "wins": counts["win"], "draws": counts["draw"],
+            "losses": counts["loss"],
+            "win_rate": (counts["win"] + 0.5 * counts["draw"]) / games if games else float("nan")}

@@ -22,22 +22,33 @@ SMALL_REFERENCE = dict(mlp_sizes=(64,), lstm_size=64)
 
 
 def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | None = None,
-                 side: int = 0):
+                 side: int = 0, *, hidden_size: int | None = None, core_size: int | None = None):
     """The network for a game: `UnitNetwork` for unit games (SMAX races: per-unit heads and a
     `composition` head), the MLP+LSTM `ReferenceNetwork` otherwise (poker, matrix games).
 
     `config` is a full config object, or a dict of overrides of the small defaults (sizes
-    and head counts are taken from the spec)."""
+    and head counts are taken from the spec). `hidden_size` / `core_size` are the two sizes a
+    run config usually sets: the embedding (unit network: unit embedding and policy replica;
+    reference network: its MLP) and the recurrent core."""
     side_spec = game_spec.side(side)
     heads = side_spec.action.heads
     unit_game = all(h in heads for h in ("composition", "action_type", "target"))
     if isinstance(config, UnitNetworkConfig | NetworkConfig):
         return UnitNetwork(config) if isinstance(config, UnitNetworkConfig) else ReferenceNetwork(config)
-    overrides = dict(config or {})
+    overrides = {}
     if unit_game:
+        if hidden_size:
+            overrides.update(embed_size=hidden_size, replica_size=hidden_size)
+        if core_size:
+            overrides.update(core_size=core_size)
+        overrides.update(config or {})
         return UnitNetwork(UnitNetworkConfig.from_spec(side_spec, **overrides))
     values = dict(SMALL_REFERENCE, heads=side_spec.network_heads(), value_uses_opponent=True)
-    values.update(overrides)
+    if hidden_size:
+        values.update(mlp_sizes=(hidden_size,))
+    if core_size:
+        values.update(lstm_size=core_size)
+    values.update(config or {})
     return ReferenceNetwork(NetworkConfig(**values))
 
 

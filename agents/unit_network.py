@@ -323,9 +323,16 @@ class UnitNetwork:
         return hk.LSTMState(hidden=jnp.zeros((batch, size), jnp.float32),
                             cell=jnp.zeros((batch, size), jnp.float32))
 
+    def initial_state_unbatched(self) -> hk.LSTMState:
+        """The initial core state of one game (no batch axis), e.g. for `zeros_unroll`."""
+        return jax.tree_util.tree_map(lambda x: x[0], self.initial_state(1))
+
     def init(self, rng: Array, example_observation: PyTree,
-             example_opponent_observation: PyTree = None) -> PyTree:
+             example_opponent_observation: PyTree = None, *,
+             opponent_observation: PyTree = None) -> PyTree:
         """Parameters from an unbatched example observation (and opponent observation)."""
+        if example_opponent_observation is None:
+            example_opponent_observation = opponent_observation
         def add_axes(x):
             return jnp.asarray(x)[None, None]
 

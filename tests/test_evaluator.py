@@ -3,7 +3,7 @@
 import jax
 import numpy as np
 
-from actors.evaluator import Evaluator, EvaluatorConfig
+from actors.evaluator import Evaluator, EvaluatorConfig, summarize
 from actors.games import make_batch_game
 from actors.games.smax_races import SmaxRacesConfig, fixed_size_menu
 from agents import make_network
@@ -46,12 +46,13 @@ def test_rock_paper_scissors_outcomes_are_counted_and_reported():
                    "rock": (5, always(network, params, ROCK))})
     sink = Sink()
     evaluator = Evaluator(game, network, store, sink)
-    summary = evaluator.evaluate("paper", "rock", num_games=37)
-    assert summary["games"] == 37 == len(sink.results) == len(summary["results"])
+    results = evaluator.evaluate("paper", "rock", num_games=37)
+    summary = summarize(results)
+    assert summary["games"] == 37 == len(sink.results) == len(results)
     assert summary["wins"] == 37 and summary["win_rate"] == 1.0
     assert {(r["home"], r["away"], r["outcome"], r["length"]) for r in sink.results} == {
         ("paper", "rock", "win", 1)}
-    mirror = evaluator.evaluate("rock", "rock", num_games=20)
+    mirror = summarize(evaluator.evaluate("rock", "rock", num_games=20))
     assert mirror["draws"] == 20
     assert len(sink.results) == 57
     assert evaluator.metrics()["games"] == 57
@@ -66,8 +67,9 @@ def test_smax_evaluation_plays_every_slot_its_quota():
     other = network.init(jax.random.PRNGKey(1), game.spec.side(0).zero_observation())
     evaluator = Evaluator(game, network, Store({"a": (0, params), "b": (0, other)}),
                           config=EvaluatorConfig(greedy=True))
-    summary = evaluator.evaluate("a", "b", num_games=10, races=("zerg", "protoss"))
+    results = evaluator.evaluate("a", "b", num_games=10, races=("zerg", "protoss"))
+    summary = summarize(results)
     assert summary["games"] == 10
     assert summary["wins"] + summary["draws"] + summary["losses"] == 10
-    assert all(2 <= r["length"] <= 9 for r in summary["results"])
+    assert all(2 <= r["length"] <= 9 for r in results)
     assert (np.asarray(game.races) == [[2, 1]]).all()

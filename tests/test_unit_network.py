@@ -188,3 +188,12 @@ def test_config_is_checked():
         UnitNetworkConfig(core_size=0)
     with pytest.raises(ValueError):
         UnitNetworkConfig(pointer_action_types=(9,))
+
+
+def test_run_config_sizes_and_unbatched_state():
+    net = make_network(smax_like_spec(), hidden_size=24, core_size=20)
+    assert net.config.embed_size == 24 and net.config.core_size == 20
+    assert net.initial_state_unbatched().hidden.shape == (20,)
+    obs = smax_like_spec().side(0).zero_observation()
+    params = net.init(jax.random.PRNGKey(0), obs, opponent_observation=obs)
+    assert any("opponent" in k for k in params)
