@@ -319,3 +319,31 @@ class Chromium:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def screenshot_dashboard(run_dir: str, path: str, width: int = 1400) -> str:
+    """A full-page PNG of the dashboard of `run_dir` (as served), e.g. for docs/dashboard.png."""
+    from experiments.dashboard import serve
+
+    server, url = serve(run_dir, 0)
+    try:
+        with Chromium(width=width, height=1000) as browser:
+            browser.navigate(url)
+            browser.wait_for("window.dashboardRendered === true", timeout=120)
+            if browser.console_errors:
+                raise BrowserError(f"console errors on the dashboard: {browser.console_errors}")
+            return browser.screenshot(path)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Screenshot of a run's dashboard in headless Chromium.")
+    parser.add_argument("--run_dir", required=True)
+    parser.add_argument("--out", default="docs/dashboard.png")
+    parser.add_argument("--width", type=int, default=1400)
+    args = parser.parse_args()
+    print(screenshot_dashboard(args.run_dir, args.out, args.width))

@@ -66,6 +66,10 @@ _BODY = r"""</head>
   <h2>Payoff matrix: win rate of row against column</h2>
   <div class="controls">
     <label>race matchup <select id="race-filter"><option value="all">all races</option></select></label>
+    <label>rows <select id="payoff-rows">
+      <option value="all">all players</option>
+      <option value="learning">learning agents only</option>
+    </select></label>
     <label>win rates from <select id="payoff-source">
       <option value="games">all games played</option>
       <option value="decayed">the league's payoff (decayed, as matchmaking sees it)</option>
@@ -101,6 +105,12 @@ const CONFIG = __CONFIG__;
 const PARAMS = new URLSearchParams(location.search);  // ?refresh=<seconds> overrides the refresh period
 if (PARAMS.has("refresh")) { CONFIG.refresh_s = Number(PARAMS.get("refresh")); CONFIG.load_factor = 0; }
 const ROLE_COLORS = {main_agent: "#d62728", main_exploiter: "#1f77b4", league_exploiter: "#2ca02c", historical: "#9ca3af"};
+// Snapshots in a light shade of their parent's colour.
+const SNAPSHOT_COLORS = {main_agent: "#f2a0a0", main_exploiter: "#9cc3e6", league_exploiter: "#9fd69f"};
+const KINDS = ["main_agent", "main_exploiter", "league_exploiter", "snap:main_agent", "snap:main_exploiter", "snap:league_exploiter", "snap:"];
+function kindOf(i) { const P = current.players; return P.role[i] === "historical" ? "snap:" + (SNAPSHOT_COLORS[P.parent_role[i]] ? P.parent_role[i] : "") : P.role[i]; }
+function kindColor(kind) { return kind.startsWith("snap:") ? (SNAPSHOT_COLORS[kind.slice(5)] || ROLE_COLORS.historical) : ROLE_COLORS[kind]; }
+function kindLabel(kind) { return kind.startsWith("snap:") ? "snapshots" + (kind.length > 5 ? " of " + ROLE_LABELS[kind.slice(5)] : "") : ROLE_LABELS[kind]; }
 const ROLE_LABELS = {main_agent: "main agents", main_exploiter: "main exploiters", league_exploiter: "league exploiters", historical: "snapshots"};
 const ROLES = ["main_agent", "main_exploiter", "league_exploiter", "historical"];
 const PLOT_CONFIG = {responsive: true, displaylogo: false};
@@ -186,6 +196,7 @@ function drawPayoff() {
     const [a, b] = filter.split("|");
     rows = all.filter((i) => P.race[i] === a); cols = all.filter((i) => P.race[i] === b);
   }
+  if ($("payoff-rows").value === "learning") rows = rows.filter((i) => P.role[i] !== "historical");
   const useDecayed = source === "decayed" && R !== null;
   const z = new Array(rows.length), custom = new Array(rows.length);
   for (let r = 0; r < rows.length; r++) {
@@ -201,28 +212,34 @@ function drawPayoff() {
   // Numeric axes (categorical ones cost twice the time at 1,000 players): every id as a tick
   // when few, else the group names (race, role) at each group's start; lines between groups.
   const groups = (idx) => {
-    const vals = [], text = [];
-    idx.forEach((k, pos) => { if (pos === 0 || groupKey(idx[pos - 1]) !== groupKey(k)) { vals.push(pos); text.push(groupKey(k)); } });
-    return {vals, text};
+    const vals = [];
+    idx.forEach((k, pos) => { if (pos === 0 || groupKey(idx[pos - 1]) !== groupKey(k)) vals.push(pos); });
+    return vals;
   };
   const gx = groups(cols), gy = groups(rows), shapes = [], line = {color: "#111", width: 1};
-  for (const v of gx.vals.slice(1)) shapes.push({type: "line", xref: "x", yref: "paper", x0: v - 0.5, x1: v - 0.5, y0: 0, y1: 1, line});
-  for (const v of gy.vals.slice(1)) shapes.push({type: "line", yref: "y", xref: "paper", y0: v - 0.5, y1: v - 0.5, x0: 0, x1: 1, line});
-  const few = Math.max(rows.length, cols.length) <= 40;
-  const ticks = (idx, g) => few ? {tickvals: idx.map((_, k) => k), ticktext: idx.map((k) => P.id[k])} : {tickvals: g.vals, ticktext: g.text};
-  const tx = ticks(cols, gx), ty = ticks(rows, gy);
+  for (const v of gx.slice(1)) shapes.push({type: "line", xref: "x", yref: "paper", x0: v - 0.5, x1: v - 0.5, y0: 0, y1: 1, line});
+  for (const v of gy.slice(1)) shapes.push({type: "line", yref: "y", xref: "paper", y0: v - 0.5, y1: v - 0.5, x0: 0, x1: 1, line});
+  const ticks = (idx, starts, pixels, minCell, minGap) => {
+    const cell = pixels / Math.max(1, idx.length);
+    if (cell >= minCell) return {tickvals: idx.map((_, k) => k), ticktext: idx.map((k) => P.id[k])};
+    // Group names at group starts, dropping those that would overlap the previous one.
+    const vals = [], text = [];
+    for (const v of starts) if (!vals.length || (v - vals[vals.length - 1]) * cell >= minGap) { vals.push(v); text.push(groupKey(idx[v])); }
+    return {tickvals: vals, ticktext: text};
+  };
+  const plotHeight = Math.max(1, Math.min(24, 560 / rows.length)) * rows.length;
+  const tx = ticks(cols, gx, $("chart-payoff").clientWidth - 300, 15, 22), ty = ticks(rows, gy, plotHeight, 10, 15);
   const width = (t) => Math.min(260, 12 + 6.2 * Math.max(0, ...t.ticktext.map((s) => s.length)));
   const trace = {
     type: "heatmap", z, customdata: custom, zmin: 0, zmax: 1, zmid: 0.5,
-    colorscale: "RdBu", colorbar: {title: {text: "win rate"}, thickness: 12},
+    colorscale: "RdBu", reversescale: true, colorbar: {title: {text: "win rate"}, thickness: 12},
     hovertemplate: "%{customdata[4]} vs %{customdata[5]}<br>win rate %{z:.3f}" + (useDecayed ? " (decayed payoff)" : "") +
       "<br>games %{customdata[0]}: W %{customdata[1]} / D %{customdata[2]} / L %{customdata[3]}<extra></extra>",
     hoverongaps: false,
   };
-  const cell = Math.max(2, Math.min(24, 560 / rows.length));
   const margin = {l: width(ty), r: 10, t: 10, b: width(tx) * 0.75};
   const layout = {
-    margin, shapes, uirevision: filter + source, height: Math.round(Math.max(320, cell * rows.length + margin.t + margin.b)),
+    margin, shapes, uirevision: filter + source + $("payoff-rows").value, height: Math.round(Math.max(320, plotHeight + margin.t + margin.b)),
     xaxis: {tickmode: "array", ...tx, tickangle: -45, tickfont: {size: 10}, showgrid: false, zeroline: false, range: [-0.5, cols.length - 0.5]},
     yaxis: {tickmode: "array", ...ty, tickfont: {size: 10}, showgrid: false, zeroline: false, range: [rows.length - 0.5, -0.5]},
   };
@@ -240,8 +257,8 @@ function drawNash() {
   const now = [...N.latest].sort((a, b) => b[1] - a[1]).slice(0, 25).reverse();
   const bar = {
     type: "bar", orientation: "h", x: now.map((p) => p[1]), y: now.map((p) => P.id[p[0]]),
-    marker: {color: now.map((p) => ROLE_COLORS[roleOf(p[0])])},
-    text: now.map((p) => p[1].toFixed(3)), textposition: "auto",
+    marker: {color: now.map((p) => kindColor(kindOf(p[0])))},
+    text: now.map((p) => p[1].toFixed(3)), textposition: "outside", cliponaxis: false,
     customdata: now.map((p) => playerLabel(p[0])), hovertemplate: "%{customdata}<br>weight %{x:.4f}<extra></extra>",
   };
   const nowLayout = {margin: {...MARGIN, l: 10}, xaxis: {title: {text: "weight"}, rangemode: "tozero"}, yaxis: {automargin: true, type: "category", tickfont: {size: 10}},
@@ -254,11 +271,14 @@ function drawNash() {
       line: {width: 0.5}, customdata: N.times.map(() => playerLabel(i)),
       hovertemplate: "%{customdata}<br>weight %{y:.3f}<extra></extra>",
     }));
-    layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "weight"}, range: [0, 1.001]}, showlegend: N.players.length <= 12, legend: {font: {size: 9}}};
+    layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "weight"}, range: [0, 1.001]}, showlegend: N.players.length <= 6, legend: {font: {size: 9}}};
   } else {
-    traces = [{type: "heatmap", x, y: N.players.map((i) => P.id[i]), z: N.weights, colorscale: "Viridis", zmin: 0,
-      colorbar: {title: {text: "weight"}, thickness: 12}, hovertemplate: "%{y}<br>%{x}<br>weight %{z:.3f}<extra></extra>"}];
-    layout = {margin: {...MARGIN, l: 10}, xaxis: {type: "date"}, yaxis: {type: "category", automargin: true, autorange: "reversed", tickfont: {size: 9}}};
+    // Numeric rows (categorical axes are slow for many players); the player in the hover.
+    const names = N.players.map((i) => P.id[i]);
+    traces = [{type: "heatmap", x, z: N.weights, customdata: N.weights.map((row, r) => row.map(() => names[r])),
+      colorscale: "Viridis", zmin: 0, colorbar: {title: {text: "weight"}, thickness: 12},
+      hovertemplate: "%{customdata}<br>%{x}<br>weight %{z:.3f}<extra></extra>"}];
+    layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: `${names.length} players ever in the support`}, autorange: "reversed", showticklabels: false, showgrid: false}};
   }
   return Promise.all([Plotly.react("chart-nash-now", [bar], nowLayout, PLOT_CONFIG), Plotly.react("chart-nash-time", traces, layout, PLOT_CONFIG)]);
 }
@@ -267,15 +287,17 @@ function drawNash() {
 function drawRatings() {
   const R = decoded.ratings, times = current.ratings.times.map(ms);
   const perRole = (key) => {
-    const byRole = Object.fromEntries(ROLES.map((r) => [r, {x: [], y: [], text: []}]));
+    const byRole = Object.fromEntries(KINDS.map((r) => [r, {x: [], y: [], text: []}]));
     for (let k = 0; k < R.player.length; k++) {
-      const i = R.player[k], t = byRole[roleOf(i)], v = R[key][k];
+      const i = R.player[k], t = byRole[kindOf(i)], v = R[key][k];
       if (k > 0 && R.player[k - 1] !== i) { t.x.push(null); t.y.push(null); t.text.push(""); }
       t.x.push(times[R.t[k]]); t.y.push(Number.isNaN(v) ? null : v); t.text.push(current.players.id[i]);
     }
-    return ROLES.filter((r) => byRole[r].x.length).map((r) => ({
-      type: "scatter", mode: "lines", name: ROLE_LABELS[r], x: byRole[r].x, y: byRole[r].y, text: byRole[r].text,
-      line: {color: ROLE_COLORS[r], width: r === "historical" ? 1 : 2}, opacity: r === "historical" ? 0.6 : 1,
+    // Snapshots first, so that the learning agents' lines are drawn on top.
+    const order = [...KINDS.filter((r) => r.startsWith("snap:")), ...KINDS.filter((r) => !r.startsWith("snap:"))];
+    return order.filter((r) => byRole[r].x.length).map((r) => ({
+      type: "scatter", mode: "lines", name: kindLabel(r), x: byRole[r].x, y: byRole[r].y, text: byRole[r].text,
+      line: {color: kindColor(r), width: r.startsWith("snap:") ? 1 : 2.5},
       connectgaps: false, hovertemplate: "%{text}<br>%{y:.1f}<extra></extra>",
     }));
   };
@@ -290,15 +312,16 @@ function drawRatings() {
 function drawComposition() {
   const P = current.players, E = current.events;
   const races = [...new Set(P.race)];
+  const kinds = P.id.map((_, i) => kindOf(i)), shown = KINDS.filter((k) => k !== "snap:" || kinds.includes(k));
   const bars = races.map((race) => ({
-    type: "bar", name: race, x: ROLES.map((r) => ROLE_LABELS[r]),
-    y: ROLES.map((r) => P.role.filter((role, i) => role === r && P.race[i] === race).length),
+    type: "bar", name: race, x: shown.map((k) => kindLabel(k).replace(" of ", "<br>of ")),
+    y: shown.map((k) => kinds.filter((kind, i) => kind === k && P.race[i] === race).length),
     hovertemplate: `${race}: %{y} %{x}<extra></extra>`, texttemplate: "%{y}", textposition: "auto",
   }));
-  const comp = {margin: MARGIN, barmode: "stack", yaxis: {title: {text: "players"}}, showlegend: races.length > 1};
-  const kinds = [["snapshot", "circle"], ["reset", "x"]];
+  const comp = {margin: {...MARGIN, b: 50}, barmode: "stack", yaxis: {title: {text: "players"}}, xaxis: {tickangle: 0, tickfont: {size: 11}}, showlegend: races.length > 1};
+  const eventKinds = [["snapshot", "circle"], ["reset", "x"]];
   const roleOfAgent = Object.fromEntries(P.id.map((id, i) => [id, P.role[i]]));
-  const events = kinds.map(([kind, symbol]) => {
+  const events = eventKinds.map(([kind, symbol]) => {
     const idx = E.kind.map((k, i) => (k === kind ? i : -1)).filter((i) => i >= 0);
     return {
       type: "scatter", mode: "markers", name: kind + "s", x: idx.map((i) => ms(E.time[i])), y: idx.map((i) => E.agent[i]),
@@ -324,14 +347,13 @@ function drawLearners() {
     const agents = Object.keys(L.series[name]).sort();
     const traces = agents.map((a) => ({
       type: "scatter", mode: "lines", name: a, x: L.series[name][a].t.map(ms), y: L.series[name][a].v,
-      line: {color: ROLE_COLORS[roleOfAgentId(a)], width: 1.5}, hovertemplate: `${a}<br>${name} %{y:.4g}<extra></extra>`,
+      line: {width: 1.5}, hovertemplate: `${a}<br>${name} %{y:.4g}<extra></extra>`,
     }));
     promises.push(Plotly.react(div, traces, {margin: {...MARGIN, t: 28}, title: {text: name, font: {size: 13}, x: 0.02},
       xaxis: {type: "date"}, showlegend: k === 0 && agents.length <= 12, legend: {font: {size: 9}}}, PLOT_CONFIG));
   });
   return Promise.all(promises);
 }
-function roleOfAgentId(a) { const i = current.players.id.indexOf(a); return i >= 0 ? current.players.role[i] : "historical"; }
 
 // -- the loop ---------------------------------------------------------------------
 function setStatus(text, cls) { const s = $("status"); s.textContent = text; s.className = cls || ""; }
@@ -385,6 +407,7 @@ async function poll() {
 function redrawPayoff() { if (current) drawPayoff(); }
 $("race-filter").addEventListener("change", redrawPayoff);
 $("payoff-source").addEventListener("change", redrawPayoff);
+$("payoff-rows").addEventListener("change", redrawPayoff);
 
 const embedded = document.getElementById("dashboard-data");
 if (embedded) {
