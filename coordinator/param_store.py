@@ -1,7 +1,7 @@
 """The run directory's parameter store: frozen players' parameters, written once.
 
 `<run_dir>/params/<player_id>.npz` holds one player's parameters (a nested dict of numpy
-arrays, flattened to "/"-joined keys) and the learner version they came from. Files are
+arrays, stored leaf by leaf with their key paths) and the learner version they came from. Files are
 written atomically (temporary file, then rename) and never overwritten: a frozen player
 stays frozen. Pure numpy, so the coordinator process needs no JAX.
 """
@@ -9,6 +9,7 @@ stays frozen. Pure numpy, so the coordinator process needs no JAX.
 from __future__ import annotations
 
 import io
+import json
 import os
 import threading
 from collections.abc import Mapping
@@ -18,12 +19,11 @@ import numpy as np
 _VERSION_KEY = "__version__"
 
 
-def flatten(params: Mapping, prefix: str = "") -> dict[str, np.ndarray]:
+def flatten(params: Mapping, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], np.ndarray]:
+    """{path of keys: array} for a nested dict of arrays (haiku keys may contain '/')."""
     flat = {}
     for key, value in params.items():
-        if "/" in str(key):
-            raise ValueError(f"parameter key {key!r} contains '/', which the store uses as separator")
-        path = f"{prefix}/{key}" if prefix else str(key)
+        path = (*prefix, str(key))
         if isinstance(value, Mapping):
             flat.update(flatten(value, path))
         else:
@@ -31,27 +31,31 @@ def flatten(params: Mapping, prefix: str = "") -> dict[str, np.ndarray]:
     return flat
 
 
-def unflatten(flat: Mapping[str, np.ndarray]) -> dict:
+def unflatten(flat: Mapping[tuple[str, ...], np.ndarray]) -> dict:
     tree: dict = {}
     for path, value in flat.items():
         node = tree
-        *parents, leaf = path.split("/")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
     return tree
 
 
 def params_to_npz_bytes(params: Mapping, version: int) -> bytes:
+    """npz with leaves `leaf_<i>`, their key paths as JSON in `__paths__`, and the version."""
+    flat = flatten(params)
+    arrays = {f"leaf_{i}": value for i, value in enumerate(flat.values())}
     buffer = io.BytesIO()
-    np.savez(buffer, **flatten(params), **{_VERSION_KEY: np.asarray(version)})
+    np.savez(buffer, **arrays, __paths__=np.array(json.dumps([list(p) for p in flat])),
+             **{_VERSION_KEY: np.asarray(version)})
     return buffer.getvalue()
 
 
 def params_from_npz_bytes(data: bytes) -> tuple[int, dict]:
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        flat = {k: npz[k] for k in npz.files}
-    version = int(flat.pop(_VERSION_KEY))
+        paths = json.loads(str(npz["__paths__"]))
+        flat = {tuple(p): npz[f"leaf_{i}"] for i, p in enumerate(paths)}
+        version = int(npz[_VERSION_KEY])
     return version, unflatten(flat)
 
 

@@ -131,7 +131,8 @@ class LearnerGroup:
     def __init__(self, config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int]):
         import reverb
 
-        from agents.trajectory import reverb_signature, zeros_unroll
+        from actors.actor import example_unroll
+        from agents.trajectory import reverb_signature
         from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
 
         self.config = config
@@ -139,11 +140,8 @@ class LearnerGroup:
         probe = make_game(config, 1)
         self.spec = probe.spec
         self.network = make_network(config, self.spec)
-        side = self.spec.sides[0]
-        obs = side.zero_observation()
         self._initial = {a: initial_params(self.network, self.spec, agent_indices[a], config.seed) for a in agent_ids}
-        example = zeros_unroll(obs, obs, list(side.action.heads), self.network.initial_state_unbatched(),
-                               config.unroll_length)
+        example = example_unroll(self.spec, self.network, config.unroll_length)
         learner_configs, tables = {}, []
         for agent in agent_ids:
             replay = ReplayConfig(table=agent, selector="uniform", max_size=config.replay_size,
@@ -225,23 +223,22 @@ class ActorGroup:
     def __init__(self, config: RunConfig, assignments: list[tuple[str, str]], coordinator, learner_groups: Mapping[str, Any],
                  reverb_addresses: Mapping[str, str]):
         from actors.actor import Actor, ActorConfig
-        from actors.rewards import load_reward_plugin
 
         self.config = config
         coordinator = local(coordinator)
         params_source = ParamsSource(learner_groups, config.run_dir)
-        reward = load_reward_plugin(config.reward_plugin) if config.reward_plugin else None
         self.actors = {}
         network = None
-        for actor_id, agent_id in assignments:
+        for index, (actor_id, agent_id) in enumerate(assignments):
             game = make_game(config, config.batch_size)
             network = network or make_network(config, game.spec)
             actor_config = ActorConfig(unroll_length=config.unroll_length,
                                        episodes_per_match=config.episodes_per_match,
                                        refresh_seconds=config.param_refresh_seconds,
-                                       seed=config.seed * 7919 + hash(actor_id) % 7919)
+                                       reward_plugin=config.reward_plugin,
+                                       seed=config.seed * 7919 + index)
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
-                                          reverb_addresses[agent_id], agent_id, actor_config, reward=reward)
+                                          reverb_addresses[agent_id], agent_id, actor_config)
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
 
@@ -284,7 +281,8 @@ class EvaluatorNode:
         self._coordinator = local(coordinator)
         game = make_game(config, config.evaluation_games)
         network = make_network(config, game.spec)
-        self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir))
+        self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir),
+                                    evaluator_id=evaluator_id)
         self._stop = threading.Event()
         self.games = 0
 
@@ -298,7 +296,7 @@ class EvaluatorNode:
             a, b = pairs[0]
             results = self._evaluator.evaluate(a, b, self.config.evaluation_games)
             for r in results:
-                r.update(source="evaluator", actor_id=self.evaluator_id, branch="evaluation")
+                r["source"] = "evaluator"
             self._coordinator.report_results(results)
             self.games += len(results)
 

@@ -58,6 +58,7 @@ class Supervisor:
         self.stop_event = threading.Event()
         self._tensorboard = None
         self.events: list[dict] = []
+        self.started = time.time()
 
     def _write_tensorboard(self, metrics: dict, step: int) -> None:
         try:
@@ -100,7 +101,7 @@ class Supervisor:
         return None
 
     def loop(self, check_nodes: Callable[[], None] = lambda: None) -> str:
-        start, last_report, metrics = time.time(), 0.0, None
+        start, last_report, metrics = self.started, 0.0, None
         while True:
             for event in self.coordinator.poll():
                 self.events.append(event)
@@ -185,7 +186,7 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
     try:
         reason = supervisor.loop(check_nodes)
         print(f"finishing: {reason}", file=out, flush=True)
-        supervisor.report(0.0)
+        supervisor.report(time.time() - supervisor.started)
     finally:
         for node in nodes:
             node.stop()
@@ -286,7 +287,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     try:
         reason = supervisor.loop(check_nodes)
         print(f"finishing: {reason}", file=out, flush=True)
-        supervisor.report(0.0)
+        supervisor.report(time.time() - supervisor.started)
     finally:
         for node in (actors, *evaluators, group):
             try:

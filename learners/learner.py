@@ -161,12 +161,16 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
 
     def loss_fn(params, unroll: Unroll, teacher_params):
         steps = unroll.steps
+        # Autoregressive heads (the unit network's pointer target depends on the action type)
+        # are evaluated on the actions the behaviour policy took (teacher forcing).
+        taken = ({"actions_seq": steps.action}
+                 if getattr(network, "unroll_takes_actions", False) else {})
         out, _ = network.unroll(params, steps.observation, steps.first, unroll.core_state,
-                                steps.opponent_observation)
+                                steps.opponent_observation, **taken)
         teacher_logits = None
         if teacher_params is not None:
             teacher_out, _ = network.unroll(teacher_params, steps.observation, steps.first,
-                                            unroll.core_state)
+                                            unroll.core_state, **taken)
             teacher_logits = jax.tree_util.tree_map(lambda x: x[:-1], teacher_out.logits)
 
         def learn(x):

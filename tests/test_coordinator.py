@@ -130,3 +130,16 @@ def test_initial_params_are_kept_for_resets(tmp_path):
     coordinator, _ = make(tmp_path, races=("terran",))
     version, params = ParamStore(str(tmp_path)).load(initial_player_id("terran_league_exploiter_0"))
     np.testing.assert_array_equal(params["strategy"], np.zeros(3))
+
+
+def test_param_store_round_trips_haiku_style_keys_and_refuses_corrupt_files(tmp_path):
+    store = ParamStore(str(tmp_path))
+    params = {"unit_agent/~/encoder/linear_0": {"w": np.arange(6.0).reshape(2, 3), "b": np.zeros(3)}}
+    assert store.save("p#0", params, version=12)
+    version, loaded = ParamStore(str(tmp_path)).load("p#0")
+    assert version == 12
+    np.testing.assert_array_equal(loaded["unit_agent/~/encoder/linear_0"]["w"], params["unit_agent/~/encoder/linear_0"]["w"])
+    (tmp_path / "params" / "q#0.npz").write_bytes(b"garbage")
+    with pytest.raises(ValueError, match="corrupt"):
+        store.load("q#0")
+    assert (tmp_path / "params" / "q#0.npz").read_bytes() == b"garbage"
