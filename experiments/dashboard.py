@@ -36,7 +36,7 @@ from league.players import HISTORICAL, LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_EXPLOI
 ROLE_GROUPS = (MAIN_AGENT, MAIN_EXPLOITER, LEAGUE_EXPLOITER)
 # Time series are thinned to at most this many time points (per learner and metric).
 MAX_TIME_POINTS = 300
-MAX_RATING_POINTS = 25_000
+MAX_RATING_POINTS = 15_000
 # The page refreshes every REFRESH_S, or every REFRESH_LOAD_FACTOR x (build + render)
 # time if that is longer, so a large league costs the machine at most ~5% of a core.
 REFRESH_S = 5.0
