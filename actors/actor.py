@@ -198,6 +198,7 @@ class _UnrollWriter:
         self._queue: queue.Queue = queue.Queue(maxsize=max_queued)
         self.error: BaseException | None = None
         self.items_written = 0
+        self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="unroll-writer", daemon=True)
         self._thread.start()
 
@@ -212,9 +213,22 @@ class _UnrollWriter:
                     item = jax.tree_util.tree_map(lambda x, b=b: x[b], batch)
                     self._write_unroll(self._writer, self._table, item)
                 self.items_written += n
+                self._wait_until_sent(pending=n)
             except BaseException as e:  # surfaced by put()
                 self.error = e
                 return
+
+    def _wait_until_sent(self, pending: int) -> None:
+        """Blocks until at most `pending` items wait to be confirmed by the server: when the
+        table's rate limiter holds inserts back, the actor waits here instead of piling up
+        items in memory (its queue fills and `put` blocks)."""
+        while not self._closing.is_set():
+            try:
+                self._writer.flush(block_until_num_items=pending, timeout_ms=200)
+                return
+            except Exception as e:  # reverb's DeadlineExceededError: still rate-limited
+                if "Deadline" not in type(e).__name__:
+                    raise
 
     def put(self, batch: Unroll, stop: threading.Event):
         while True:
@@ -228,6 +242,7 @@ class _UnrollWriter:
                     return
 
     def close(self, timeout: float = 10.0):
+        self._closing.set()
         try:
             self._queue.put(None, timeout=timeout)
         except queue.Full:

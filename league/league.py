@@ -126,7 +126,8 @@ class League:
             i = pool.index(past)
             probs = self.quality_probabilities(agent)
             eta = self.config.matchmaking.openai_five_learning_rate
-            self._quality[agent][i] -= eta / (len(pool) * probs[i])
+            # A past self that is almost never sampled would get an unbounded update.
+            self._quality[agent][i] -= eta / (len(pool) * max(probs[i], 1e-6))
 
     # -- snapshots and resets --------------------------------------------------
 

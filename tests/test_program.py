@@ -1,0 +1,152 @@
+"""The whole program with real components: coordinator, SQLite, Reverb, learners, actors, Ray."""
+
+import dataclasses
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from coordinator.history import LeagueHistory
+from experiments.config import RunConfig, prepare_run_dir
+
+FAST = dict(
+    races=1, actors_per_learner=1, batch_size=16, learner_batch_size=8, unroll_length=8,
+    hidden_size=16, core_size=16, main_agent_snapshot_steps=300, exploiter_min_steps=300,
+    main_exploiter_timeout_steps=600, league_exploiter_timeout_steps=300, episodes_per_match=16,
+    param_refresh_seconds=1.0, progress_every_seconds=2.0, meta_game_every_seconds=2.0,
+    checkpoint_every_seconds=5.0, dashboard_port=-1, evaluation_games=8, replay_size=256,
+)
+
+
+def config(tmp_path, **overrides) -> RunConfig:
+    values = {**FAST, "game": "matrix_rps", "runner": "inprocess", "run_dir": str(tmp_path / "run"), **overrides}
+    return RunConfig(**values)
+
+
+def learner_versions(run_dir):
+    from flax import serialization
+
+    versions = {}
+    for agent in sorted(os.listdir(os.path.join(run_dir, "learners"))):
+        with open(os.path.join(run_dir, "learners", agent, "checkpoint.msgpack"), "rb") as f:
+            versions[agent] = int(serialization.msgpack_restore(f.read())["version"])
+    return versions
+
+
+def run(cfg, runner=None, **kwargs):
+    from experiments.runners import RUNNERS
+
+    prepare_run_dir(cfg)
+    out = io.StringIO()
+    supervisor = RUNNERS[runner or cfg.runner](cfg, out=out, **kwargs)
+    return supervisor, out.getvalue()
+
+
+def test_inprocess_league_learns_snapshots_resets_and_resumes(tmp_path):
+    cfg = config(tmp_path, minutes=0.6)
+    supervisor, out = run(cfg)
+    history = LeagueHistory(cfg.run_dir, readonly=True)
+    players = history.players()
+    roles = {p["role"] for p in players}
+    assert {"main_agent", "main_exploiter", "league_exploiter", "historical"} <= roles, out
+    events = history.events()
+    assert any(e["kind"] == "reset" and "main_exploiter" in e["agent_id"] for e in events), out
+    snapshotted = {e["agent_id"] for e in events if e["kind"] == "snapshot"}
+    assert snapshotted == {p["player_id"] for p in players if p["role"] != "historical"}
+    games = history.games()
+    assert games and {g["source"] for g in games} == {"actor", "evaluator"}
+    assert history.nash_history() and history.ratings_history() and history.learner_metrics()
+    first_versions = learner_versions(cfg.run_dir)
+    assert all(v > 0 for v in first_versions.values()), first_versions
+    assert "checkpoints written" in out
+    frozen = {p["player_id"] for p in players if p["role"] == "historical"}
+    for player_id in frozen:
+        assert os.path.exists(os.path.join(cfg.run_dir, "params", f"{player_id}.npz"))
+
+    # Rerun the same run directory: it resumes (players, payoff, learner versions).
+    games_before = len(games)
+    _, out2 = run(dataclasses.replace(cfg, minutes=0.25))
+    history = LeagueHistory(cfg.run_dir, readonly=True)
+    assert frozen <= {p["player_id"] for p in history.players()}
+    assert history.game_count() > games_before
+    second_versions = learner_versions(cfg.run_dir)
+    assert all(second_versions[a] > first_versions[a] for a in first_versions), (first_versions, second_versions)
+    with sqlite3.connect(os.path.join(cfg.run_dir, "league.db")) as db:
+        state_players = db.execute("SELECT count(*) FROM players").fetchone()[0]
+    assert state_players >= len(players)
+
+
+def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
+    cfg = config(tmp_path, game="kuhn_poker", minutes=0.4)
+    _, out = run(cfg)
+    history = LeagueHistory(cfg.run_dir, readonly=True)
+    assert history.game_count() > 100
+    assert any(e["kind"] == "snapshot" for e in history.events())
+    assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
+
+
+def test_ray_runner_survives_a_killed_actor_process(tmp_path):
+    cfg = config(tmp_path, runner="ray", minutes=1.0, evaluators=0)
+    supervisor, out = run(cfg, kill_actor_after=25.0)
+    assert "killing the actor process" in out, out
+    assert supervisor.restarts >= 1, out
+    history = LeagueHistory(cfg.run_dir, readonly=True)
+    games = history.games()
+    kill_time = min(g["time"] for g in games) + 20  # games keep arriving after the kill
+    assert any(g["time"] > kill_time + 10 for g in games), out
+    assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
+
+
+def league_cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "experiments.league", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--game=chess"], "chess"),
+        (["--runner=slurm"], "slurm"),
+        (["--game=kuhn_poker", "--races=3"], "one race"),
+        (["--runner=launchpad"], "launchpad"),
+    ],
+)
+def test_bad_flags_get_a_clear_message_and_non_zero_exit(tmp_path, args, message):
+    result = league_cli(*args, f"--run_dir={tmp_path / 'run'}")
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert not os.path.exists(tmp_path / "run" / "league.db")
+
+
+def test_run_dir_with_a_different_config_is_refused_untouched(tmp_path):
+    cfg = config(tmp_path)
+    prepare_run_dir(cfg)
+    saved = open(os.path.join(cfg.run_dir, "config.json")).read()
+    result = league_cli("--game=matrix_rps", "--races=1", "--batch_size=64", f"--run_dir={cfg.run_dir}", "--runner=inprocess")
+    assert result.returncode != 0 and "different config" in result.stderr and "batch_size" in result.stderr
+    assert open(os.path.join(cfg.run_dir, "config.json")).read() == saved
+
+
+def test_unwritable_run_dir_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = league_cli("--game=matrix_rps", f"--run_dir={blocker}/run", "--runner=inprocess")
+    assert result.returncode != 0 and "cannot write to the run directory" in result.stderr
+
+
+def test_corrupt_learner_checkpoint_stops_the_run_and_is_kept(tmp_path):
+    cfg = config(tmp_path)
+    prepare_run_dir(cfg)
+    path = os.path.join(cfg.run_dir, "learners", "any_main_agent_0", "checkpoint.msgpack")
+    os.makedirs(os.path.dirname(path))
+    with open(path, "wb") as f:
+        f.write(b"\x00garbage")
+    flags = [f"--{k}={v}" for k, v in json.load(open(os.path.join(cfg.run_dir, "config.json"))).items()
+             if v is not None and k not in ("reward_plugin", "ray_address")]
+    result = league_cli(*flags, "--minutes=0.1", timeout=300)
+    assert result.returncode != 0
+    assert "checkpoint" in result.stderr and path in result.stderr
+    assert open(path, "rb").read() == b"\x00garbage"
