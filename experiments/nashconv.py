@@ -1,11 +1,26 @@
-"""Exact NashConv of a poker policy, computed by OpenSpiel.
+"""Exact NashConv of a league's players, or of a poker policy, computed by OpenSpiel.
 
+    python -m experiments.nashconv --run_dir=runs/kuhn --mixture=nash     # the league's Nash mixture
+    python -m experiments.nashconv --run_dir=runs/kuhn --mixture=main     # the main agent now
+    python -m experiments.nashconv --run_dir=runs/kuhn --mixture=nash --weights=exact
     python -m experiments.nashconv --game=leduc_poker --policy=uniform
     python -m experiments.nashconv --game=kuhn_poker --params=policy.npz
-    python -m experiments.nashconv --game=leduc_poker --params=run/params.bin \
-        --loader=mypackage.mymodule:load_policy
 
 The last line printed is the NashConv (OpenSpiel: uniform 4.7472 on Leduc, 11/12 on Kuhn).
+
+With --run_dir (the game, network sizes and seed come from its config.json):
+- `main`: the main agent's current policy: its learner checkpoint
+  (`learners/<agent>/checkpoint.msgpack`, written when a run stops) turned into an exact
+  tabular policy by `actors.games.poker_policy.network_policy` (the LSTM is run along every
+  history exactly as the actor runs it).
+- `nash`: the league's Nash mixture of players. `--weights=league` (default): the weights of
+  the latest row of the `nash` table in league.db (the coordinator's meta-game, on win rates),
+  or, if none was written yet, `league.meta.nash_distribution` of the latest payoff snapshot.
+  `--weights=exact`: the Nash of the exact chip meta-game between the same players (expected
+  chips, computed from their tabular policies: what PSRO's meta-solver would use). Frozen
+  players' parameters come from `params/`, learning agents' from their learner checkpoints.
+  The players are mixed as an extensive-form mixture (one player per game, per-infostate
+  weights by own reach probability; `poker_policy.mix_policies`).
 
 --params loads saved parameters through a loader hook, a function `load(path, game) -> policy_fn`
 where `policy_fn(obs)` maps a batch of the pool's observations (`info_state` [N, dim], `acting`
@@ -16,7 +31,11 @@ one array of probabilities [A] per information-state string (the key).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import json
+import os
+from collections.abc import Mapping
 
 import numpy as np
 from absl import app, flags
@@ -24,6 +43,7 @@ from absl import app, flags
 from actors.games import poker
 
 FLAGS = flags.FLAGS
+MAIN_ROLE = "main_agent"
 
 
 def load_npz_table(path: str, game) -> dict[str, np.ndarray]:
@@ -44,9 +64,177 @@ def measure(game_name: str, params: str | None = None, loader: str | None = None
     return poker.nash_conv(game, policy)
 
 
+# ---------------------------------------------------------------------------------------------
+# League runs.
+
+
+@dataclasses.dataclass
+class RunMeasurement:
+    """What `measure_run` found: the NashConv and how it was obtained."""
+
+    nash_conv: float
+    mixture: str
+    weights: dict[str, float]          # player id -> weight (one entry for `main`)
+    source: str                        # where the weights came from
+    players: int                       # players in the league
+
+
+class RunReader:
+    """Reads a league run directory: its config, network, players' parameters and policies.
+
+    Policies are cached by (player id, parameter version); `params_override` maps a player id to
+    (version, params) that replace what is on disk (a benchmark passing a live learner's
+    current parameters)."""
+
+    def __init__(self, run_dir: str):
+        from actors.games import poker_policy
+        from experiments.config import RunConfig
+        from experiments.nodes import make_network
+
+        path = os.path.join(run_dir, "config.json")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found: pass the --run_dir of a league run")
+        with open(path) as f:
+            self.config = RunConfig.from_dict(json.load(f))
+        if self.config.game not in ("kuhn_poker", "leduc_poker"):
+            raise ValueError(f"NashConv needs a poker run; {run_dir} is a {self.config.game} run")
+        self.run_dir = run_dir
+        self.game = poker.load_game(self.config.game)
+        self.network = make_network(self.config, poker.make_spec(self.game))
+        self._step_fn = poker_policy.make_step_fn(self.network)
+        self._policies: dict[tuple[str, int], object] = {}
+
+    def history(self):
+        from coordinator.history import LeagueHistory
+
+        return LeagueHistory(self.run_dir, readonly=True)
+
+    def checkpoint_params(self, agent_id: str):
+        """(version, params) of a learning agent's learner checkpoint, or None."""
+        from flax import serialization
+
+        path = os.path.join(self.run_dir, "learners", agent_id, "checkpoint.msgpack")
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as f:
+            payload = serialization.msgpack_restore(f.read())
+        return int(payload["version"]), payload["params"]
+
+    def params(self, player_id: str, override: Mapping | None = None):
+        if override and player_id in override:
+            return override[player_id]
+        got = self.checkpoint_params(player_id)
+        if got is not None:
+            return got
+        from coordinator.param_store import ParamStore
+
+        store = ParamStore(self.run_dir)
+        if player_id in store:
+            return store.load(player_id)
+        # A learning agent of a run that has not stopped yet (checkpoints are written when a
+        # run stops): its newest frozen snapshot is the newest copy on disk.
+        snapshots = [p["player_id"] for p in self.history().players()
+                     if p["parent"] == player_id and p["player_id"] in store]
+        if not snapshots:
+            raise KeyError(f"no parameters on disk for {player_id!r} in {self.run_dir}")
+        return store.load(snapshots[-1])
+
+    def policy(self, player_id: str, override: Mapping | None = None):
+        from actors.games import poker_policy
+
+        version, params = self.params(player_id, override)
+        key = (player_id, version)
+        if key not in self._policies:
+            self._policies[key] = poker_policy.network_policy(
+                self.game, self.network, params, step_fn=self._step_fn)
+        return self._policies[key]
+
+    def main_agents(self) -> list[str]:
+        """The learning main agents (players with the main-agent role and no parent)."""
+        with_role = [p for p in self.history().players() if p["role"] == MAIN_ROLE and not p["parent"]]
+        return [p["player_id"] for p in with_role]
+
+    def league_nash(self) -> tuple[dict[str, float], str, int]:
+        """The latest Nash weights of the league's meta-game, where they came from, #players."""
+        from league import meta
+
+        history = self.history()
+        players = len(history.players())
+        rows = history.nash_history()
+        if rows:
+            latest = rows[-1][0]
+            weights = {p: w for t, p, w in rows if t == latest and w > 0}
+            return weights, f"league.db nash table at t={latest:.0f}", players
+        snapshot = history.latest_payoff()
+        if snapshot is None:
+            raise ValueError(f"{self.run_dir}: no Nash weights and no payoff snapshot yet; let the "
+                             "league run longer (the coordinator publishes them every "
+                             "meta_game_every_seconds)")
+        _, ids, wins, draws = snapshot
+        games = wins + wins.T + draws
+        rates = np.where(games > 0, (wins + 0.5 * draws) / np.maximum(games, 1e-12), 0.5)
+        nash = meta.nash_distribution(rates)
+        return ({p: float(w) for p, w in zip(ids, nash) if w > 0},
+                "league.meta.nash_distribution of the latest payoff snapshot", players)
+
+    def exact_nash(self, player_ids: list[str], override: Mapping | None = None) -> dict[str, float]:
+        """Nash of the exact chip meta-game between `player_ids` (seats alternated)."""
+        from actors.games import poker_policy
+        from league import meta
+
+        policies = [self.policy(p, override) for p in player_ids]
+        payoff = poker_policy.expected_payoffs(self.game, policies)
+        weights, _ = meta.zero_sum_nash(payoff)
+        return {p: float(w) for p, w in zip(player_ids, weights) if w > 1e-9}
+
+    def measure(self, mixture: str = "nash", weights: str = "league", agent: str | None = None,
+                override: Mapping | None = None) -> RunMeasurement:
+        from actors.games import poker_policy
+
+        if mixture == "main":
+            agents = self.main_agents()
+            agent = agent or (agents[0] if agents else None)
+            if agent is None:
+                raise ValueError(f"{self.run_dir}: the league has no main agent")
+            if not (override and agent in override) and self.checkpoint_params(agent) is None:
+                raise FileNotFoundError(
+                    f"no learner checkpoint for {agent} in {self.run_dir}/learners (written when "
+                    "a run stops); stop the run or pass the parameters")
+            value = poker.nash_conv(self.game, self.policy(agent, override))
+            return RunMeasurement(value, mixture, {agent: 1.0}, "learner checkpoint",
+                                  len(self.history().players()))
+        if mixture != "nash":
+            raise ValueError(f"unknown mixture {mixture!r}; use nash or main")
+        league_weights, source, players = self.league_nash()
+        if weights == "exact":
+            ids = [p["player_id"] for p in self.history().players()]
+            league_weights, source = self.exact_nash(ids, override), "exact chip meta-game Nash"
+        elif weights != "league":
+            raise ValueError(f"unknown weights {weights!r}; use league or exact")
+        ids = sorted(league_weights)
+        policies = [self.policy(p, override) for p in ids]
+        mixed = poker_policy.mix_policies(self.game, policies, [league_weights[p] for p in ids])
+        value = poker.nash_conv(self.game, mixed)
+        return RunMeasurement(value, mixture, {p: league_weights[p] for p in ids}, source, players)
+
+
+def measure_run(run_dir: str, mixture: str = "nash", weights: str = "league",
+                agent: str | None = None) -> RunMeasurement:
+    """Exact NashConv of a league run's Nash mixture (`nash`) or main agent (`main`)."""
+    return RunReader(run_dir).measure(mixture, weights, agent)
+
+
 def define_flags() -> None:
     """Defines the command-line flags (only when run as a program)."""
-    flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker.")
+    flags.DEFINE_string("run_dir", None, "A league run directory: measure its players "
+                        "(the game comes from its config.json).")
+    flags.DEFINE_enum("mixture", "nash", ["nash", "main"], "With --run_dir: the league's Nash "
+                      "mixture of players, or the main agent's current policy.")
+    flags.DEFINE_enum("weights", "league", ["league", "exact"], "With --mixture=nash: the "
+                      "league's meta-game Nash (win rates, league.db) or the exact chip meta-game's.")
+    flags.DEFINE_string("agent", None, "With --mixture=main: which main agent (default: the first).")
+    flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker "
+                        "(without --run_dir).")
     flags.DEFINE_enum("policy", "uniform", ["uniform"], "Built-in policy to measure (without --params).")
     flags.DEFINE_string("params", None, "Saved parameters to measure instead of --policy.")
     flags.DEFINE_string("loader", None, "module:function loading --params into a policy callable; "
@@ -55,6 +243,14 @@ def define_flags() -> None:
 
 def main(argv):
     del argv
+    if FLAGS.run_dir:
+        result = measure_run(FLAGS.run_dir, FLAGS.mixture, FLAGS.weights, FLAGS.agent)
+        print(f"run_dir={FLAGS.run_dir} game={RunReader(FLAGS.run_dir).config.game} "
+              f"mixture={result.mixture} weights={result.source} players={result.players}")
+        for player, weight in sorted(result.weights.items(), key=lambda kv: -kv[1]):
+            print(f"  {weight:.4f}  {player}")
+        print(f"{result.nash_conv:.6f}")
+        return
     what = FLAGS.params or f"{FLAGS.policy} policy"
     value = measure(FLAGS.game, FLAGS.params, FLAGS.loader)
     print(f"game={FLAGS.game} policy={what}")

@@ -1,0 +1,174 @@
+"""Exact NashConv of league players: the tabular policy of a recurrent network equals what the
+actor plays, mixtures match OpenSpiel's policy aggregator, and `experiments.nashconv` reads a
+run directory."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from open_spiel.python.algorithms import expected_game_score, policy_aggregator
+
+from actors.actor import Actor, ActorConfig
+from actors.games import poker, poker_policy
+from agents import make_network
+from coordinator.history import LeagueHistory
+from coordinator.param_store import ParamStore
+from experiments import nashconv
+from experiments.config import RunConfig
+
+HIDDEN = 16
+
+
+def network_and_params(game_name, seeds, scale=3.0):
+    """A small reference network and parameter sets far from uniform (weights scaled up so
+    that the LSTM's memory visibly changes the probabilities)."""
+    spec = poker.make_spec(poker.load_game(game_name))
+    network = make_network(spec, hidden_size=HIDDEN, core_size=HIDDEN)
+    obs = spec.side(0).zero_observation()
+    params = [jax.tree_util.tree_map(lambda x: np.asarray(x) * scale,
+                                     network.init(jax.random.PRNGKey(s), obs, opponent_observation=obs))
+              for s in seeds]
+    return network, params
+
+
+class OneOpponent:
+    def __init__(self):
+        self.results = []
+
+    def request_match(self, agent_id):
+        return {"opponent_id": "opponent", "branch": "test"}
+
+    def report_results(self, results):
+        self.results.extend(results)
+
+
+class TwoPlayers:
+    def __init__(self, agent_params, opponent_params):
+        self._params = {"agent": agent_params, "opponent": opponent_params}
+
+    def latest_params(self, player_id, min_version=None):
+        if min_version is not None and min_version > 1:
+            return None
+        return 1, self._params[player_id]
+
+
+def play_and_record(game_name, network, params_agent, params_opponent, steps):
+    """Runs the real Actor on an OpenSpielPool and records, at every decision, the information
+    state and the probability the actor gave the action it sampled."""
+    game = poker.OpenSpielPool(game_name, batch_size=8)
+    actor = Actor("actor", "agent", game, network, OneOpponent(), TwoPlayers(params_agent, params_opponent),
+                  None, "unused", ActorConfig(unroll_length=4, episodes_per_match=12, seed=3))
+    policy = actor._policy
+    decisions = []
+
+    def spy(*args):
+        out = policy(*args)
+        actions = (out[0], out[1])
+        for i, state in enumerate(game.states):
+            player = state.current_player()
+            a = int(actions[player].game["action"][i])
+            prob = float(np.exp(actions[player].log_probs["action"][i]))
+            decisions.append((player, state.information_state_string(player), a, prob))
+        return out
+
+    actor._policy = spy
+    try:
+        actor.run(num_steps=steps)
+    finally:
+        actor.close()
+    return decisions, actor.metrics()
+
+
+@pytest.mark.parametrize("game_name,steps", [("kuhn_poker", 60), ("leduc_poker", 40)])
+def test_tabular_policy_is_what_the_actor_plays(game_name, steps):
+    network, (pa, pb) = network_and_params(game_name, (1, 2))
+    game = poker.load_game(game_name)
+    report = {}
+    tables = [poker_policy.network_policy(game, network, pa, report=report),
+              poker_policy.network_policy(game, network, pb)]
+    assert report["max_infostate_spread"] < 1e-5  # the actor's inputs are a function of the infostate
+    decisions, metrics = play_and_record(game_name, network, pa, pb, steps)
+    assert metrics["matches"] >= 2 and metrics["episodes"] >= 40  # game and match boundaries crossed
+    errors, memoryless_errors = [], []
+    # The same network with its memory cut (core reset before every step): must NOT match, or
+    # the comparison could not tell a history-blind converter from the right one.
+    step = poker_policy.make_step_fn(network)
+    blind = [poker_policy.network_policy(
+        game, network, p, check_tolerance=1.0,
+        step_fn=lambda prm, obs, st, first: step(prm, obs, st, np.ones_like(first))) for p in (pa, pb)]
+    for player, key, action, prob in decisions:
+        index = tables[player].state_lookup[key]
+        errors.append(abs(tables[player].action_probability_array[index, action] - prob))
+        memoryless_errors.append(abs(blind[player].action_probability_array[index, action] - prob))
+    assert len(decisions) >= steps * 8
+    assert max(errors) < 2e-5, max(errors)
+    assert max(memoryless_errors) > 1e-3
+
+
+def test_mixture_equals_openspiel_policy_aggregator():
+    network, params = network_and_params("kuhn_poker", (4, 5, 6))
+    game = poker.load_game("kuhn_poker")
+    tables = [poker_policy.network_policy(game, network, p) for p in params]
+    weights = [0.5, 0.2, 0.3]
+    mixed = poker_policy.mix_policies(game, tables, weights)
+    aggregated = policy_aggregator.PolicyAggregator(game).aggregate(
+        [0, 1], [tables, tables], [weights, weights])
+    for state in mixed.states:
+        want = aggregated.action_probabilities(state)
+        got = mixed.action_probabilities(state)
+        assert set(want) == set(got)
+        np.testing.assert_allclose([got[a] for a in want], list(want.values()), atol=1e-9)
+    # A mixture is not the average of the behaviour policies: reach weighting matters here.
+    averaged = poker_policy.mix_policies(game, tables, weights)
+    averaged.action_probability_array[:] = sum(
+        w * t.action_probability_array for w, t in zip(weights, tables))
+    assert abs(poker.nash_conv(game, averaged) - poker.nash_conv(game, mixed)) > 1e-4
+
+
+def test_expected_payoffs_is_the_seat_averaged_chip_value():
+    network, params = network_and_params("kuhn_poker", (7, 8, 9))
+    game = poker.load_game("kuhn_poker")
+    tables = [poker_policy.network_policy(game, network, p) for p in params]
+    payoff = poker_policy.expected_payoffs(game, tables)
+    np.testing.assert_allclose(payoff, -payoff.T, atol=1e-12)
+    for a in range(3):
+        for b in range(3):
+            v_ab = expected_game_score.policy_value(game.new_initial_state(), [tables[a], tables[b]])[0]
+            v_ba = expected_game_score.policy_value(game.new_initial_state(), [tables[b], tables[a]])[0]
+            assert payoff[a, b] == pytest.approx(0.5 * (v_ab - v_ba), abs=1e-9)
+
+
+def test_nashconv_reads_a_run_directory(tmp_path):
+    """A hand-made run directory: a learning main agent (learner checkpoint) and two frozen
+    players (parameter store) with Nash weights in league.db."""
+    from flax import serialization
+
+    config = RunConfig(game="kuhn_poker", races=1, runner="inprocess", run_dir=str(tmp_path),
+                       hidden_size=HIDDEN, core_size=HIDDEN)
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+    network, (p_main, p_a, p_b) = network_and_params("kuhn_poker", (10, 11, 12))
+    history = LeagueHistory(str(tmp_path))
+    history.add_player("any_main_agent_0", "main_agent", "any", None, 0, 1.0)
+    history.add_player("any_main_agent_0#0", "main_agent", "any", "any_main_agent_0", 10, 2.0)
+    history.add_player("any_league_exploiter_0#0", "league_exploiter", "any", "any_league_exploiter_0", 10, 3.0)
+    history.add_nash({"any_main_agent_0#0": 0.25, "any_league_exploiter_0#0": 0.75}, 4.0)
+    history.close()
+    store = ParamStore(str(tmp_path))
+    store.save("any_main_agent_0#0", p_a, 5)
+    store.save("any_league_exploiter_0#0", p_b, 6)
+    learner_dir = tmp_path / "learners" / "any_main_agent_0"
+    learner_dir.mkdir(parents=True)
+    (learner_dir / "checkpoint.msgpack").write_bytes(serialization.msgpack_serialize(
+        {"format": 1, "version": 9, "steps": 0, "num_skipped": 0, "params": p_main, "opt_state": {}}))
+
+    game = poker.load_game("kuhn_poker")
+    tables = [poker_policy.network_policy(game, network, p) for p in (p_main, p_a, p_b)]
+    main = nashconv.measure_run(str(tmp_path), "main")
+    assert main.nash_conv == pytest.approx(poker.nash_conv(game, tables[0]), abs=1e-9)
+    nash = nashconv.measure_run(str(tmp_path), "nash")
+    assert nash.weights == {"any_main_agent_0#0": 0.25, "any_league_exploiter_0#0": 0.75}
+    want = poker.nash_conv(game, poker_policy.mix_policies(game, tables[1:], [0.25, 0.75]))
+    assert nash.nash_conv == pytest.approx(want, abs=1e-9)
+    exact = nashconv.measure_run(str(tmp_path), "nash", weights="exact")
+    assert sum(exact.weights.values()) == pytest.approx(1.0)
