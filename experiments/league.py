@@ -62,6 +62,28 @@ def define_flags() -> None:
     flags.DEFINE_float("progress_every_seconds", _DEFAULTS.progress_every_seconds, "Seconds between progress lines in the terminal.")
 
 
+_MORE_HELP = {
+    "episodes_per_match": "Finished games an actor plays before asking the coordinator for a new opponent.",
+    "param_refresh_seconds": "Seconds between an actor's parameter refreshes from its learner (AlphaStar: 10).",
+    "samples_per_insert": "Reverb rate limiter: target times each unroll is sampled (AlphaStar replays each datum twice).",
+    "replay_size": "Unrolls each learner's Reverb table holds.",
+    "evaluation_games": "Games an evaluator plays per pair of players.",
+    "meta_game_every_seconds": "Seconds between writing payoff, Nash distribution and ratings to league.db.",
+    "checkpoint_every_seconds": "Seconds between league-state checkpoints (besides after every snapshot/reset).",
+    "main_agents_per_race": "Main agents per race (AlphaStar: 1).",
+}
+
+
+def define_remaining_flags() -> None:
+    """A flag for every other RunConfig field, so that any run's config.json can be given back."""
+    for field in dataclasses.fields(RunConfig):
+        if field.name in FLAGS or field.name in ("races", "run_dir"):
+            continue
+        default = getattr(_DEFAULTS, field.name)
+        define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool}.get(type(default), flags.DEFINE_string)
+        define(field.name, default, _MORE_HELP.get(field.name, f"RunConfig.{field.name} (experiments/config.py)."))
+
+
 def main(argv) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
@@ -95,4 +117,5 @@ def main(argv) -> int:
 
 if __name__ == "__main__":
     define_flags()
+    define_remaining_flags()
     app.run(main)
