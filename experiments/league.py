@@ -10,6 +10,7 @@ with checkpoints written.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 
 from absl import app, flags
@@ -115,7 +116,16 @@ def main(argv) -> int:
     return 0
 
 
+def main_and_exit(argv) -> None:
+    code = main(argv)
+    # Reverb's and TensorFlow's C++ threads can abort the interpreter's own shutdown
+    # ("terminate called without an active exception") after everything is saved: leave at once.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
     define_flags()
     define_remaining_flags()
-    app.run(main)
+    app.run(main_and_exit)

@@ -263,6 +263,11 @@ class ActorGroup:
         for actor in self.actors.values():
             actor.stop()
 
+    def close(self) -> None:
+        """Stops the actors' refresh and writer threads."""
+        for actor in self.actors.values():
+            actor.close()
+
     def metrics(self) -> dict[str, dict]:
         return {i: a.metrics() for i, a in self.actors.items()}
 

@@ -13,6 +13,7 @@ that died (Ray restarts their process; the driver resubmits their work).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 import sys
@@ -68,7 +69,8 @@ class Supervisor:
                 self._tensorboard = SummaryWriter(os.path.join(self.config.run_dir, "tensorboard"))
             for agent, values in metrics.items():
                 for name, value in values.items():
-                    self._tensorboard.add_scalar(f"{agent}/{name}", value, int(values.get("steps", step)))
+                    if isinstance(value, int | float) and math.isfinite(value):
+                        self._tensorboard.add_scalar(f"{agent}/{name}", value, int(values.get("steps", step)))
             self._tensorboard.flush()
         except Exception as e:  # TensorBoard is a convenience; never stop a league for it
             print(f"warning: TensorBoard writing failed: {e}", file=self.out)
@@ -192,6 +194,7 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
             node.stop()
         for t in threads:
             t.join(timeout=60)
+        actors.close()
         group.close()
         coordinator.close()
         supervisor.close()
@@ -296,6 +299,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
                 pass
         try:
             ray.wait(list(running), num_returns=len(running), timeout=60)
+            ray.get(actors.close.remote(), timeout=60)
             ray.get(group.close.remote(), timeout=120)
             ray.get(coordinator.close.remote(), timeout=60)
         finally:
