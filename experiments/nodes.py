@@ -192,9 +192,14 @@ class LearnerGroup:
         return {agent: learner.metrics() for agent, learner in self.learners.items()}
 
     def run(self) -> None:
-        """Round-robin over the learners: one update for each that has a batch ready."""
+        """Round-robin over the learners: one update for each that has a batch ready;
+        checkpoints every `checkpoint_every_seconds` (a kill -9 loses at most that much)."""
         self._stop.clear()
+        last_checkpoint = time.time()
         while not self._stop.is_set():
+            if time.time() - last_checkpoint >= self.config.checkpoint_every_seconds:
+                self.checkpoint()
+                last_checkpoint = time.time()
             done = 0
             for learner in self.learners.values():
                 if self._stop.is_set():
