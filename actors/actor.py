@@ -83,10 +83,25 @@ def example_unroll(game_spec, network, unroll_length: int) -> Unroll:
     return zeros_unroll(obs, side.zero_observation(), head_names(network), core, unroll_length)
 
 
+_COMPILED: dict = {}
+"""Jitted functions shared by every actor of a process that uses the same network and game:
+a dozen co-located actors (one per league agent) compile once, and hold one executable."""
+
+
+def _shared(key, build):
+    if key not in _COMPILED:
+        _COMPILED[key] = build()
+    return _COMPILED[key][0]
+
+
 def make_policy_fn(network, greedy: bool = False):
     """The jitted acting step of both sides: (params0, params1, rng, obs0, obs1, state0, state1,
     first) -> (Action side 0, Action side 1, state0, state1)."""
+    # The network is kept in the cache entry so that its id stays unique while cached.
+    return _shared(("policy", id(network), greedy), lambda: (_make_policy_fn(network, greedy), network))
 
+
+def _make_policy_fn(network, greedy: bool):
     def policy(params0, params1, rng, obs0, obs1, state0, state1, first):
         k0, k1 = jax.random.split(rng)
         a0, state0 = act(network, params0, k0, obs0, state0, first, greedy)
@@ -97,6 +112,15 @@ def make_policy_fn(network, greedy: bool = False):
 
 
 def make_fused_unroll(network, game_step, num_steps: int):
+    """`_make_fused_unroll`, shared between actors whose games have the same configuration."""
+    owner = getattr(game_step, "__self__", None)
+    config = getattr(owner, "config", None)
+    game_key = (type(owner).__name__, config) if config is not None else id(game_step)
+    return _shared(("fused", id(network), game_key, num_steps),
+                   lambda: (_make_fused_unroll(network, game_step, num_steps), (network, game_step)))
+
+
+def _make_fused_unroll(network, game_step, num_steps: int):
     """One jitted `lax.scan` of `num_steps` steps of both policies and a JAX game's pure
     per-game `game_step(state, (actions0, actions1)) -> (state, observations, rewards, done,
     outcome, signals)` (vmapped over the batch). Returns a function

@@ -153,6 +153,7 @@ class LearnerGroup:
             tables.append(make_table(replay, reverb_signature(example), config.learner_batch_size))
         self._server = reverb.Server(tables, port=None)
         self._address = f"localhost:{self._server.port}"
+        self._client = reverb.Client(self._address)
         run_dir = os.path.join(config.run_dir, "learners")
         self.learners = {
             agent: Learner(self.network, self._initial[agent], learner_configs[agent], example,
@@ -189,7 +190,8 @@ class LearnerGroup:
         return self.learners[agent_id].params(min_version)
 
     def metrics(self) -> dict[str, dict[str, float]]:
-        return {agent: learner.metrics() for agent, learner in self.learners.items()}
+        info = self._client.server_info()  # once for every table
+        return {agent: learner.metrics(info) for agent, learner in self.learners.items()}
 
     def run(self) -> None:
         """Round-robin over the learners: one update for each that has a batch ready;

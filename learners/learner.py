@@ -439,9 +439,11 @@ class Learner:
             self._install(params, None, version, skipped, steps)
         return version
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self, server_info: dict | None = None) -> dict[str, float]:
         """Version, steps, skipped updates, losses and staleness (averaged over the last
-        `metrics_window` updates), sample reuse (see the module docstring), throughput."""
+        `metrics_window` updates), sample reuse (see the module docstring), throughput.
+        `server_info`: a Reverb `Client.server_info()` already read (it decodes every table's
+        signature, which is slow; learners sharing a server read it once)."""
         with self._lock:
             history = list(self._history)
             state, consumed = self._state, self._consumed
@@ -459,7 +461,7 @@ class Learner:
             out["staleness_max"] = float(max(float(m["staleness_max"]) for m in host))
             out["staleness_last"] = float(host[-1]["staleness_mean"])
         if self._client is not None:
-            info = self._client.server_info()[self._config.replay.table]
+            info = (server_info or self._client.server_info())[self._config.replay.table]
             inserted = int(info.rate_limiter_info.insert_stats.completed)
             sampled = int(info.rate_limiter_info.sample_stats.completed)
             out.update(samples_inserted=inserted, samples_sampled_by_server=sampled,

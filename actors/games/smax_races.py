@@ -482,17 +482,23 @@ class SmaxRacesFunctions:
         return share @ lost, share @ died.astype(jnp.float32)
 
 
+_SHARED_FUNCTIONS: dict = {}
+
+
 class SmaxRacesGame:
     """A batch of SMAX races games as one jitted, vmapped step (protocol: actors/games/base.py)."""
 
     def __init__(self, batch_size: int, config: SmaxRacesConfig = SmaxRacesConfig(),
                  races: tuple[str, str] | np.ndarray = ("terran", "zerg")):
         self.batch_size = int(batch_size)
-        self.fns = SmaxRacesFunctions(config)
+        # Games of one configuration share their functions and compiled steps (co-located
+        # actors would otherwise each compile and hold their own).
+        if config not in _SHARED_FUNCTIONS:
+            fns = SmaxRacesFunctions(config)
+            _SHARED_FUNCTIONS[config] = (fns, jax.jit(jax.vmap(fns.reset)), jax.jit(jax.vmap(fns.step)))
+        self.fns, self._reset, self._step = _SHARED_FUNCTIONS[config]
         self.spec = self.fns.spec
         self.races = matchup_array(races, self.batch_size)
-        self._reset = jax.jit(jax.vmap(self.fns.reset))
-        self._step = jax.jit(jax.vmap(self.fns.step))
         self.state = None
 
     def reset(self, seed: int, races=None) -> TimeStep:
