@@ -42,10 +42,10 @@ class RunConfig:
     league_exploiters_per_race: int = 2
     main_agent_matchmaker: str = "alphastar"
     # Snapshot rules, in agent steps (AlphaStar's 2e9 scaled to a laptop).
-    main_agent_snapshot_steps: int = 20_000
-    exploiter_min_steps: int = 20_000
-    main_exploiter_timeout_steps: int = 40_000
-    league_exploiter_timeout_steps: int = 20_000
+    main_agent_snapshot_steps: int = 4_000
+    exploiter_min_steps: int = 4_000
+    main_exploiter_timeout_steps: int = 8_000
+    league_exploiter_timeout_steps: int = 4_000
     # Actors.
     actors_per_learner: int = 1
     batch_size: int = 32  # games per actor, stepped as one batch
@@ -57,7 +57,7 @@ class RunConfig:
     unroll_length: int = 16
     learning_rate: float = 3e-4
     samples_per_insert: float = 2.0  # AlphaStar replays each datum twice
-    replay_size: int = 1024
+    replay_size: int = 256  # unrolls per table; 12 tables of SMAX unrolls (~160 KB each) share one process
     # Network sizes.
     hidden_size: int = 64
     core_size: int = 64
