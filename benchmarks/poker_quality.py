@@ -1,0 +1,399 @@
+"""Does the league learn poker? Exact NashConv over wall-clock time, league vs self-play vs FSP.
+
+    python -m benchmarks.poker_quality --game=kuhn_poker --minutes=10
+    python -m benchmarks.poker_quality --game=leduc_poker --minutes=30 --arms=league
+    python -m benchmarks.poker_quality --game=kuhn_poker --minutes=3 --psro   # + OpenSpiel PSRO peer
+
+Each arm trains a league through the real program (`experiments.runners.run_inprocess`, the
+`inprocess` runner) for the same wall-clock budget and seed:
+- `league`: the AlphaStar composition (main agent, main exploiter, two league exploiters);
+- `self_play`: `--main_agent_matchmaker=self_play`, no exploiters (naive self-play);
+- `fsp`: `--main_agent_matchmaker=fsp`, no exploiters (fictitious self-play).
+Every `--every` seconds, while the arm trains, the exact NashConv (OpenSpiel) of (a) the main
+agent's current parameters (read from the live learner) and (b) the league's Nash mixture
+(weights from league.db, players mixed per information state by reach;
+`experiments.nashconv.RunReader`) is recorded, plus (c) the Nash mixture of the exact chip
+meta-game over the same players (`--exact`). Measuring runs in the training process and
+takes a small share of its time (Kuhn: milliseconds per new player).
+
+Training reward: poker is played for chips, so the arms use `CHIP_REWARD` (the game's own
+chip payoff) as the reward plug-in, not the default +1/0/-1 outcome: a win/loss
+reward turns Kuhn into a game where folding is never better than calling, whose equilibria
+are far from the chip game's (measured: both reach NashConv ~0.67 and stall, see
+BENCHMARKS/the report). `--reward=outcome` runs the default.
+
+`--entropy=W` is a second prototype: the learners' entropy weight (AlphaStar/OpenAI Five's
+0.01 by default) is not a RunConfig field; the flag patches it in this process.
+
+`--swap_seats` is a PROTOTYPE of a fix outside this benchmark: the OpenSpiel pool makes side 0
+(the learning agent, whose trajectories the learner sees) always OpenSpiel player 0, so no
+agent ever learns to play second. With the flag the pool is replaced, in this process only, by
+`SeatSwappingPool`, which deals each game's seats at random.
+
+Writes `docs/poker_<game>_nashconv.png`, a table on stdout and, as its last line,
+`RESULT poker nashconv_<game>=<x> ratio=<x/0.01> target=1.0` with x the best final NashConv
+of the league arm (Nash mixture or main agent; the issue's Kuhn target is 0.01 in 10 minutes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+TARGET = 0.01
+UNIFORM = {"kuhn_poker": 11 / 12, "leduc_poker": 4.747222222222222}
+ARMS = {
+    "league": {},
+    "self_play": dict(main_agent_matchmaker="self_play", main_exploiters_per_race=0,
+                      league_exploiters_per_race=0),
+    "fsp": dict(main_agent_matchmaker="fsp", main_exploiters_per_race=0,
+                league_exploiters_per_race=0),
+}
+# The league settings measured for Kuhn (see the report / tests/test_poker_quality.py).
+KUHN = dict(main_agent_snapshot_steps=4000, exploiter_min_steps=4000,
+            main_exploiter_timeout_steps=8000, league_exploiter_timeout_steps=4000,
+            learning_rate=1e-3, episodes_per_match=32)
+
+
+CHIP_REWARD = '''"""Reward plug-in (actors/rewards.py): the game's own payoff -- chips in poker."""
+import numpy as np
+
+
+def get_reward(batch, contiguous):
+    del contiguous
+    return np.asarray(batch["reward"], np.float32)
+'''
+
+
+def chip_reward_plugin(directory: str) -> str:
+    """Writes the chip reward plug-in file into `directory`; returns its path. (A file of its
+    own: the plug-in loader executes the file without registering it as a module.)"""
+    path = os.path.join(directory, "chip_reward.py")
+    with open(path, "w") as f:
+        f.write(CHIP_REWARD)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# Prototype of the seat fix (see the module docstring).
+
+
+def seat_swapping_pool_class():
+    from actors.games import poker
+    from actors.games.base import TimeStep, check_actions
+
+    class SeatSwappingPool(poker.OpenSpielPool):
+        """`OpenSpielPool` whose sides play random seats: in game i side s is OpenSpiel player
+        (seat[i] + s) % 2, dealt anew for every game. Observations, rewards and outcomes are
+        per side, so the actor and learner need no change."""
+
+        def _deal(self, i: int):
+            self._seat[i] = int(self._rng.integers(2))
+            return self._new_state()
+
+        def _player(self, i: int, side: int) -> int:
+            return (int(self._seat[i]) + side) % 2
+
+        def _observations(self):
+            per_side = []
+            for side in range(2):
+                obs = [poker.observe(s, self._player(i, side), self._num_actions, self._dim)
+                       for i, s in enumerate(self.states)]
+                per_side.append(poker.stack(obs))
+            return tuple(per_side)
+
+        def reset(self, seed: int):
+            self._rng = np.random.default_rng(seed)
+            self._seat = np.zeros(self.batch_size, np.int64)
+            self.states = [self._deal(i) for i in range(self.batch_size)]
+            b = self.batch_size
+            return TimeStep(self._observations(), np.zeros((b, 2), np.float32), np.zeros(b, bool),
+                            np.zeros(b, np.int8), {"payoff": np.zeros((b, 2), np.float32)})
+
+        def step(self, actions):
+            check_actions(self.spec, actions, self.batch_size)
+            b = self.batch_size
+            payoff = np.zeros((b, 2), np.float32)
+            done = np.zeros(b, bool)
+            for i, state in enumerate(self.states):
+                player = state.current_player()
+                side = (player - int(self._seat[i])) % 2
+                action = int(actions[side][poker.ACTION_HEAD][i])
+                if action not in state.legal_actions(player):
+                    raise ValueError(f"game {i}: action {action} is illegal for player {player}")
+                state.apply_action(action)
+                self._resolve_chance(state)
+                if state.is_terminal():
+                    returns = state.returns()
+                    payoff[i] = [returns[self._player(i, 0)], returns[self._player(i, 1)]]
+                    done[i] = True
+                    self.states[i] = self._deal(i)
+            outcome = np.sign(payoff[:, 0]).astype(np.int8)
+            return TimeStep(self._observations(), payoff.copy(), done, outcome, {"payoff": payoff})
+
+    return SeatSwappingPool
+
+
+def use_entropy_weight(weight: float) -> None:
+    """Prototype: every learner built in this process gets `LossConfig(entropy_weight=weight)`
+    (RunConfig has no field for it; `experiments.nodes.LearnerGroup` builds LearnerConfig)."""
+    import functools
+
+    from learners import learner, losses
+
+    learner.LearnerConfig = functools.partial(
+        learner.LearnerConfig, loss=losses.LossConfig(entropy_weight=weight))
+
+
+# ---------------------------------------------------------------------------------------------
+# One arm.
+
+
+@dataclasses.dataclass
+class Point:
+    seconds: float
+    games: int
+    players: int
+    main: float
+    nash: float
+    nash_exact: float
+
+
+def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, seed: int,
+            exact: bool, reward: str, overrides: dict, log) -> list[Point]:
+    """Trains one arm in this process and measures it while it trains."""
+    from experiments import runners
+    from experiments.config import RunConfig, prepare_run_dir
+    from experiments.nashconv import RunReader
+
+    values = dict(KUHN if game == "kuhn_poker" else {}, **ARMS[arm], **overrides)
+    config = RunConfig(game=game, races=1, runner="inprocess", run_dir=run_dir, minutes=minutes,
+                       seed=seed, dashboard_port=-1,
+                       reward_plugin=(chip_reward_plugin(os.path.dirname(os.path.abspath(run_dir)))
+                                      if reward == "chips" else None),
+                       **values)
+    prepare_run_dir(config)
+    captured = {}
+    original = runners.group_metrics
+
+    def capture(group):  # the live learners, to read the main agent's current parameters
+        captured["group"] = group
+        return original(group)
+
+    runners.group_metrics = capture
+    stop = threading.Event()
+    failure = []
+
+    def train():
+        try:
+            runners.run_inprocess(config, stop_event=stop, out=log)
+        except BaseException as e:  # noqa: BLE001 -- reported by the caller
+            failure.append(e)
+
+    thread = threading.Thread(target=train, name=f"league-{arm}", daemon=True)
+    thread.start()
+    while "group" not in captured and thread.is_alive():
+        time.sleep(0.2)
+    runners.group_metrics = original
+    group = captured.get("group")
+    started = time.time()
+    reader = None
+    points: list[Point] = []
+
+    def measure():
+        nonlocal reader
+        reader = reader or RunReader(run_dir)
+        main_id = reader.main_agents()[0]
+        override = {a: group.params(a) for a in group.agent_ids}
+        main = reader.measure("main", override=override).nash_conv
+        try:
+            nash = reader.measure("nash", "league", override=override).nash_conv
+        except ValueError:  # no meta-game published yet
+            nash = float("nan")
+        nash_exact = (reader.measure("nash", "exact", override=override).nash_conv
+                      if exact else float("nan"))
+        history = reader.history()
+        point = Point(time.time() - started, history.game_count(), len(history.players()),
+                      main, nash, nash_exact)
+        del main_id
+        points.append(point)
+        print(f"  [{arm}] {point.seconds:6.0f} s  games {point.games:8d}  players "
+              f"{point.players:4d}  NashConv main {main:.4f}  nash {nash:.4f}  "
+              f"exact-nash {nash_exact:.4f}", flush=True)
+
+    next_at = every
+    while thread.is_alive():
+        thread.join(timeout=max(0.0, min(1.0, next_at - (time.time() - started))))
+        if group is not None and thread.is_alive() and time.time() - started >= next_at:
+            measure()
+            next_at += every
+    if failure:
+        raise RuntimeError(f"arm {arm} failed") from failure[0]
+    # The run has stopped: the learner checkpoints hold the final parameters.
+    reader = RunReader(run_dir)
+    history = reader.history()
+    final = Point(time.time() - started, history.game_count(), len(history.players()),
+                  reader.measure("main").nash_conv, reader.measure("nash").nash_conv,
+                  reader.measure("nash", "exact").nash_conv if exact else float("nan"))
+    points.append(final)
+    print(f"  [{arm}] final: NashConv main {final.main:.4f}  nash {final.nash:.4f}  "
+          f"exact-nash {final.nash_exact:.4f}", flush=True)
+    return points
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenSpiel's PSRO as a peer.
+
+PSRO_RUNNER = '''
+import runpy, sys, types
+# networkx (alpharank plotting) and cvxpy (the LP meta-solver) are not in the pinned stack.
+sys.modules.setdefault("networkx", types.ModuleType("networkx"))
+cvxpy = types.ModuleType("cvxpy"); cvxpy.ECOS = "ECOS"; sys.modules.setdefault("cvxpy", cvxpy)
+sys.argv = ["psro_v2_example"] + sys.argv[1:]
+runpy.run_module("open_spiel.python.examples.psro_v2_example", run_name="__main__")
+'''
+
+
+def run_psro(game: str, minutes: float, oracle: str) -> list[tuple[float, float]]:
+    """OpenSpiel's psro_v2_example (meta-solver prd; cvxpy for the LP one is not installed)
+    for `minutes`; returns (seconds, NashConv) per PSRO iteration."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(PSRO_RUNNER)
+    cmd = [sys.executable, f.name, f"--game_name={game}", f"--oracle_type={oracle}",
+           "--meta_strategy_method=prd", "--gpsro_iterations=1000", "--sims_per_entry=1000",
+           "--verbose=true"]
+    points, started, seconds = [], time.time(), 0.0
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("Time so far:"):
+                seconds = float(line.split(":")[1])
+            elif line.startswith("Exploitabilities :"):
+                points.append((seconds, float(line.split(":")[1])))
+                print(f"  [psro-{oracle}] {seconds:6.0f} s  NashConv {points[-1][1]:.4f}", flush=True)
+            if time.time() - started > minutes * 60:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+        os.unlink(f.name)
+    return points
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def plot(results: dict, psro: dict, game: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colors = {"league": "tab:blue", "self_play": "tab:orange", "fsp": "tab:green"}
+    for arm, points in results.items():
+        t = [p.seconds / 60 for p in points]
+        c = colors.get(arm, None)
+        ax.plot(t, [p.main for p in points], "-", color=c, label=f"{arm}: main agent")
+        ax.plot(t, [p.nash for p in points], "--", color=c, label=f"{arm}: Nash mixture")
+        if not all(np.isnan(p.nash_exact) for p in points):
+            ax.plot(t, [p.nash_exact for p in points], ":", color=c,
+                    label=f"{arm}: exact chip meta-game Nash")
+    for name, points in psro.items():
+        ax.plot([s / 60 for s, _ in points], [v for _, v in points], "-", color="gray",
+                alpha=0.7, label=f"OpenSpiel PSRO ({name})")
+    ax.axhline(UNIFORM[game], color="red", lw=0.8, label="uniform random")
+    ax.axhline(TARGET if game == "kuhn_poker" else 0.3, color="black", lw=0.8, ls="-.",
+               label="target")
+    ax.set_yscale("log")
+    ax.set_xlabel("wall-clock minutes (2 CPU cores)")
+    ax.set_ylabel("exact NashConv (OpenSpiel)")
+    ax.set_title(f"{game}: NashConv over training")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--game", default="kuhn_poker", choices=sorted(UNIFORM))
+    parser.add_argument("--minutes", type=float, default=10.0, help="training budget per arm")
+    parser.add_argument("--arms", default="league,self_play,fsp")
+    parser.add_argument("--every", type=float, default=30.0, help="seconds between measurements")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run_root", default=None, help="where the arms' run dirs go (default: tmp)")
+    parser.add_argument("--reward", default="chips", choices=["chips", "outcome"])
+    parser.add_argument("--swap_seats", action="store_true", help="prototype seat fix (see docstring)")
+    parser.add_argument("--entropy", type=float, default=None, help="prototype: the learners' "
+                        "entropy weight (LossConfig; not a RunConfig field), default 0.01")
+    parser.add_argument("--exact", type=int, default=None, help="also the exact chip meta-game "
+                        "Nash (default: on for Kuhn)")
+    parser.add_argument("--psro", action="store_true", help="also OpenSpiel PSRO (BR oracle) as a peer")
+    parser.add_argument("--set", action="append", default=[], help="RunConfig override k=v (JSON value)")
+    parser.add_argument("--png", default=None)
+    args = parser.parse_args(argv)
+
+    overrides = {}
+    for item in args.set:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key] = value
+    exact = bool(args.exact) if args.exact is not None else args.game == "kuhn_poker"
+    if args.swap_seats:
+        from actors.games import poker
+
+        poker.OpenSpielPool = seat_swapping_pool_class()
+    if args.entropy is not None:
+        use_entropy_weight(args.entropy)
+    root = args.run_root or tempfile.mkdtemp(prefix="poker_quality_")
+    log_path = os.path.join(root, "league.log")
+    os.makedirs(root, exist_ok=True)
+    print(f"game={args.game} minutes/arm={args.minutes} seed={args.seed} reward={args.reward} "
+          f"swap_seats={args.swap_seats} entropy={args.entropy} overrides={overrides} runs in {root}", flush=True)
+    results = {}
+    with open(log_path, "a") as log:
+        for arm in [a for a in args.arms.split(",") if a]:
+            run_dir = os.path.join(root, arm)
+            results[arm] = run_arm(arm, args.game, args.minutes, run_dir, args.every, args.seed,
+                                   exact, args.reward, overrides, log)
+    psro = {}
+    if args.psro:
+        psro["BR oracle, prd"] = run_psro(args.game, args.minutes, "BR")
+    png = args.png or os.path.join("docs", f"poker_{args.game.split('_')[0]}_nashconv.png")
+    plot(results, psro, args.game, png)
+
+    print(f"\nNashConv on {args.game} (uniform {UNIFORM[args.game]:.4f}), {args.minutes} min per arm:")
+    print(f"{'arm':<12}{'games':>10}{'players':>9}{'main':>10}{'nash':>10}{'exact-nash':>12}"
+          f"{'best main':>11}{'best nash':>11}")
+    for arm, points in results.items():
+        last = points[-1]
+        print(f"{arm:<12}{last.games:>10}{last.players:>9}{last.main:>10.4f}{last.nash:>10.4f}"
+              f"{last.nash_exact:>12.4f}{min(p.main for p in points):>11.4f}"
+              f"{np.nanmin([p.nash for p in points]):>11.4f}")
+    for name, points in psro.items():
+        if points:
+            print(f"OpenSpiel PSRO ({name}): {points[-1][1]:.4f} after {len(points)} iterations, "
+                  f"{points[-1][0]:.0f} s")
+    print(f"curve: {png}")
+    league = results.get("league") or next(iter(results.values()))
+    x = min(league[-1].main, league[-1].nash)
+    print(f"RESULT poker nashconv_{args.game.split('_')[0]}={x:.4f} ratio={x / TARGET:.2f} target=1.0")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
