@@ -237,7 +237,7 @@ class _UnrollWriter:
                     item = jax.tree_util.tree_map(lambda x, b=b: x[b], batch)
                     self._write_unroll(self._writer, self._table, item)
                 self.items_written += n
-                self._wait_until_sent(pending=n)
+                self._wait_until_sent(pending=0)
             except BaseException as e:  # surfaced by put()
                 self.error = e
                 return
@@ -265,7 +265,8 @@ class _UnrollWriter:
                 if stop.is_set():
                     return
 
-    def close(self, timeout: float = 10.0):
+    def close(self, timeout: float = 2.0):
+        """Stops writing; what the rate limiter still holds back after `timeout` is dropped."""
         self._closing.set()
         try:
             self._queue.put(None, timeout=timeout)

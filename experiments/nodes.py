@@ -271,9 +271,13 @@ class ActorGroup:
             actor.stop()
 
     def close(self) -> None:
-        """Stops the actors' refresh and writer threads."""
-        for actor in self.actors.values():
-            actor.close()
+        """Stops the actors' refresh and writer threads (all at once: each may wait briefly
+        for its last unrolls to be accepted)."""
+        threads = [threading.Thread(target=a.close, daemon=True) for a in self.actors.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
 
     def metrics(self) -> dict[str, dict]:
         return {i: a.metrics() for i, a in self.actors.items()}

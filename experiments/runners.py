@@ -233,7 +233,9 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
 
     p = plan(config)
     if not ray.is_initialized():
-        kwargs = dict(include_dashboard=False, logging_level="ERROR", log_to_driver=True)
+        # Few malloc arenas: the many threads of co-located nodes otherwise each keep their own.
+        kwargs = dict(include_dashboard=False, logging_level="ERROR", log_to_driver=True,
+                      runtime_env={"env_vars": {"MALLOC_ARENA_MAX": "2"}})
         if config.ray_address:
             ray.init(address=config.ray_address, **kwargs)
         else:
