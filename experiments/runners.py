@@ -149,6 +149,15 @@ def _start_dashboard(config: RunConfig):
     return url
 
 
+def _shut_down(steps, out) -> None:
+    """Runs every shutdown step even if an earlier one fails, so checkpoints get written."""
+    for what, step in steps:
+        try:
+            step()
+        except Exception as e:
+            print(f"warning: {what} failed ({type(e).__name__}: {e})", file=out, flush=True)
+
+
 def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, out=sys.stdout) -> Supervisor:
     """Every node in this process, each running on its own thread."""
     p = plan(config)
@@ -190,13 +199,18 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
         print(f"finishing: {reason}", file=out, flush=True)
         supervisor.report(time.time() - supervisor.started)
     finally:
-        for node in nodes:
-            node.stop()
-        for t in threads:
-            t.join(timeout=60)
-        actors.close()
-        group.close()
-        coordinator.close()
+        def stop_all():
+            for node in nodes:
+                node.stop()
+            for t in threads:
+                t.join(timeout=60)
+
+        _shut_down([
+            ("stopping the nodes", stop_all),
+            ("closing the actors", actors.close),
+            ("writing the learners' checkpoints", group.close),
+            ("writing the league's checkpoint", coordinator.close),
+        ], out)
         supervisor.close()
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
@@ -294,22 +308,22 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
         print(f"finishing: {reason}", file=out, flush=True)
         supervisor.report(time.time() - supervisor.started)
     finally:
-        for node in (actors, *evaluators, group):
-            try:
+        def stop_all():
+            for node in (actors, *evaluators, group):
                 ray.get(node.stop.remote(), timeout=30)
-            except Exception:
-                pass
-        try:
-            ray.wait(list(running), num_returns=len(running), timeout=60)
-            ray.get(actors.close.remote(), timeout=60)
-            ray.get(group.close.remote(), timeout=120)
-            ray.get(coordinator.close.remote(), timeout=60)
-        finally:
-            supervisor.close()
-            if previous is not None:
-                signal.signal(signal.SIGINT, previous)
-            if not config.ray_address:
-                ray.shutdown()
+
+        _shut_down([
+            ("stopping the nodes", stop_all),
+            ("waiting for the nodes", lambda: ray.wait(list(running), num_returns=len(running), timeout=60)),
+            ("closing the actors", lambda: ray.get(actors.close.remote(), timeout=60)),
+            ("writing the learners' checkpoints", lambda: ray.get(group.close.remote(), timeout=300)),
+            ("writing the league's checkpoint", lambda: ray.get(coordinator.close.remote(), timeout=60)),
+        ], out)
+        supervisor.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        if not config.ray_address:
+            ray.shutdown()
     print(f"checkpoints written to {config.run_dir}; rerun the same command to resume", file=out, flush=True)
     return supervisor
 
