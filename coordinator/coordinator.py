@@ -73,6 +73,9 @@ class Coordinator:
             self.league = League.from_state(state["league"])
             self._last_game_id = int(state["last_game_id"])
             self._catch_up()
+        import trueskill
+
+        self._trueskill_env = trueskill.TrueSkill(draw_probability=0.05)
         self._trueskill = meta.trueskill_ratings(
             [(g["home"], g["away"], g["outcome"]) for g in self.history.games()], list(self.league.players)
         )
@@ -152,7 +155,7 @@ class Coordinator:
     def _update_trueskill(self, home: str, away: str, outcome: str) -> None:
         import trueskill
 
-        env = trueskill.TrueSkill(draw_probability=0.05)
+        env = self._trueskill_env
         a = env.create_rating(*self._trueskill.get(home, (env.mu, env.sigma)))
         b = env.create_rating(*self._trueskill.get(away, (env.mu, env.sigma)))
         if home == away:

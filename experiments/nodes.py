@@ -98,6 +98,20 @@ class ParamsSource:
 # -- building games, networks and learners from a RunConfig ---------------------------
 
 
+def enable_compilation_cache() -> None:
+    """JAX's persistent compilation cache: restarts and co-running processes that compile the
+    same network and game load the executable instead of compiling it again."""
+    import jax
+
+    directory = os.environ.get("LEAGUE_JAX_CACHE", os.path.expanduser("~/.cache/league/jax"))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", directory)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    except Exception as e:  # a cache is an optimisation only
+        print(f"warning: no JAX compilation cache ({e})")
+
+
 def game_kwargs(config: RunConfig) -> dict:
     return {}
 
@@ -105,6 +119,7 @@ def game_kwargs(config: RunConfig) -> dict:
 def make_game(config: RunConfig, batch_size: int):
     from actors.games import make_batch_game
 
+    enable_compilation_cache()
     return make_batch_game(config.game, batch_size, **game_kwargs(config))
 
 
