@@ -48,6 +48,20 @@ def coordinator_config(config: RunConfig) -> CoordinatorConfig:
                              checkpoint_every_seconds=config.checkpoint_every_seconds)
 
 
+def per_learner_summary(metrics: dict) -> dict:
+    """The learner scalars kept in league.db: per-head figures (one per unit and head on SMAX)
+    are averaged over heads; TensorBoard keeps every one."""
+    summary, per_head = {}, {}
+    for name, value in metrics.items():
+        prefix, _, head = name.partition("/")
+        if head and prefix != "loss":
+            per_head.setdefault(prefix, []).append(value)
+        else:
+            summary[name] = value
+    summary.update({f"{prefix}_mean_over_heads": float(sum(v) / len(v)) for prefix, v in per_head.items()})
+    return summary
+
+
 class Supervisor:
     """The driver's loop: poll, record, print, stop."""
 
@@ -78,7 +92,7 @@ class Supervisor:
     def report(self, elapsed: float) -> dict:
         metrics = self.learner_metrics()
         for agent, values in metrics.items():
-            self.coordinator.record_learner_metrics(agent, values)
+            self.coordinator.record_learner_metrics(agent, per_learner_summary(values))
         self._write_tensorboard(metrics, int(elapsed))
         summary = self.coordinator.summary()
         updates = sum(m.get("updates_per_second", 0.0) for m in metrics.values())

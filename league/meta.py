@@ -54,10 +54,33 @@ def zero_sum_nash(payoff: np.ndarray) -> tuple[np.ndarray, float]:
     return x / x.sum(), float(result.x[-1])
 
 
+def _most_even_nash(payoff: np.ndarray, tolerance: float) -> np.ndarray | None:
+    """Among all Nash mixtures {x >= 0, sum x = 1, A x <= tol}, the most evenly spread one:
+    maximise sum_i min(x_i, 1/n). A league's meta-game has many ties (pairs never played
+    count 1/2), and a bare LP returns an arbitrary vertex (e.g. all weight on one player)."""
+    n = len(payoff)
+    # Variables (x_1..x_n, y_1..y_n); maximise sum y with y_i <= x_i, y_i <= 1/n.
+    c = np.concatenate([np.zeros(n), -np.ones(n)])
+    eye = np.eye(n)
+    a_ub = np.vstack([np.hstack([payoff, np.zeros((n, n))]), np.hstack([-eye, eye])])
+    b_ub = np.concatenate([np.full(n, tolerance), np.zeros(n)])
+    a_eq = np.concatenate([np.ones(n), np.zeros(n)])[None]
+    bounds = [(0.0, None)] * n + [(0.0, 1.0 / n)] * n
+    result = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs")
+    if not result.success:
+        return None
+    x = np.clip(result.x[:n], 0.0, None)
+    return x / x.sum()
+
+
+EVEN_NASH_MAX_PLAYERS = 300
+
+
 def nash_distribution(win_rate_matrix, tolerance: float = 1e-9, grow: int = 64) -> np.ndarray:
     """A Nash mixture of the symmetric zero-sum meta-game with payoff A = W - 1/2.
 
-    Solved by double oracle (McMahan et al. 2003) over exact LPs: solve the game
+    Up to 300 players: the most evenly spread Nash mixture (`_most_even_nash`). Beyond, or
+    if that LP fails, a Nash mixture by double oracle: solved by double oracle (McMahan et al. 2003) over exact LPs: solve the game
     restricted to a subset S of players, then add the players that best respond to its
     mixture; stop when no player gains more than `tolerance` against it. A symmetric
     zero-sum game has value 0, so max_a (A x)_a <= tolerance makes x a Nash mixture of
@@ -66,6 +89,10 @@ def nash_distribution(win_rate_matrix, tolerance: float = 1e-9, grow: int = 64) 
     w = _check_matrix(win_rate_matrix)
     payoff = w - 0.5
     n = len(payoff)
+    if n <= EVEN_NASH_MAX_PLAYERS:
+        even = _most_even_nash(payoff, 0.0)
+        if even is not None:
+            return even
     # Start from the strongest players on average: the likely support.
     subset = np.sort(np.argsort(-payoff.mean(axis=1), kind="stable")[: min(n, grow)])
     while True:

@@ -103,3 +103,11 @@ def test_nash_of_blotto_meta_game_is_unexploitable():
     allocs = [a for a in itertools.product(range(4), repeat=3) if sum(a) == 3]
     w = np.array([[0.5 + 0.5 * np.sign(sum(x > y for x, y in zip(a, b)) - sum(x < y for x, y in zip(a, b))) for b in allocs] for a in allocs])
     assert exploitability(w, nash_distribution(w)) == pytest.approx(0.0, abs=1e-7)
+
+
+def test_among_many_nash_mixtures_the_most_even_is_returned():
+    # Nobody has played anybody: every mixture is a Nash mixture; the league's is uniform.
+    np.testing.assert_allclose(nash_distribution(np.full((4, 4), 0.5)), [0.25] * 4, atol=1e-9)
+    # Two interchangeable strongest players (a tie between them) share the weight equally.
+    w = np.array([[0.5, 0.5, 0.9], [0.5, 0.5, 0.8], [0.1, 0.2, 0.5]])
+    np.testing.assert_allclose(nash_distribution(w), [0.5, 0.5, 0.0], atol=1e-7)
