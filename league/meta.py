@@ -56,16 +56,16 @@ def zero_sum_nash(payoff: np.ndarray) -> tuple[np.ndarray, float]:
 
 def _most_even_nash(payoff: np.ndarray, tolerance: float) -> np.ndarray | None:
     """Among all Nash mixtures {x >= 0, sum x = 1, A x <= tol}, the most evenly spread one:
-    maximise sum_i min(x_i, 1/n). A league's meta-game has many ties (pairs never played
-    count 1/2), and a bare LP returns an arbitrary vertex (e.g. all weight on one player)."""
+    the one whose largest weight is smallest. A league's meta-game has many ties (pairs
+    never played count 1/2), and a bare LP returns an arbitrary vertex of the Nash set
+    (e.g. all weight on one player)."""
     n = len(payoff)
-    # Variables (x_1..x_n, y_1..y_n); maximise sum y with y_i <= x_i, y_i <= 1/n.
-    c = np.concatenate([np.zeros(n), -np.ones(n)])
-    eye = np.eye(n)
-    a_ub = np.vstack([np.hstack([payoff, np.zeros((n, n))]), np.hstack([-eye, eye])])
+    # Variables (x_1..x_n, m); minimise m subject to x_i <= m.
+    c = np.concatenate([np.zeros(n), [1.0]])
+    a_ub = np.vstack([np.hstack([payoff, np.zeros((n, 1))]), np.hstack([np.eye(n), -np.ones((n, 1))])])
     b_ub = np.concatenate([np.full(n, tolerance), np.zeros(n)])
-    a_eq = np.concatenate([np.ones(n), np.zeros(n)])[None]
-    bounds = [(0.0, None)] * n + [(0.0, 1.0 / n)] * n
+    a_eq = np.concatenate([np.ones(n), [0.0]])[None]
+    bounds = [(0.0, None)] * n + [(0.0, 1.0)]
     result = scipy.optimize.linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=bounds, method="highs")
     if not result.success:
         return None

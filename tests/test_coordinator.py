@@ -103,7 +103,12 @@ def test_meta_game_is_published(tmp_path):
     coordinator, _ = make(tmp_path, races=("terran",))
     coordinator.report_results([{"home": "terran_main_agent_0", "away": "terran_main_exploiter_0", "outcome": "win"}] * 5)
     published = coordinator.publish_meta_game()
-    assert published["nash"]["terran_main_agent_0"] > 0.5
+    # The main exploiter is beaten; the main agent and the two (unplayed, so tied) league
+    # exploiters share the most even Nash mixture.
+    nash = published["nash"]
+    assert nash["terran_main_exploiter_0"] == pytest.approx(0.0, abs=1e-7)
+    for agent in ("terran_main_agent_0", "terran_league_exploiter_0", "terran_league_exploiter_1"):
+        assert nash[agent] == pytest.approx(1 / 3, abs=1e-6)
     history = LeagueHistory(str(tmp_path), readonly=True)
     _, players, wins, _ = history.latest_payoff()
     assert wins[players.index("terran_main_agent_0"), players.index("terran_main_exploiter_0")] == pytest.approx(sum(0.99**k for k in range(5)), rel=1e-5)
