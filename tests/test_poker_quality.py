@@ -5,13 +5,13 @@ trained for TRAIN_MINUTES; then the exact NashConv (OpenSpiel) of the league's N
 of the main agent must be clearly below the uniform policy's (11/12 = 0.9167).
 
 Measured on this machine (2 shared cores, ~1,200 games/s; runs of 1.5-2 minutes, seeds 0):
-the initial networks are ~0.89; after 1-2 minutes the league's Nash mixture is 0.56-0.69 and
+the initial networks are ~0.89; after 1.5-4 minutes the league's Nash mixture is 0.51-0.69 and
 the main agent 0.667-0.672, in every run so far (default outcome reward or chip reward,
 learning rate 3e-4 or 1e-3). 0.667 is exactly the NashConv of "always bet / always call":
 the league currently collapses to it (see benchmarks/poker_quality.py and the quality report),
 so the bound below (MARGIN: 0.75, i.e. 0.17 under uniform and 0.08 above the plateau) says
 "learnt something" and catches a broken pipeline (a league that stays at its initial ~0.89),
-not "plays well". The issue's real bar (< 0.5 after minutes; Kuhn < 0.01 in 10 minutes) is
+not "plays well" (the whole test: ~100 s here). The issue's real bar (< 0.5 after minutes; Kuhn < 0.01 in 10 minutes) is
 kept as an expected failure until the learning problem is fixed.
 """
 
@@ -26,7 +26,7 @@ from experiments.config import RunConfig, prepare_run_dir
 
 UNIFORM_KUHN = 11 / 12
 TRAIN_MINUTES = 1.5
-MARGIN = 0.75        # must hold: measured 0.56-0.69 (see the module docstring)
+MARGIN = 0.75        # must hold: measured 0.51-0.69 (see the module docstring)
 ISSUE_BAR = 0.5      # the bar the issue asks for; not reached yet
 
 
