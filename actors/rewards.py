@@ -32,6 +32,7 @@ import dataclasses
 import importlib.util
 import inspect
 import os
+import sys
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -56,6 +57,14 @@ def outcome_reward(batch: Mapping[str, np.ndarray], contiguous: bool) -> np.ndar
     """The default: the game outcome +1 / 0 / -1 on the final step, 0 elsewhere (AlphaStar)."""
     del contiguous
     return np.where(np.asarray(batch["done"], bool), np.asarray(batch["outcome"], np.float32), 0.0)
+
+
+def game_reward(batch: Mapping[str, np.ndarray], contiguous: bool) -> np.ndarray:
+    """The game's own zero-sum payoff (poker: chips won or lost), where a win/loss outcome
+    would make bet sizes irrelevant: the reward under which poker's Nash equilibrium is the
+    one OpenSpiel's NashConv measures."""
+    del contiguous
+    return np.asarray(batch["reward"], np.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +206,8 @@ def load_reward_plugin(path_or_name: str | None, spec: GameSpec | None = None,
     """
     if path_or_name in (None, "", "outcome"):
         fn, source = outcome_reward, "outcome (built-in)"
+    elif path_or_name == "game":
+        fn, source = game_reward, "game payoff (built-in)"
     elif path_or_name == "openai_five":
         fn, source = OpenAIFiveReward(), "openai_five (built-in)"
     else:
@@ -216,6 +227,7 @@ def _load_file(path: str) -> RewardFn:
         if module_spec is None or module_spec.loader is None:
             raise ImportError("not a Python source file")
         module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module  # so that a plug-in may define dataclasses
         module_spec.loader.exec_module(module)
     except Exception as e:  # noqa: BLE001 -- any import failure is the plug-in's problem
         raise RewardPluginError(path, f"cannot be loaded: {type(e).__name__}: {e}") from e

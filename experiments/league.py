@@ -72,6 +72,7 @@ _MORE_HELP = {
     "meta_game_every_seconds": "Seconds between writing payoff, Nash distribution and ratings to league.db.",
     "checkpoint_every_seconds": "Seconds between league-state checkpoints (besides after every snapshot/reset).",
     "main_agents_per_race": "Main agents per race (AlphaStar: 1).",
+    "entropy_cost": "Weight of the entropy bonus (default: 0.1 for poker, 0.01 otherwise).",
 }
 
 
@@ -81,7 +82,8 @@ def define_remaining_flags() -> None:
         if field.name in FLAGS or field.name in ("races", "run_dir"):
             continue
         default = getattr(_DEFAULTS, field.name)
-        define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool}.get(type(default), flags.DEFINE_string)
+        kind = type(default) if default is not None else {"entropy_cost": float}.get(field.name, str)
+        define = {int: flags.DEFINE_integer, float: flags.DEFINE_float, bool: flags.DEFINE_bool}.get(kind, flags.DEFINE_string)
         define(field.name, default, _MORE_HELP.get(field.name, f"RunConfig.{field.name} (experiments/config.py)."))
 
 

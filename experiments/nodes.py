@@ -15,6 +15,7 @@ either look like a plain object.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -149,6 +150,7 @@ class LearnerGroup:
         from actors.actor import example_unroll
         from agents.trajectory import reverb_signature
         from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+        from learners.losses import LossConfig
 
         self.config = config
         self.agent_ids = list(agent_ids)
@@ -164,7 +166,8 @@ class LearnerGroup:
                                   min_size_to_sample=config.learner_batch_size)
             learner_configs[agent] = LearnerConfig(
                 batch_size=config.learner_batch_size, unroll_length=config.unroll_length,
-                learning_rate=config.learning_rate, replay=replay)
+                learning_rate=config.learning_rate, replay=replay,
+                loss=dataclasses.replace(LossConfig(), entropy_weight=config.entropy))
             tables.append(make_table(replay, reverb_signature(example), config.learner_batch_size))
         self._server = reverb.Server(tables, port=None)
         self._address = f"localhost:{self._server.port}"
@@ -257,7 +260,7 @@ class ActorGroup:
             actor_config = ActorConfig(unroll_length=config.unroll_length,
                                        episodes_per_match=config.episodes_per_match,
                                        refresh_seconds=config.param_refresh_seconds,
-                                       reward_plugin=config.reward_plugin,
+                                       reward_plugin=config.reward,
                                        seed=config.seed * 7919 + index)
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
                                           reverb_addresses[agent_id], agent_id, actor_config)

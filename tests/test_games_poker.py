@@ -84,29 +84,45 @@ def test_pool_follows_openspiel(game_name):
     rng = np.random.default_rng(1)
     ts = pool.reset(seed=3)
     finished = 0
+    seats_seen = set()
     for _ in range(60):
         states_before = [s.clone() for s in pool.states]
+        seats = pool.seats.copy()  # the OpenSpiel player side 0 plays, per game
+        seats_seen.update(seats.tolist())
         for side in range(2):
             pool.spec.side(side).check_observation(ts.observations[side], (batch,))
         for i, state in enumerate(states_before):
             p = state.current_player()
-            obs = ts.observations[p]
-            assert obs["acting"][i] and not ts.observations[1 - p]["acting"][i]
+            side = p ^ int(seats[i])
+            obs = ts.observations[side]
+            assert obs["acting"][i] and not ts.observations[1 - side]["acting"][i]
             np.testing.assert_array_equal(obs["info_state"][i], state.information_state_tensor(p))
             assert np.flatnonzero(obs[MASK_KEY]["action"][i]).tolist() == state.legal_actions()
         actions = random_legal_actions(rng, pool.spec, ts.observations)
         ts = pool.step(actions)
         np.testing.assert_array_equal(ts.rewards[:, 0], -ts.rewards[:, 1])
         for i, state in enumerate(states_before):
-            state.apply_action(int(actions[state.current_player()]["action"][i]))
+            seat = int(seats[i])
+            state.apply_action(int(actions[state.current_player() ^ seat]["action"][i]))
             assert ts.done[i] == (state.is_terminal() and not state.is_chance_node())
             if ts.done[i]:
                 finished += 1
-                np.testing.assert_allclose(ts.rewards[i], state.returns())
-                assert ts.outcome[i] == np.sign(state.returns()[0])
+                returns = state.returns()
+                np.testing.assert_allclose(ts.rewards[i], [returns[seat], returns[1 - seat]])
+                assert ts.outcome[i] == np.sign(returns[seat])
             else:
                 assert ts.rewards[i].tolist() == [0.0, 0.0]
     assert finished > batch
+    assert seats_seen == {0, 1}  # side 0 plays both OpenSpiel players
+
+
+def test_pool_without_random_seats_keeps_side_0_as_player_0():
+    pool = poker.OpenSpielPool("kuhn_poker", 8, random_seats=False)
+    pool.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        pool.step(random_legal_actions(rng, pool.spec, pool._observations()))
+        assert not pool.seats.any()
 
 
 def test_pool_rejects_illegal_actions():

@@ -67,9 +67,10 @@ def play_and_record(game_name, network, params_agent, params_opponent, steps):
         actions = (out[0], out[1])
         for i, state in enumerate(game.states):
             player = state.current_player()
-            a = int(actions[player].game["action"][i])
-            prob = float(np.exp(actions[player].log_probs["action"][i]))
-            decisions.append((player, state.information_state_string(player), a, prob))
+            side = player ^ int(game.seats[i])  # the pool deals seats at random
+            a = int(actions[side].game["action"][i])
+            prob = float(np.exp(actions[side].log_probs["action"][i]))
+            decisions.append((side, state.information_state_string(player), a, prob))
         return out
 
     actor._policy = spy
@@ -97,10 +98,10 @@ def test_tabular_policy_is_what_the_actor_plays(game_name, steps):
     blind = [poker_policy.network_policy(
         game, network, p, check_tolerance=1.0,
         step_fn=lambda prm, obs, st, first: step(prm, obs, st, np.ones_like(first))) for p in (pa, pb)]
-    for player, key, action, prob in decisions:
-        index = tables[player].state_lookup[key]
-        errors.append(abs(tables[player].action_probability_array[index, action] - prob))
-        memoryless_errors.append(abs(blind[player].action_probability_array[index, action] - prob))
+    for side, key, action, prob in decisions:  # tables[side]: the policy of side's parameters
+        index = tables[side].state_lookup[key]
+        errors.append(abs(tables[side].action_probability_array[index, action] - prob))
+        memoryless_errors.append(abs(blind[side].action_probability_array[index, action] - prob))
     assert len(decisions) >= steps * 8
     assert max(errors) < 2e-5, max(errors)
     assert max(memoryless_errors) > 1e-3

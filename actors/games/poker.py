@@ -79,7 +79,7 @@ def observe(state: pyspiel.State, player: int, num_actions: int, dim: int) -> di
 class OpenSpielPool:
     """A pool of `batch_size` OpenSpiel games stepped together (protocol: actors/games/base.py)."""
 
-    def __init__(self, game_name: str, batch_size: int):
+    def __init__(self, game_name: str, batch_size: int, random_seats: bool = True):
         self.game = load_game(game_name)
         self.batch_size = int(batch_size)
         self.spec = make_spec(self.game)
@@ -87,9 +87,16 @@ class OpenSpielPool:
         self._dim = int(np.prod(self.game.information_state_tensor_shape()))
         self._rng = np.random.default_rng(0)
         self.states: list[pyspiel.State] = []
+        # seats[i]: the OpenSpiel player that side 0 plays in game i (side 1 plays the other).
+        # Dealt at random per game, so that a learner on side 0 learns both players' decisions.
+        self.random_seats = random_seats
+        self.seats = np.zeros(self.batch_size, np.int64)
 
     def _new_state(self) -> pyspiel.State:
         return self._resolve_chance(self.game.new_initial_state())
+
+    def _deal_seat(self, i: int) -> None:
+        self.seats[i] = self._rng.integers(2) if self.random_seats else 0
 
     def _resolve_chance(self, state: pyspiel.State) -> pyspiel.State:
         while state.is_chance_node():
@@ -99,14 +106,17 @@ class OpenSpielPool:
 
     def _observations(self):
         per_side = []
-        for player in range(2):
-            obs = [observe(s, player, self._num_actions, self._dim) for s in self.states]
+        for side in range(2):
+            obs = [observe(s, int(seat) ^ side, self._num_actions, self._dim)
+                   for s, seat in zip(self.states, self.seats)]
             per_side.append(stack(obs))
         return tuple(per_side)
 
     def reset(self, seed: int) -> TimeStep:
         self._rng = np.random.default_rng(seed)
         self.states = [self._new_state() for _ in range(self.batch_size)]
+        for i in range(self.batch_size):
+            self._deal_seat(i)
         b = self.batch_size
         return TimeStep(self._observations(), np.zeros((b, 2), np.float32), np.zeros(b, bool),
                         np.zeros(b, np.int8), {"payoff": np.zeros((b, 2), np.float32)})
@@ -118,16 +128,19 @@ class OpenSpielPool:
         done = np.zeros(b, bool)
         for i, state in enumerate(self.states):
             player = state.current_player()
-            action = int(actions[player][ACTION_HEAD][i])
+            seat = int(self.seats[i])
+            action = int(actions[player ^ seat][ACTION_HEAD][i])
             if action not in state.legal_actions(player):
                 raise ValueError(f"game {i}: action {action} is illegal for player {player} "
                                  f"(legal {state.legal_actions(player)}) in history {state.history()}")
             state.apply_action(action)
             self._resolve_chance(state)
             if state.is_terminal():
-                payoff[i] = state.returns()
+                returns = state.returns()
+                payoff[i] = (returns[seat], returns[1 - seat])
                 done[i] = True
                 self.states[i] = self._new_state()
+                self._deal_seat(i)
         outcome = np.sign(payoff[:, 0]).astype(np.int8)
         return TimeStep(self._observations(), payoff.copy(), done, outcome, {"payoff": payoff})
 
