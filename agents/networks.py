@@ -125,7 +125,46 @@ class _ReferenceModule(hk.Module):
         return self._outputs(core_out, mask, opponent_obs_seq, 2), state
 
 
-class ReferenceNetwork:
+class RecurrentNetwork:
+    """What every network here shares: an LSTM core state, and parameters initialised from
+    one unbatched example observation. Subclasses set `config` (with `value_uses_opponent`),
+    `core_size` and `_transformed` (a haiku multi-transform whose init takes
+    (obs, first, state, opponent_obs))."""
+
+    config: Any
+    core_size: int
+    _transformed: Any
+
+    def initial_state(self, batch: int) -> hk.LSTMState:
+        size = self.core_size
+        return hk.LSTMState(hidden=jnp.zeros((batch, size), jnp.float32),
+                            cell=jnp.zeros((batch, size), jnp.float32))
+
+    def initial_state_unbatched(self) -> hk.LSTMState:
+        """The initial core state of one game (no batch axis), e.g. for `zeros_unroll`."""
+        return jax.tree_util.tree_map(lambda x: x[0], self.initial_state(1))
+
+    def init(self, rng: Array, example_observation: PyTree,
+             example_opponent_observation: PyTree = None, *,
+             opponent_observation: PyTree = None) -> PyTree:
+        """Parameters from an unbatched example observation (and opponent observation;
+        `opponent_observation=` is an alias)."""
+        if example_opponent_observation is None:
+            example_opponent_observation = opponent_observation
+
+        def add_axes(x):
+            return jnp.asarray(x)[None, None]
+
+        obs = jax.tree_util.tree_map(add_axes, example_observation)
+        opp = None
+        if self.config.value_uses_opponent:
+            opp = jax.tree_util.tree_map(
+                add_axes, example_observation if example_opponent_observation is None
+                else example_opponent_observation)
+        return self._transformed.init(rng, obs, jnp.zeros((1, 1), bool), self.initial_state(1), opp)
+
+
+class ReferenceNetwork(RecurrentNetwork):
     """MLP -> LSTM -> policy logits per head + value; see the module docstring for the API.
 
     All methods are pure functions of their arguments (safe to `jax.jit`); the object only
@@ -145,32 +184,9 @@ class ReferenceNetwork:
 
         self._transformed = hk.without_apply_rng(hk.multi_transform(build))
 
-    def initial_state(self, batch: int) -> hk.LSTMState:
-        size = self.config.lstm_size
-        return hk.LSTMState(hidden=jnp.zeros((batch, size), jnp.float32),
-                            cell=jnp.zeros((batch, size), jnp.float32))
-
-    def initial_state_unbatched(self) -> hk.LSTMState:
-        """The initial core state of one game (no batch axis), e.g. for `zeros_unroll`."""
-        return jax.tree_util.tree_map(lambda x: x[0], self.initial_state(1))
-
-    def init(self, rng: Array, example_observation: PyTree,
-             example_opponent_observation: PyTree = None, *,
-             opponent_observation: PyTree = None) -> PyTree:
-        """Parameters from an unbatched example observation (and opponent observation;
-        `opponent_observation=` is an alias)."""
-        if example_opponent_observation is None:
-            example_opponent_observation = opponent_observation
-        def add_axes(x):
-            return jnp.asarray(x)[None, None]
-
-        obs = jax.tree_util.tree_map(add_axes, example_observation)
-        opp = None
-        if self.config.value_uses_opponent:
-            opp = jax.tree_util.tree_map(
-                add_axes, example_observation if example_opponent_observation is None
-                else example_opponent_observation)
-        return self._transformed.init(rng, obs, jnp.zeros((1, 1), bool), self.initial_state(1), opp)
+    @property
+    def core_size(self) -> int:
+        return self.config.lstm_size
 
     def step(self, params, obs, state, first=None, opponent_obs=None):
         return self._transformed.apply[0](params, obs, state, first, opponent_obs)

@@ -52,7 +52,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents.networks import MASK_KEY, MASKED_LOGIT, AgentOutput
+from agents.networks import MASK_KEY, MASKED_LOGIT, AgentOutput, RecurrentNetwork
 
 Array = Any
 PyTree = Any
@@ -296,7 +296,7 @@ def _log_prob(logits, action) -> Array:
     return jnp.take_along_axis(jax.nn.log_softmax(logits), action[..., None], axis=-1)[..., 0]
 
 
-class UnitNetwork:
+class UnitNetwork(RecurrentNetwork):
     """See the module docstring. All methods are pure functions of their arguments (safe to
     `jax.jit`); the object holds only the configuration."""
 
@@ -318,31 +318,9 @@ class UnitNetwork:
     def head_names(self) -> list[str]:
         return self.config.head_names()
 
-    def initial_state(self, batch: int) -> hk.LSTMState:
-        size = self.config.core_size
-        return hk.LSTMState(hidden=jnp.zeros((batch, size), jnp.float32),
-                            cell=jnp.zeros((batch, size), jnp.float32))
-
-    def initial_state_unbatched(self) -> hk.LSTMState:
-        """The initial core state of one game (no batch axis), e.g. for `zeros_unroll`."""
-        return jax.tree_util.tree_map(lambda x: x[0], self.initial_state(1))
-
-    def init(self, rng: Array, example_observation: PyTree,
-             example_opponent_observation: PyTree = None, *,
-             opponent_observation: PyTree = None) -> PyTree:
-        """Parameters from an unbatched example observation (and opponent observation)."""
-        if example_opponent_observation is None:
-            example_opponent_observation = opponent_observation
-        def add_axes(x):
-            return jnp.asarray(x)[None, None]
-
-        obs = jax.tree_util.tree_map(add_axes, example_observation)
-        opp = None
-        if self.config.value_uses_opponent:
-            opp = jax.tree_util.tree_map(
-                add_axes, example_observation if example_opponent_observation is None
-                else example_opponent_observation)
-        return self._transformed.init(rng, obs, jnp.zeros((1, 1), bool), self.initial_state(1), opp)
+    @property
+    def core_size(self) -> int:
+        return self.config.core_size
 
     def _output(self, logits, value) -> AgentOutput:
         if self.config.split_units:
