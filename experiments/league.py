@@ -72,6 +72,7 @@ _MORE_HELP = {
     "meta_game_every_seconds": "Seconds between writing payoff, Nash distribution and ratings to league.db.",
     "checkpoint_every_seconds": "Seconds between league-state checkpoints (besides after every snapshot/reset).",
     "main_agents_per_race": "Main agents per race (AlphaStar: 1).",
+    "learner_sampler": "How learners read Reverb: 'client' (a sampling thread; less memory for co-located learners) or 'dataset' (a TF TrajectoryDataset).",
     "entropy_cost": "Weight of the entropy bonus (default: 0.1 for poker, 0.01 otherwise).",
 }
 

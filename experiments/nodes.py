@@ -166,7 +166,7 @@ class LearnerGroup:
                                   min_size_to_sample=config.learner_batch_size)
             learner_configs[agent] = LearnerConfig(
                 batch_size=config.learner_batch_size, unroll_length=config.unroll_length,
-                learning_rate=config.learning_rate, replay=replay,
+                learning_rate=config.learning_rate, replay=replay, sampler=config.learner_sampler,
                 loss=dataclasses.replace(LossConfig(), entropy_weight=config.entropy))
             tables.append(make_table(replay, reverb_signature(example), config.learner_batch_size))
         self._server = reverb.Server(tables, port=None)
