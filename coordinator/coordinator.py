@@ -73,9 +73,6 @@ class Coordinator:
             self.league = League.from_state(state["league"])
             self._last_game_id = int(state["last_game_id"])
             self._catch_up()
-        import trueskill
-
-        self._trueskill_env = trueskill.TrueSkill(draw_probability=0.05)
         self._trueskill = meta.trueskill_ratings(
             [(g["home"], g["away"], g["outcome"]) for g in self.history.games()], list(self.league.players)
         )
@@ -99,6 +96,9 @@ class Coordinator:
             self._last_game_id = game["id"]
 
     def _save_state(self) -> None:
+        # Every game up to the newest row is in the payoff (recorded under the same lock);
+        # a restart replays only the rows after it.
+        self._last_game_id = max(self._last_game_id, self.history.last_game_id())
         self.history.save_league_state({"league": self.league.state(), "last_game_id": self._last_game_id})
 
     # -- the RPC surface -------------------------------------------------------
@@ -146,25 +146,10 @@ class Coordinator:
                     raise ValueError(f"unknown outcome {r['outcome']!r}; allowed: {', '.join(OUTCOMES)}")
             for r in results:
                 self.league.record_result(r["home"], r["away"], r["outcome"])
-                self._update_trueskill(r["home"], r["away"], r["outcome"])
+                meta.trueskill_update(self._trueskill, r["home"], r["away"], r["outcome"])
             self.history.add_games(results)
             self._games_since_start += len(results)
-            self._last_game_id = self.history.game_count()
         return len(results)
-
-    def _update_trueskill(self, home: str, away: str, outcome: str) -> None:
-        import trueskill
-
-        env = self._trueskill_env
-        a = env.create_rating(*self._trueskill.get(home, (env.mu, env.sigma)))
-        b = env.create_rating(*self._trueskill.get(away, (env.mu, env.sigma)))
-        if home == away:
-            return
-        if outcome == "loss":
-            b, a = trueskill.rate_1vs1(b, a, env=env)
-        else:
-            a, b = trueskill.rate_1vs1(a, b, drawn=outcome == "draw", env=env)
-        self._trueskill[home], self._trueskill[away] = (a.mu, a.sigma), (b.mu, b.sigma)
 
     def poll(self) -> list[dict]:
         """Asks every learner for its steps and carries out the league's snapshot/reset decisions."""

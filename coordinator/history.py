@@ -231,6 +231,9 @@ class LeagueHistory:
         keys = ("id", "time", "home", "away", "outcome", "length", "branch", "source", "actor_id")
         return [dict(zip(keys, r)) for r in rows]
 
+    def last_game_id(self) -> int:
+        return self._read("SELECT coalesce(max(id), 0) FROM games")[0][0]
+
     def game_count(self) -> int:
         return self._read("SELECT count(*) FROM games")[0][0]
 

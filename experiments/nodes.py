@@ -113,15 +113,11 @@ def enable_compilation_cache() -> None:
         print(f"warning: no JAX compilation cache ({e})")
 
 
-def game_kwargs(config: RunConfig) -> dict:
-    return {}
-
-
 def make_game(config: RunConfig, batch_size: int):
     from actors.games import make_batch_game
 
     enable_compilation_cache()
-    return make_batch_game(config.game, batch_size, **game_kwargs(config))
+    return make_batch_game(config.game, batch_size)
 
 
 def make_network(config: RunConfig, spec):

@@ -167,24 +167,37 @@ def elo_win_probability(rating_a, rating_b):
     return 1.0 / (1.0 + 10.0 ** ((np.asarray(rating_b) - np.asarray(rating_a)) / 400.0))
 
 
-def trueskill_ratings(
-    games: Iterable[tuple[str, str, str]], players: Sequence[str] | None = None
-) -> dict[str, tuple[float, float]]:
-    """(mu, sigma) per player after replaying `games` (home, away, outcome) in order."""
+_TRUESKILL_ENV = None
+
+
+def trueskill_update(ratings: dict, home: str, away: str, outcome: str) -> None:
+    """Updates `ratings` (player -> (mu, sigma); a new player starts at the default rating)
+    with one game, `outcome` from home's side (TrueSkill, Herbrich et al. 2006)."""
+    global _TRUESKILL_ENV
     import trueskill
 
-    env = trueskill.TrueSkill(draw_probability=0.05)
-    ratings = {p: env.create_rating() for p in (players or ())}
-    for home, away, outcome in games:
-        if outcome not in ("win", "draw", "loss"):
-            raise ValueError(f"unknown outcome {outcome!r}; allowed: win, draw, loss")
-        a = ratings.setdefault(home, env.create_rating())
-        b = ratings.setdefault(away, env.create_rating())
-        if home == away:
-            continue
+    if outcome not in ("win", "draw", "loss"):
+        raise ValueError(f"unknown outcome {outcome!r}; allowed: win, draw, loss")
+    if _TRUESKILL_ENV is None:
+        _TRUESKILL_ENV = trueskill.TrueSkill(draw_probability=0.05)
+    env = _TRUESKILL_ENV
+    a = env.create_rating(*ratings.get(home, (env.mu, env.sigma)))
+    b = env.create_rating(*ratings.get(away, (env.mu, env.sigma)))
+    if home != away:
         if outcome == "loss":
             b, a = trueskill.rate_1vs1(b, a, env=env)
         else:
             a, b = trueskill.rate_1vs1(a, b, drawn=outcome == "draw", env=env)
-        ratings[home], ratings[away] = a, b
-    return {p: (r.mu, r.sigma) for p, r in ratings.items()}
+    ratings[home], ratings[away] = (a.mu, a.sigma), (b.mu, b.sigma)
+
+
+def trueskill_ratings(
+    games: Iterable[tuple[str, str, str]], players: Sequence[str] | None = None
+) -> dict[str, tuple[float, float]]:
+    """(mu, sigma) per player after replaying `games` (home, away, outcome) in order."""
+    ratings: dict[str, tuple[float, float]] = {}
+    for p in players or ():
+        ratings.setdefault(p, (25.0, 25.0 / 3))
+    for home, away, outcome in games:
+        trueskill_update(ratings, home, away, outcome)
+    return ratings
