@@ -29,7 +29,8 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
   A background thread hands whole unrolls to Reverb (one `append` per unroll).
 - Results. Every finished game is reported exactly once, after the unroll it finished in:
   `match_source.report_results([{"home", "away", "outcome": "win"|"draw"|"loss" (home's view),
-  "length", "actor_id", "branch"}])`.
+  "score" (the sum of the game's own rewards to home: chips in poker, the outcome in SMAX),
+  "length", "actor_id", "branch"}])`. The coordinator's meta-game is built on the scores.
 - Parameters. A background thread asks `params_source.latest_params(agent_id,
   min_version=version + 1)` every `refresh_seconds` (AlphaStar: 10 s), puts new parameters on
   the device and the loop swaps them in between two steps (two unrolls for fused games): play
@@ -362,6 +363,7 @@ class Actor:
         self._carry = None             # the overlapping step [1, B, ...], on the host
         self._carry_state = self._state0
         self._lengths = np.zeros(self._batch, np.int64)
+        self._scores = np.zeros(self._batch, np.float64)  # each game's payoff to side 0 so far
         with self._lock:
             self._m["matches"] += 1
             self._m["games_abandoned"] += abandoned
@@ -453,14 +455,18 @@ class Actor:
         results = []
         branch = self._match.get("branch", "")
         opponent = str(self._match["opponent_id"])
+        game_rewards = np.asarray(fields["rewards"])[..., 0]  # [B, T'] the game's own, side 0
         for t in range(done.shape[1]):
             self._lengths += 1
+            self._scores += game_rewards[:, t]
             for b in np.flatnonzero(done[:, t]):
                 results.append({"home": self.agent_id, "away": opponent,
                                 "outcome": OUTCOME_NAMES[int(np.sign(outcome[b, t]))],
+                                "score": float(self._scores[b]),
                                 "length": int(self._lengths[b]), "actor_id": self.actor_id,
                                 "branch": branch})
             self._lengths[done[:, t]] = 0
+            self._scores[done[:, t]] = 0.0
         self._match_episodes += len(results)
         with self._lock:
             self._m["episodes"] += len(results)

@@ -62,7 +62,8 @@ class Evaluator:
         """Plays `num_games` games of `player_a` (side 0) against `player_b` (side 1).
 
         Returns the games' results, `num_games` dicts {"home": player_a, "away": player_b,
-        "outcome": "win"|"draw"|"loss" (home's view), "length", "actor_id", "branch"}, the
+        "outcome": "win"|"draw"|"loss" (home's view), "score" (the game's payoff to home),
+        "length", "actor_id", "branch"}, the
         format of the actors' reports; they are also reported to the result sink if any."""
         if num_games < 1:
             raise ValueError("num_games must be >= 1")
@@ -79,6 +80,7 @@ class Evaluator:
         quota = np.full(batch, num_games // batch) + (np.arange(batch) < num_games % batch)
         played = np.zeros(batch, np.int64)
         lengths = np.zeros(batch, np.int64)
+        scores = np.zeros(batch, np.float64)  # each game's payoff to player_a so far
         first = np.ones(batch, bool)
         state_a = self.network.initial_state(batch)
         state_b = self.network.initial_state(batch)
@@ -95,14 +97,17 @@ class Evaluator:
             done = np.asarray(timestep.done, bool)
             outcome = np.asarray(timestep.outcome)
             lengths += 1
+            scores += np.asarray(timestep.rewards, np.float64)[:, 0]
             steps += 1
             for i in np.flatnonzero(done & (played < quota)):
                 results.append({"home": player_a, "away": player_b,
                                 "outcome": OUTCOME_NAMES[int(np.sign(outcome[i]))],
+                                "score": float(scores[i]),
                                 "length": int(lengths[i]), "actor_id": self.evaluator_id,
                                 "branch": self.config.branch})
             played += done
             lengths[done] = 0
+            scores[done] = 0.0
         if self.result_sink is not None:
             self.result_sink.report_results(results)
         with self._lock:

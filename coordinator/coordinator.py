@@ -92,7 +92,7 @@ class Coordinator:
                 self.league.apply(AddSnapshot(row["parent"], row["player_id"], row["step"], row["wall_time"], "resumed"))
         for game in self.history.games(since_id=self._last_game_id):
             if game["home"] in self.league.players and game["away"] in self.league.players:
-                self.league.record_result(game["home"], game["away"], game["outcome"])
+                self.league.record_result(game["home"], game["away"], game["outcome"], game["score"])
             self._last_game_id = game["id"]
 
     def _save_state(self) -> None:
@@ -137,15 +137,21 @@ class Coordinator:
         }
 
     def report_results(self, results: Sequence[Mapping]) -> int:
-        """Game results from actors and evaluators: {"home", "away", "outcome", ...}."""
+        """Game results from actors and evaluators: {"home", "away", "outcome", optional
+        "score" (what the game paid home, e.g. chips), ...}. A malformed batch is refused whole."""
         with self._lock:
             for r in results:
                 for key in ("home", "away"):
                     self.league.player(r[key])
                 if r["outcome"] not in OUTCOMES:
                     raise ValueError(f"unknown outcome {r['outcome']!r}; allowed: {', '.join(OUTCOMES)}")
+                score = r.get("score")
+                if score is not None and not np.isfinite(float(score)):
+                    raise ValueError(f"game {r['home']} vs {r['away']} reported score {score}; the game "
+                                     "returned a non-finite payoff (check the game or reward plug-in); "
+                                     "nothing of this batch was recorded")
             for r in results:
-                self.league.record_result(r["home"], r["away"], r["outcome"])
+                self.league.record_result(r["home"], r["away"], r["outcome"], r.get("score"))
                 meta.trueskill_update(self._trueskill, r["home"], r["away"], r["outcome"])
             self.history.add_games(results)
             self._games_since_start += len(results)
@@ -215,12 +221,12 @@ class Coordinator:
         with self._lock:
             ids = list(self.league.players)
             wins, draws, _ = self.league.payoff.count_matrices(ids)
-            win_rates = self.league.payoff.win_rate_matrix(ids)
+            scores = self.league.payoff.score_matrix(ids)
             trueskill = dict(self._trueskill)
         now = self._clock()
-        nash = meta.nash_distribution(win_rates)
+        nash = meta.nash_distribution(meta.scores_as_win_rates(scores))
         elo = meta.elo_ratings(wins, draws)
-        self.history.add_payoff_snapshot(ids, wins, draws, now)
+        self.history.add_payoff_snapshot(ids, wins, draws, now, scores=scores)
         self.history.add_nash(dict(zip(ids, nash)), now)
         self.history.add_ratings(
             {p: (elo[i], *trueskill.get(p, (25.0, 25.0 / 3))) for i, p in enumerate(ids)}, now

@@ -42,12 +42,12 @@ CREATE TABLE IF NOT EXISTS players(player_id TEXT PRIMARY KEY, role TEXT NOT NUL
     parent TEXT, step INTEGER NOT NULL, wall_time REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS games(id INTEGER PRIMARY KEY, time REAL NOT NULL, home TEXT NOT NULL,
     away TEXT NOT NULL, outcome TEXT NOT NULL CHECK (outcome IN ('win', 'draw', 'loss')),
-    length INTEGER, branch TEXT, source TEXT, actor_id TEXT);
+    length INTEGER, branch TEXT, source TEXT, actor_id TEXT, score REAL);
 CREATE INDEX IF NOT EXISTS games_pair ON games(home, away);
 CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, time REAL NOT NULL, kind TEXT NOT NULL,
     agent_id TEXT NOT NULL, player_id TEXT, step INTEGER, reason TEXT);
 CREATE TABLE IF NOT EXISTS payoff_snapshots(id INTEGER PRIMARY KEY, time REAL NOT NULL,
-    players TEXT NOT NULL, wins BLOB NOT NULL, draws BLOB NOT NULL);
+    players TEXT NOT NULL, wins BLOB NOT NULL, draws BLOB NOT NULL, scores BLOB);
 CREATE TABLE IF NOT EXISTS nash(id INTEGER PRIMARY KEY, time REAL NOT NULL, player_id TEXT NOT NULL,
     weight REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS nash_time ON nash(time);
@@ -122,8 +122,16 @@ class LeagueHistory:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
+            self._add_missing_columns()
             self._db.commit()
         self._lock = threading.Lock()
+
+    def _add_missing_columns(self) -> None:
+        """Histories written before a column existed get it (NULL in old rows)."""
+        for table, column, kind in (("games", "score", "REAL"), ("payoff_snapshots", "scores", "BLOB")):
+            columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
+            if column not in columns:
+                self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         with self._lock:
@@ -154,10 +162,11 @@ class LeagueHistory:
     def add_games(self, results: Iterable[Mapping]) -> None:
         now = time.time()
         self._write(
-            "INSERT INTO games(time, home, away, outcome, length, branch, source, actor_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO games(time, home, away, outcome, length, branch, source, actor_id, score) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (r.get("time", now), r["home"], r["away"], r["outcome"], r.get("length"),
-                 r.get("branch"), r.get("source", "actor"), r.get("actor_id"))
+                 r.get("branch"), r.get("source", "actor"), r.get("actor_id"),
+                 None if r.get("score") is None else float(r["score"]))
                 for r in results
             ],
         )
@@ -168,10 +177,13 @@ class LeagueHistory:
             (when or time.time(), kind, agent_id, player_id, int(step), reason),
         )
 
-    def add_payoff_snapshot(self, players: list[str], wins: np.ndarray, draws: np.ndarray, when: float | None = None) -> None:
+    def add_payoff_snapshot(self, players: list[str], wins: np.ndarray, draws: np.ndarray, when: float | None = None,
+                            scores: np.ndarray | None = None) -> None:
+        """Decayed wins and draws and (optional) the mean score per game, [n, n] each."""
         self._write(
-            "INSERT INTO payoff_snapshots(time, players, wins, draws) VALUES (?, ?, ?, ?)",
-            (when or time.time(), json.dumps(players), pack_array(wins), pack_array(draws)),
+            "INSERT INTO payoff_snapshots(time, players, wins, draws, scores) VALUES (?, ?, ?, ?, ?)",
+            (when or time.time(), json.dumps(players), pack_array(wins), pack_array(draws),
+             None if scores is None else pack_array(scores)),
         )
 
     def add_nash(self, weights: Mapping[str, float], when: float | None = None) -> None:
@@ -225,10 +237,10 @@ class LeagueHistory:
 
     def games(self, since_id: int = 0) -> list[dict]:
         rows = self._read(
-            "SELECT id, time, home, away, outcome, length, branch, source, actor_id FROM games WHERE id > ? ORDER BY id",
+            "SELECT id, time, home, away, outcome, length, branch, source, actor_id, score FROM games WHERE id > ? ORDER BY id",
             (since_id,),
         )
-        keys = ("id", "time", "home", "away", "outcome", "length", "branch", "source", "actor_id")
+        keys = ("id", "time", "home", "away", "outcome", "length", "branch", "source", "actor_id", "score")
         return [dict(zip(keys, r)) for r in rows]
 
     def last_game_id(self) -> int:
@@ -248,6 +260,14 @@ class LeagueHistory:
         when, players, wins, draws = rows[0]
         players = json.loads(players)
         return when, players, unpack_array(wins, len(players)), unpack_array(draws, len(players))
+
+    def latest_scores(self) -> tuple[list[str], np.ndarray] | None:
+        """Players and mean score matrix of the latest payoff snapshot, if it holds one."""
+        rows = self._read("SELECT players, scores FROM payoff_snapshots ORDER BY id DESC LIMIT 1")
+        if not rows or rows[0][1] is None:
+            return None
+        players = json.loads(rows[0][0])
+        return players, unpack_array(rows[0][1], len(players))
 
     def nash_history(self) -> list[tuple[float, str, float]]:
         return self._read("SELECT time, player_id, weight FROM nash ORDER BY time, id")

@@ -65,6 +65,10 @@ class RunConfig:
     # Weight of the entropy bonus; None: 0.1 for poker (at 0.01 the policies saturate on
     # "always bet/call" within ~100 updates, measured), 0.01 otherwise (OpenAI Five).
     entropy_cost: float | None = None
+    # Off-policy learning (AlphaStar Fig. 3i ablation): the value's target, "td_lambda"
+    # (AlphaStar, uncorrected) or "vtrace" (IMPALA, corrected); the UPGO term's weight.
+    value_target: str = "td_lambda"
+    upgo_cost: float = 1.0
     samples_per_insert: float = 2.0  # AlphaStar replays each datum twice
     # "client": each learner samples with Reverb's Client on a thread; "dataset": a TF
     # TrajectoryDataset per learner (faster alone, ~0.4 GB more for 12 co-located learners).
@@ -98,6 +102,10 @@ class RunConfig:
                 raise ConfigError(f"--{name} must be at least 1; got {getattr(self, name)}")
         if self.learner_sampler not in ("client", "dataset"):
             raise ConfigError(f"--learner_sampler must be 'client' or 'dataset'; got {self.learner_sampler!r}")
+        if self.value_target not in ("td_lambda", "vtrace"):
+            raise ConfigError(f"--value_target must be 'td_lambda' or 'vtrace'; got {self.value_target!r}")
+        if self.upgo_cost < 0:
+            raise ConfigError(f"--upgo_cost must be >= 0; got {self.upgo_cost}")
         if self.unroll_length < 2:
             raise ConfigError(f"--unroll_length must be at least 2; got {self.unroll_length}")
         for name in ("minutes", "learner_steps", "evaluators"):

@@ -73,6 +73,8 @@ _MORE_HELP = {
     "checkpoint_every_seconds": "Seconds between league-state checkpoints (besides after every snapshot/reset).",
     "main_agents_per_race": "Main agents per race (AlphaStar: 1).",
     "learner_sampler": "How learners read Reverb: 'client' (a sampling thread; less memory for co-located learners) or 'dataset' (a TF TrajectoryDataset).",
+    "value_target": "The value's target: 'td_lambda' (AlphaStar: uncorrected TD(lambda)) or 'vtrace' (IMPALA's corrected target).",
+    "upgo_cost": "Weight of the UPGO policy term (0: off).",
     "entropy_cost": "Weight of the entropy bonus (default: 0.1 for poker, 0.01 otherwise).",
 }
 

@@ -14,7 +14,8 @@ With --run_dir (the game, network sizes and seed come from its config.json):
   tabular policy by `actors.games.poker_policy.network_policy` (the LSTM is run along every
   history exactly as the actor runs it).
 - `nash`: the league's Nash mixture of players. `--weights=league` (default): the weights of
-  the latest row of the `nash` table in league.db (the coordinator's meta-game, on win rates),
+  the latest row of the `nash` table in league.db (the coordinator's meta-game on the games'
+  scores: the chips won, decayed as in AlphaStar's payoff),
   or, if none was written yet, `league.meta.nash_distribution` of the latest payoff snapshot.
   `--weights=exact`: the Nash of the exact chip meta-game between the same players (expected
   chips, computed from their tabular policies: what PSRO's meta-solver would use). Frozen
@@ -111,33 +112,16 @@ class RunReader:
 
     def checkpoint_params(self, agent_id: str):
         """(version, params) of a learning agent's learner checkpoint, or None."""
-        from flax import serialization
+        from experiments.nodes import learner_checkpoint_params
 
-        path = os.path.join(self.run_dir, "learners", agent_id, "checkpoint.msgpack")
-        if not os.path.exists(path):
-            return None
-        with open(path, "rb") as f:
-            payload = serialization.msgpack_restore(f.read())
-        return int(payload["version"]), payload["params"]
+        return learner_checkpoint_params(self.run_dir, agent_id)
 
     def params(self, player_id: str, override: Mapping | None = None):
+        from experiments.nodes import player_params
+
         if override and player_id in override:
             return override[player_id]
-        got = self.checkpoint_params(player_id)
-        if got is not None:
-            return got
-        from coordinator.param_store import ParamStore
-
-        store = ParamStore(self.run_dir)
-        if player_id in store:
-            return store.load(player_id)
-        # A learning agent of a run that has not stopped yet (checkpoints are written when a
-        # run stops): its newest frozen snapshot is the newest copy on disk.
-        snapshots = [p["player_id"] for p in self.history().players()
-                     if p["parent"] == player_id and p["player_id"] in store]
-        if not snapshots:
-            raise KeyError(f"no parameters on disk for {player_id!r} in {self.run_dir}")
-        return store.load(snapshots[-1])
+        return player_params(self.run_dir, player_id)
 
     def policy(self, player_id: str, override: Mapping | None = None):
         from actors.games import poker_policy
@@ -171,8 +155,12 @@ class RunReader:
                              "league run longer (the coordinator publishes them every "
                              "meta_game_every_seconds)")
         _, ids, wins, draws = snapshot
-        games = wins + wins.T + draws
-        rates = np.where(games > 0, (wins + 0.5 * draws) / np.maximum(games, 1e-12), 0.5)
+        scores = history.latest_scores()
+        if scores is not None:
+            rates = meta.scores_as_win_rates(scores[1])
+        else:  # a history written before scores existed
+            games = wins + wins.T + draws
+            rates = np.where(games > 0, (wins + 0.5 * draws) / np.maximum(games, 1e-12), 0.5)
         nash = meta.nash_distribution(rates)
         return ({p: float(w) for p, w in zip(ids, nash) if w > 0},
                 "league.meta.nash_distribution of the latest payoff snapshot", players)
@@ -231,7 +219,7 @@ def define_flags() -> None:
     flags.DEFINE_enum("mixture", "nash", ["nash", "main"], "With --run_dir: the league's Nash "
                       "mixture of players, or the main agent's current policy.")
     flags.DEFINE_enum("weights", "league", ["league", "exact"], "With --mixture=nash: the "
-                      "league's meta-game Nash (win rates, league.db) or the exact chip meta-game's.")
+                      "league's meta-game Nash (observed chips, league.db) or the exact chip meta-game's.")
     flags.DEFINE_string("agent", None, "With --mixture=main: which main agent (default: the first).")
     flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker "
                         "(without --run_dir).")

@@ -127,6 +127,39 @@ def make_network(config: RunConfig, spec):
     return agents.make_network(spec, hidden_size=config.hidden_size, core_size=config.core_size)
 
 
+def learner_checkpoint_params(run_dir: str, agent_id: str):
+    """(version, params) of a learning agent's learner checkpoint
+    (`<run_dir>/learners/<agent>/checkpoint.msgpack`, written when a run stops), or None."""
+    from flax import serialization
+
+    path = os.path.join(run_dir, "learners", agent_id, "checkpoint.msgpack")
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        payload = serialization.msgpack_restore(f.read())
+    return int(payload["version"]), payload["params"]
+
+
+def player_params(run_dir: str, player_id: str):
+    """(version, params) of any player of a run, read from disk: a learning agent's learner
+    checkpoint, a frozen player's `params/` file, or, for a learning agent of a run that has
+    not stopped yet, its newest frozen snapshot."""
+    from coordinator.history import LeagueHistory
+    from coordinator.param_store import ParamStore
+
+    got = learner_checkpoint_params(run_dir, player_id)
+    if got is not None:
+        return got
+    store = ParamStore(run_dir)
+    if player_id in store:
+        return store.load(player_id)
+    snapshots = [p["player_id"] for p in LeagueHistory(run_dir, readonly=True).players()
+                 if p["parent"] == player_id and p["player_id"] in store]
+    if not snapshots:
+        raise KeyError(f"no parameters on disk for {player_id!r} in {run_dir}")
+    return store.load(snapshots[-1])
+
+
 def initial_params(network, spec, agent_index: int, seed: int):
     """Each learning agent's initial (and reset) parameters, seeded by its index."""
     import jax
@@ -163,7 +196,9 @@ class LearnerGroup:
             learner_configs[agent] = LearnerConfig(
                 batch_size=config.learner_batch_size, unroll_length=config.unroll_length,
                 learning_rate=config.learning_rate, replay=replay, sampler=config.learner_sampler,
-                loss=dataclasses.replace(LossConfig(), entropy_weight=config.entropy))
+                loss=dataclasses.replace(LossConfig(), entropy_weight=config.entropy,
+                                        value_target=config.value_target,
+                                        upgo_weight=config.upgo_cost))
             tables.append(make_table(replay, reverb_signature(example), config.learner_batch_size))
         self._server = reverb.Server(tables, port=None)
         self._address = f"localhost:{self._server.port}"

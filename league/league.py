@@ -103,10 +103,11 @@ class League:
             raise ValueError(f"historical player {agent_id!r} does not learn and gets no matches")
         return choose(self, agent_id, self.rng)
 
-    def record_result(self, home: str, away: str, outcome: str) -> None:
-        """One game's outcome ("win" | "draw" | "loss" from home's side)."""
+    def record_result(self, home: str, away: str, outcome: str, score: float | None = None) -> None:
+        """One game's outcome ("win" | "draw" | "loss" from home's side) and, if the game
+        reports one, what it paid home (chips in poker; `Payoff.update`)."""
         self.player(home), self.player(away)
-        self.payoff.update(home, away, outcome)
+        self.payoff.update(home, away, outcome, score)
         self._update_quality(home, away, outcome)
 
     def quality_probabilities(self, agent_id: str) -> np.ndarray:

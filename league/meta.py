@@ -76,6 +76,20 @@ def _most_even_nash(payoff: np.ndarray, tolerance: float) -> np.ndarray | None:
 EVEN_NASH_MAX_PLAYERS = 300
 
 
+def scores_as_win_rates(scores) -> np.ndarray:
+    """A mean-score meta-game S (antisymmetric; `Payoff.score_matrix`) as win-rate entries
+
+        W = 1/2 + S / (2 max(1, max |S|))
+
+    For +1/0/-1 outcome scores S = 2 P[win] - 1 (draws half), so W is exactly the win rate;
+    for chips it is a positive rescaling of the chip game, so W - 1/2 has the same Nash
+    equilibria as the expected-chips meta-game (what PSRO's meta-solver uses)."""
+    s = np.asarray(scores, dtype=np.float64)
+    if s.ndim != 2 or not np.isfinite(s).all():
+        raise ValueError(f"scores must be a finite 2-D array; got shape {s.shape}")
+    return 0.5 + s / (2.0 * max(1.0, float(np.abs(s).max(initial=0.0))))
+
+
 def nash_distribution(win_rate_matrix, tolerance: float = 1e-9, grow: int = 64) -> np.ndarray:
     """A Nash mixture of the symmetric zero-sum meta-game with payoff A = W - 1/2.
 

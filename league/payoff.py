@@ -9,6 +9,12 @@ Stored as two dense arrays so that lookups are vectorised and thousands of playe
 stay cheap: `wins[a, b]` (a's decayed wins over b; b's losses against a) and the
 symmetric `draws[a, b]`. Games and losses are derived: games = wins[a,b] + wins[b,a]
 + draws[a,b] (the decay multiplies all of a pair's counts alike, so this is exact).
+
+A third array, `scores[a, b]`, holds the decayed sum of a's score against b (antisymmetric:
+scores[b, a] = -scores[a, b]), where a game's score is what the game pays home (chips in
+poker) or, when a game reports none, its outcome +1/0/-1. `score_matrix` (mean score per
+game) is the meta-game's payoff: for win/loss games it is 2 * win rate - 1, the same game as
+the win rates; for poker it is the expected chips, the meta-game PSRO solves.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ class Payoff:
         self._ids: list[str] = []
         self._wins = np.zeros((capacity, capacity), dtype)
         self._draws = np.zeros((capacity, capacity), dtype)
+        self._scores = np.zeros((capacity, capacity), dtype)
 
     # -- players ---------------------------------------------------------------
 
@@ -49,7 +56,7 @@ class Payoff:
 
     def _grow(self, capacity: int) -> None:
         n = len(self._ids)
-        for name in ("_wins", "_draws"):
+        for name in ("_wins", "_draws", "_scores"):
             old = getattr(self, name)
             new = np.zeros((capacity, capacity), old.dtype)
             new[:n, :n] = old[:n, :n]
@@ -79,15 +86,23 @@ class Payoff:
 
     # -- results ---------------------------------------------------------------
 
-    def update(self, home: str, away: str, outcome: str) -> None:
-        """Records one game; `outcome` is "win", "draw" or "loss" from home's side."""
+    def update(self, home: str, away: str, outcome: str, score: float | None = None) -> None:
+        """Records one game; `outcome` is "win", "draw" or "loss" from home's side, `score`
+        what the game paid home (default: the outcome as +1/0/-1)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"unknown outcome {outcome!r}; allowed: {', '.join(OUTCOMES)}")
+        if score is None:
+            score = {"win": 1.0, "draw": 0.0, "loss": -1.0}[outcome]
+        elif not np.isfinite(score):
+            raise ValueError(f"the score of {home} vs {away} is {score}; a game must report a finite score")
         h, a = self.index(home), self.index(away)
-        for stats in (self._wins, self._draws):
+        for stats in (self._wins, self._draws, self._scores):
             stats[h, a] *= self.decay
             if h != a:
                 stats[a, h] *= self.decay
+        if h != a:
+            self._scores[h, a] += score
+            self._scores[a, h] -= score
         if outcome == "win":
             self._wins[h, a] += 1
         elif outcome == "loss":
@@ -97,9 +112,10 @@ class Payoff:
             if h != a:
                 self._draws[a, h] += 1
 
-    def update_many(self, results: Iterable[tuple[str, str, str]]) -> None:
-        for home, away, outcome in results:
-            self.update(home, away, outcome)
+    def update_many(self, results: Iterable[tuple]) -> None:
+        """(home, away, outcome) or (home, away, outcome, score) per game."""
+        for result in results:
+            self.update(*result)
 
     # -- queries ---------------------------------------------------------------
 
@@ -142,9 +158,18 @@ class Payoff:
         draws = self._draws[idx[:, None], idx[None, :]].astype(np.float64)
         return wins, draws, wins.T.copy()
 
+    def score_matrix(self, player_ids: Sequence[str] | None = None) -> np.ndarray:
+        """[n, n] mean score of the row player per game against the column player (0 for a
+        pair never played): the meta-game's payoff matrix, antisymmetric."""
+        idx = self.indices(player_ids) if player_ids is not None else np.arange(len(self._ids))
+        i, j = idx[:, None], idx[None, :]
+        games = (self._wins[i, j] + self._wins[j, i] + self._draws[i, j]).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(games > 0, self._scores[i, j] / games, 0.0)
+
     @property
     def nbytes(self) -> int:
-        return self._wins.nbytes + self._draws.nbytes
+        return self._wins.nbytes + self._draws.nbytes + self._scores.nbytes
 
     # -- persistence (plain data; the coordinator writes it) -------------------
 
@@ -155,6 +180,7 @@ class Payoff:
             "players": list(self._ids),
             "wins": self._wins[:n, :n].copy(),
             "draws": self._draws[:n, :n].copy(),
+            "scores": self._scores[:n, :n].copy(),
         }
 
     @classmethod
@@ -174,4 +200,9 @@ class Payoff:
             payoff.add_player(p)
         payoff._wins[:n, :n] = wins
         payoff._draws[:n, :n] = draws
+        # States saved before scores existed: the outcome scores, wins - losses.
+        scores = np.asarray(state["scores"]) if "scores" in state else wins - wins.T
+        if scores.shape != (n, n) or not np.isfinite(scores).all():
+            raise ValueError(f"payoff state's scores are corrupt (shape {scores.shape} for {n} players, or not finite)")
+        payoff._scores[:n, :n] = scores
         return payoff

@@ -132,6 +132,22 @@ def td_lambda_value_loss(values: Array, rewards: Array, discounts: Array, bootst
     return 0.5 * jnp.mean(jnp.square(errors))
 
 
+def vtrace_value_loss(target_log_probs: Logits, behaviour_log_probs: Logits, values: Array,
+                      rewards: Array, discounts: Array, bootstrap_value: Array,
+                      lambda_: float = 1.0, clip_rho_threshold: float = 1.0) -> Array:
+    """V-trace value loss L = mean_{t,b} 0.5 (v_t - V(s_t))^2 (IMPALA Sec. 4.1), v_t the V-trace
+    targets of `vtrace_advantages` with the whole action's ratio pi(a)/mu(a) (the product of the
+    heads' ratios). The off-policy-corrected value of IMPALA, which AlphaStar replaced by the
+    uncorrected TD(lambda) (Fig. 3i: "V-trace" vs "+ TD(lambda)"); for that ablation."""
+    _check_heads(target_log_probs, behaviour_log_probs, rewards)
+    log_rho = sum(jax.lax.stop_gradient(target_log_probs[h] - behaviour_log_probs[h])
+                  for h in sorted(target_log_probs))
+    targets, _ = vtrace_advantages(log_rho, rewards, discounts, values,
+                                   jax.lax.stop_gradient(bootstrap_value), lambda_,
+                                   clip_rho_threshold, clip_rho_threshold)
+    return 0.5 * jnp.mean(jnp.square(targets - values))
+
+
 def upgo_returns(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array) -> Array:
     """Upgoing returns G [T, B] (AlphaStar, Methods "Value and policy updates").
 
@@ -266,6 +282,7 @@ class LossConfig:
     clip_rho_threshold: float = 1.0      # rho-bar of the V-trace targets
     clip_pg_rho_threshold: float = 1.0   # rho-bar of the policy-gradient advantage
     importance_correction: bool = True   # False: every ratio is 1 (ablation)
+    value_target: str = "td_lambda"      # "td_lambda" (AlphaStar) or "vtrace" (IMPALA; ablation)
     td_lambda: float = 0.8
     ppo_clip_epsilon: float = 0.2
     gae_lambda: float = 0.95
@@ -273,6 +290,8 @@ class LossConfig:
     def __post_init__(self):
         if self.policy_loss not in ("vtrace", "ppo"):
             raise ValueError(f"policy_loss must be 'vtrace' or 'ppo', got {self.policy_loss!r}")
+        if self.value_target not in ("td_lambda", "vtrace"):
+            raise ValueError(f"value_target must be 'td_lambda' or 'vtrace', got {self.value_target!r}")
         if not 0.0 <= self.discount <= 1.0:
             raise ValueError("discount must be in [0, 1]")
         for name in ("vtrace_lambda", "td_lambda", "gae_lambda"):
@@ -301,7 +320,8 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
 
         L = w_pi L_pi + w_upgo L_upgo + w_V L_TD(lambda) + w_H L_entropy + w_KL L_KL
 
-    where L_pi is V-trace (`config.policy_loss == "vtrace"`) or PPO-clip on GAE advantages.
+    where L_pi is V-trace (`config.policy_loss == "vtrace"`) or PPO-clip on GAE advantages,
+    and the value loss is TD(lambda) or, with `config.value_target == "vtrace"`, V-trace.
     All inputs time-major over the `T` learning steps; `discounts` are the data's and get
     multiplied by `config.discount`. Returns (loss, metrics).
     """
@@ -328,8 +348,13 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
         terms["upgo"] = (config.upgo_weight, upgo_policy_loss(
             target_log_probs, behaviour_log_probs, rewards, discounts, values, bootstrap_value,
             config.importance_correction))
-    terms["value"] = (config.value_weight, td_lambda_value_loss(
-        values, rewards, discounts, bootstrap_value, config.td_lambda))
+    if config.value_target == "vtrace":
+        value = vtrace_value_loss(target_log_probs, behaviour_log_probs, values, rewards,
+                                  discounts, bootstrap_value, config.vtrace_lambda,
+                                  config.clip_rho_threshold)
+    else:
+        value = td_lambda_value_loss(values, rewards, discounts, bootstrap_value, config.td_lambda)
+    terms["value"] = (config.value_weight, value)
     terms["entropy"] = (config.entropy_weight, entropy_loss(logits))
     if config.kl_teacher_weight and teacher_logits is not None:
         terms["kl_teacher"] = (config.kl_teacher_weight, kl_to_teacher_loss(logits, teacher_logits))

@@ -115,6 +115,31 @@ def test_meta_game_is_published(tmp_path):
     assert history.nash_history() and history.ratings_history()
 
 
+def test_meta_game_is_on_scores_when_games_report_them(tmp_path):
+    """Poker: the main agent wins 3 of 4 games by 1 chip and loses one by 5: a win rate of
+    3/4 but -1/2 chip per game. The meta-game is on chips, so its Nash is the exploiter."""
+    coordinator, _ = make(tmp_path, races=("terran",))
+    a, b = "terran_main_agent_0", "terran_main_exploiter_0"
+    games = [{"home": a, "away": b, "outcome": "win", "score": 1.0}] * 3
+    games += [{"home": a, "away": b, "outcome": "loss", "score": -5.0}]
+    coordinator.report_results(games)
+    assert coordinator.league.payoff.win_rate(a, b) > 0.7
+    nash = coordinator.publish_meta_game()["nash"]
+    assert nash[a] == pytest.approx(0.0, abs=1e-7) and nash[b] > 0.3
+    players, scores = LeagueHistory(str(tmp_path), readonly=True).latest_scores()
+    assert scores[players.index(a), players.index(b)] < 0
+    # a non-finite score is refused whole, naming the fix; nothing is recorded
+    bad = [{"home": a, "away": b, "outcome": "win", "score": 1.0},
+           {"home": a, "away": b, "outcome": "win", "score": float("nan")}]
+    with pytest.raises(ValueError, match="non-finite payoff"):
+        coordinator.report_results(bad)
+    assert coordinator.history.game_count() == 4
+    # scores survive a restart (replayed from the games table)
+    expected = coordinator.league.payoff.score_matrix()
+    resumed = Coordinator(LeagueConfig(races=("terran",), snapshots=SNAPSHOTS), str(tmp_path), seed=3, config=NEVER)
+    np.testing.assert_allclose(resumed.league.payoff.score_matrix(), expected, rtol=1e-6)
+
+
 def test_corrupt_league_checkpoint_is_reported_and_left_alone(tmp_path):
     coordinator, _ = make(tmp_path)
     coordinator.close()

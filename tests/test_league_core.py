@@ -132,6 +132,34 @@ def test_payoff_matches_the_pseudocode_and_is_symmetric(results):
                 assert matrix[i, j] + matrix[j, i] == pytest.approx(1.0, abs=1e-5)
 
 
+def test_payoff_scores_worked_by_hand():
+    payoff = Payoff(decay=0.99)
+    for p in ("a", "b", "c"):
+        payoff.add_player(p)
+    payoff.update("a", "b", "win", 3.0)    # a won 3 chips
+    payoff.update("b", "a", "win", 13.0)   # then b won 13 chips (a's counts x0.99 first)
+    payoff.update("a", "c", "draw")        # no score: the outcome's 0
+    payoff.update("c", "a", "loss")        # no score: c's -1, a's +1 (a-c counts x0.99 first)
+    scores = payoff.score_matrix(["a", "b", "c"])
+    games_ab = 0.99 + 1.0
+    assert scores[0, 1] == pytest.approx((0.99 * 3.0 - 13.0) / games_ab, rel=1e-6)
+    assert scores[0, 2] == pytest.approx((0.99 * 0.0 + 1.0) / (0.99 + 1.0), rel=1e-6)
+    np.testing.assert_allclose(scores, -scores.T, atol=1e-7)  # zero-sum
+    assert scores[1, 2] == 0.0  # never played
+    # without scores the score matrix is the win-rate game: 2 W - 1
+    for h, a, o in [("b", "c", "win"), ("c", "b", "draw"), ("b", "c", "loss")]:
+        payoff.update(h, a, o)
+    w = payoff.win_rate_matrix(["b", "c"])
+    np.testing.assert_allclose(payoff.score_matrix(["b", "c"]), 2 * w - 1, atol=1e-6)
+    copy = Payoff.from_state(payoff.state())
+    np.testing.assert_allclose(copy.score_matrix(), payoff.score_matrix())
+    old = payoff.state()
+    del old["scores"]  # a state saved before scores existed: the outcome scores
+    np.testing.assert_allclose(Payoff.from_state(old).score_matrix(["b", "c"]), 2 * w - 1, atol=1e-6)
+    with pytest.raises(ValueError, match="finite score"):
+        payoff.update("a", "b", "win", float("nan"))
+
+
 def test_payoff_grows_past_its_capacity_and_round_trips():
     payoff = Payoff(capacity=2)
     for i in range(10):

@@ -231,6 +231,28 @@ def test_td_lambda_value_loss_and_gradient():
     np.testing.assert_allclose(grad, -(G - c["v"]) / (T * B), rtol=1e-3, atol=1e-6)
 
 
+def test_vtrace_value_loss_uses_the_whole_actions_ratio_and_gradient():
+    c = random_case(5)
+    T, B = c["r"].shape
+    # the whole action's ratio: the product of the heads' ratios
+    log_rho = sum(c["log_pi"][h] - c["log_mu"][h] for h in c["log_pi"])
+    vs, _ = np_vtrace(log_rho, c["r"], c["g"], c["v"], c["boot"], 0.9, 1.0, 1.0)
+    loss, grad = jax.value_and_grad(lambda v: losses.vtrace_value_loss(
+        c["log_pi"], c["log_mu"], v, c["r"], c["g"], c["boot"], 0.9, 1.0))(c["v"])
+    np.testing.assert_allclose(loss, 0.5 * ((vs - c["v"]) ** 2).mean(), rtol=1e-4)
+    np.testing.assert_allclose(grad, -(vs - c["v"]) / (T * B), rtol=1e-3, atol=1e-6)
+    # differs from TD(lambda) whenever the policies differ
+    td = losses.td_lambda_value_loss(c["v"], c["r"], c["g"], c["boot"], 0.9)
+    assert abs(float(td) - float(loss)) > 1e-3
+    # in total_loss, value_target selects it
+    cfg = losses.LossConfig(value_target="vtrace", vtrace_lambda=0.9)
+    _, metrics = losses.total_loss(cfg, c["logits"], c["v"], c["boot"], c["actions"], c["log_mu"],
+                                   c["r"], c["g"])
+    np.testing.assert_allclose(metrics["loss/value"], loss, rtol=1e-5)
+    with pytest.raises(ValueError, match="value_target"):
+        losses.LossConfig(value_target="mc")
+
+
 # ----------------------------------------------------------------------------- UPGO
 
 

@@ -111,3 +111,23 @@ def test_among_many_nash_mixtures_the_most_even_is_returned():
     # Two interchangeable strongest players (a tie between them) share the weight equally.
     w = np.array([[0.5, 0.5, 0.9], [0.5, 0.5, 0.8], [0.1, 0.2, 0.5]])
     np.testing.assert_allclose(nash_distribution(w), [0.5, 0.5, 0.0], atol=1e-7)
+
+
+def test_scores_as_win_rates_is_the_win_rate_for_outcome_scores_and_keeps_chip_nash():
+    from league import meta
+    from league.payoff import Payoff
+
+    payoff = Payoff()
+    for p in "abc":
+        payoff.add_player(p)
+    for h, a, o in [("a", "b", "win"), ("a", "b", "draw"), ("b", "c", "loss"), ("c", "a", "win")]:
+        payoff.update(h, a, o)
+    np.testing.assert_allclose(meta.scores_as_win_rates(payoff.score_matrix()),
+                               payoff.win_rate_matrix(), atol=1e-6)
+    # chips: rock-paper-scissors with stakes 1, 2, 3 -> Nash (1/2, 1/3, 1/6) after rescaling
+    chips = np.array([[0, -1, 2], [1, 0, -3], [-2, 3, 0]], float)
+    w = meta.scores_as_win_rates(chips)
+    assert w.min() >= 0 and w.max() <= 1
+    np.testing.assert_allclose(meta.nash_distribution(w), [1 / 2, 1 / 3, 1 / 6], atol=1e-6)
+    with pytest.raises(ValueError, match="finite"):
+        meta.scores_as_win_rates([[0, np.nan], [np.nan, 0]])
