@@ -55,8 +55,10 @@ class RunConfig:
     batch_size: int = 32  # games per actor, stepped as one batch
     episodes_per_match: int = 32  # a new opponent every this many finished games
     param_refresh_seconds: float = 10.0  # AlphaStar: 10 s
-    # None: the outcome (+1/0/-1) for SMAX and matrix games, the game's payoff (chips) for
-    # poker; "outcome", "game", "openai_five" or the path of a .py file.
+    # None: OpenAI Five's shaped, zero-sum reward for SMAX (damage, kills, deaths, win 5; with
+    # the outcome alone, untrained SMAX leagues play ~99% draws: no signal, measured), the
+    # game's payoff (chips) for poker, the outcome (+1/0/-1) for matrix games; or "outcome",
+    # "game", "openai_five" or the path of a .py file.
     reward_plugin: str | None = None
     # Learners.
     learner_batch_size: int = 16
@@ -128,7 +130,9 @@ class RunConfig:
         """The reward plug-in actors use (see `reward_plugin`)."""
         if self.reward_plugin:
             return self.reward_plugin
-        return "game" if self.game in POKER_GAMES else "outcome"
+        if self.game in POKER_GAMES:
+            return "game"
+        return "openai_five" if self.game == "smax_races" else "outcome"
 
     @property
     def race_names(self) -> tuple[str, ...]:

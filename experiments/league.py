@@ -58,7 +58,7 @@ def define_flags() -> None:
     flags.DEFINE_integer("league_exploiters_per_race", _DEFAULTS.league_exploiters_per_race, "League exploiters per race (AlphaStar: 2).")
     flags.DEFINE_string("main_agent_matchmaker", _DEFAULTS.main_agent_matchmaker, "Main agents' opponent selection: alphastar, openai_five, self_play, fsp, pfsp, pfsp_sp.")
     flags.DEFINE_integer("evaluators", _DEFAULTS.evaluators, "Evaluator nodes filling the payoff matrix for pairs of players with few games.")
-    flags.DEFINE_string("reward_plugin", None, "Path of a Python file defining get_reward(batch, contiguous) (see actors/rewards.py); default: +1/0/-1 at the end of a game.")
+    flags.DEFINE_string("reward_plugin", None, "Path of a Python file defining get_reward(batch, contiguous) (see actors/rewards.py), or a built-in: outcome (+1/0/-1 at the end), game (the game's own payoff), openai_five (shaped, zero-sum). Default: openai_five for SMAX, game (chips) for poker, outcome for matrix games.")
     flags.DEFINE_integer("dashboard_port", _DEFAULTS.dashboard_port, "Port of the live dashboard on 127.0.0.1 (0: any free port, -1: no dashboard).")
     flags.DEFINE_float("progress_every_seconds", _DEFAULTS.progress_every_seconds, "Seconds between progress lines in the terminal.")
 
