@@ -16,19 +16,9 @@ agent's current parameters (read from the live learner) and (b) the league's Nas
 meta-game over the same players (`--exact`). Measuring runs in the training process and
 takes a small share of its time (Kuhn: milliseconds per new player).
 
-Training reward: poker is played for chips, so the arms use `CHIP_REWARD` (the game's own
-chip payoff) as the reward plug-in, not the default +1/0/-1 outcome: a win/loss
-reward turns Kuhn into a game where folding is never better than calling, whose equilibria
-are far from the chip game's (measured: both reach NashConv ~0.67 and stall, see
-BENCHMARKS/the report). `--reward=outcome` runs the default.
-
-`--entropy=W` is a second prototype: the learners' entropy weight (AlphaStar/OpenAI Five's
-0.01 by default) is not a RunConfig field; the flag patches it in this process.
-
-`--swap_seats` is a PROTOTYPE of a fix outside this benchmark: the OpenSpiel pool makes side 0
-(the learning agent, whose trajectories the learner sees) always OpenSpiel player 0, so no
-agent ever learns to play second. With the flag the pool is replaced, in this process only, by
-`SeatSwappingPool`, which deals each game's seats at random.
+The arms use the program's poker defaults: chip rewards (the game's own payoff), random seats,
+entropy 0.1, and the coordinator's meta-game on the chips won. `--reward=outcome` trains on
++1/0/-1 instead (measured on Kuhn: every arm stalls at NashConv 2/3, "always bet/call").
 
 Writes `docs/poker_<game>_nashconv.png`, a table on stdout and, as its last line,
 `RESULT poker nashconv_<game>=<x> ratio=<x/0.01> target=1.0` with x the best final NashConv
@@ -63,96 +53,6 @@ KUHN = dict(main_agent_snapshot_steps=4000, exploiter_min_steps=4000,
             learning_rate=1e-3, episodes_per_match=32)
 
 
-CHIP_REWARD = '''"""Reward plug-in (actors/rewards.py): the game's own payoff -- chips in poker."""
-import numpy as np
-
-
-def get_reward(batch, contiguous):
-    del contiguous
-    return np.asarray(batch["reward"], np.float32)
-'''
-
-
-def chip_reward_plugin(directory: str) -> str:
-    """Writes the chip reward plug-in file into `directory`; returns its path. (A file of its
-    own: the plug-in loader executes the file without registering it as a module.)"""
-    path = os.path.join(directory, "chip_reward.py")
-    with open(path, "w") as f:
-        f.write(CHIP_REWARD)
-    return path
-
-
-# ---------------------------------------------------------------------------------------------
-# Prototype of the seat fix (see the module docstring).
-
-
-def seat_swapping_pool_class():
-    from actors.games import poker
-    from actors.games.base import TimeStep, check_actions
-
-    class SeatSwappingPool(poker.OpenSpielPool):
-        """`OpenSpielPool` whose sides play random seats: in game i side s is OpenSpiel player
-        (seat[i] + s) % 2, dealt anew for every game. Observations, rewards and outcomes are
-        per side, so the actor and learner need no change."""
-
-        def _deal(self, i: int):
-            self._seat[i] = int(self._rng.integers(2))
-            return self._new_state()
-
-        def _player(self, i: int, side: int) -> int:
-            return (int(self._seat[i]) + side) % 2
-
-        def _observations(self):
-            per_side = []
-            for side in range(2):
-                obs = [poker.observe(s, self._player(i, side), self._num_actions, self._dim)
-                       for i, s in enumerate(self.states)]
-                per_side.append(poker.stack(obs))
-            return tuple(per_side)
-
-        def reset(self, seed: int):
-            self._rng = np.random.default_rng(seed)
-            self._seat = np.zeros(self.batch_size, np.int64)
-            self.states = [self._deal(i) for i in range(self.batch_size)]
-            b = self.batch_size
-            return TimeStep(self._observations(), np.zeros((b, 2), np.float32), np.zeros(b, bool),
-                            np.zeros(b, np.int8), {"payoff": np.zeros((b, 2), np.float32)})
-
-        def step(self, actions):
-            check_actions(self.spec, actions, self.batch_size)
-            b = self.batch_size
-            payoff = np.zeros((b, 2), np.float32)
-            done = np.zeros(b, bool)
-            for i, state in enumerate(self.states):
-                player = state.current_player()
-                side = (player - int(self._seat[i])) % 2
-                action = int(actions[side][poker.ACTION_HEAD][i])
-                if action not in state.legal_actions(player):
-                    raise ValueError(f"game {i}: action {action} is illegal for player {player}")
-                state.apply_action(action)
-                self._resolve_chance(state)
-                if state.is_terminal():
-                    returns = state.returns()
-                    payoff[i] = [returns[self._player(i, 0)], returns[self._player(i, 1)]]
-                    done[i] = True
-                    self.states[i] = self._deal(i)
-            outcome = np.sign(payoff[:, 0]).astype(np.int8)
-            return TimeStep(self._observations(), payoff.copy(), done, outcome, {"payoff": payoff})
-
-    return SeatSwappingPool
-
-
-def use_entropy_weight(weight: float) -> None:
-    """Prototype: every learner built in this process gets `LossConfig(entropy_weight=weight)`
-    (RunConfig has no field for it; `experiments.nodes.LearnerGroup` builds LearnerConfig)."""
-    import functools
-
-    from learners import learner, losses
-
-    learner.LearnerConfig = functools.partial(
-        learner.LearnerConfig, loss=losses.LossConfig(entropy_weight=weight))
-
-
 # ---------------------------------------------------------------------------------------------
 # One arm.
 
@@ -177,8 +77,7 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
     values = dict(KUHN if game == "kuhn_poker" else {}, **ARMS[arm], **overrides)
     config = RunConfig(game=game, races=1, runner="inprocess", run_dir=run_dir, minutes=minutes,
                        seed=seed, dashboard_port=-1,
-                       reward_plugin=(chip_reward_plugin(os.path.dirname(os.path.abspath(run_dir)))
-                                      if reward == "chips" else None),
+                       reward_plugin=None if reward == "chips" else reward,
                        **values)
     prepare_run_dir(config)
     captured = {}
@@ -335,9 +234,6 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run_root", default=None, help="where the arms' run dirs go (default: tmp)")
     parser.add_argument("--reward", default="chips", choices=["chips", "outcome"])
-    parser.add_argument("--swap_seats", action="store_true", help="prototype seat fix (see docstring)")
-    parser.add_argument("--entropy", type=float, default=None, help="prototype: the learners' "
-                        "entropy weight (LossConfig; not a RunConfig field), default 0.01")
     parser.add_argument("--exact", type=int, default=None, help="also the exact chip meta-game "
                         "Nash (default: on for Kuhn)")
     parser.add_argument("--psro", action="store_true", help="also OpenSpiel PSRO (BR oracle) as a peer")
@@ -353,17 +249,11 @@ def main(argv=None) -> int:
         except json.JSONDecodeError:
             overrides[key] = value
     exact = bool(args.exact) if args.exact is not None else args.game == "kuhn_poker"
-    if args.swap_seats:
-        from actors.games import poker
-
-        poker.OpenSpielPool = seat_swapping_pool_class()
-    if args.entropy is not None:
-        use_entropy_weight(args.entropy)
     root = args.run_root or tempfile.mkdtemp(prefix="poker_quality_")
     log_path = os.path.join(root, "league.log")
     os.makedirs(root, exist_ok=True)
     print(f"game={args.game} minutes/arm={args.minutes} seed={args.seed} reward={args.reward} "
-          f"swap_seats={args.swap_seats} entropy={args.entropy} overrides={overrides} runs in {root}", flush=True)
+          f"overrides={overrides} runs in {root}", flush=True)
     results = {}
     with open(log_path, "a") as log:
         for arm in [a for a in args.arms.split(",") if a]:
