@@ -49,10 +49,6 @@ ARMS = {
     "fsp": dict(main_agent_matchmaker="fsp", main_exploiters_per_race=0,
                 league_exploiters_per_race=0),
 }
-# The league settings measured for Kuhn (see the report / tests/test_poker_quality.py).
-KUHN = dict(main_agent_snapshot_steps=4000, exploiter_min_steps=4000,
-            main_exploiter_timeout_steps=8000, league_exploiter_timeout_steps=4000,
-            learning_rate=1e-3, episodes_per_match=32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,8 +72,8 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
     from experiments.config import RunConfig, prepare_run_dir
     from experiments.nashconv import RunReader
 
-    values = dict(KUHN if game == "kuhn_poker" else {}, **ARMS[arm], **overrides)
-    config = RunConfig(game=game, races=1, runner="inprocess", run_dir=run_dir, minutes=minutes,
+    values = dict(**ARMS[arm], **overrides)
+    config = RunConfig.for_game(game, races=1, runner="inprocess", run_dir=run_dir, minutes=minutes,
                        seed=seed, dashboard_port=-1,
                        reward_plugin=None if reward == "chips" else reward,
                        **values)

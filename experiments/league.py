@@ -15,7 +15,14 @@ import sys
 
 from absl import app, flags
 
-from experiments.config import GAMES, RUNNERS, ConfigError, RunConfig, prepare_run_dir
+from experiments.config import (
+    GAME_DEFAULTS,
+    GAMES,
+    RUNNERS,
+    ConfigError,
+    RunConfig,
+    prepare_run_dir,
+)
 
 FLAGS = flags.FLAGS
 _DEFAULTS = RunConfig()
@@ -24,8 +31,10 @@ _DEFAULTS = RunConfig()
 def config_from_flags() -> RunConfig:
     races = FLAGS.races if FLAGS.races is not None else (3 if FLAGS.game == "smax_races" else 1)
     run_dir = FLAGS.run_dir or f"runs/{FLAGS.game}-r{races}"
+    game_defaults = GAME_DEFAULTS.get(FLAGS.game, {})
     values = {
-        f.name: getattr(FLAGS, f.name)
+        f.name: (getattr(FLAGS, f.name) if FLAGS[f.name].present or f.name not in game_defaults
+                 else game_defaults[f.name])
         for f in dataclasses.fields(RunConfig)
         if f.name in FLAGS and f.name not in ("races", "run_dir")
     }

@@ -20,7 +20,6 @@ import threading
 
 import pytest
 
-from benchmarks.poker_quality import KUHN
 from experiments import nashconv, runners
 from experiments.config import RunConfig, prepare_run_dir
 
@@ -34,8 +33,8 @@ MAIN_BAR = 0.75  # the current main agent; measured 0.32-0.52
 def kuhn_league(tmp_path_factory):
     root = tmp_path_factory.mktemp("kuhn_league")
     run_dir = os.path.join(root, "run")
-    config = RunConfig(game="kuhn_poker", races=1, runner="inprocess", run_dir=run_dir,
-                       minutes=TRAIN_MINUTES, dashboard_port=-1, progress_every_seconds=30.0, **KUHN)
+    config = RunConfig.for_game("kuhn_poker", races=1, runner="inprocess", run_dir=run_dir,
+                                minutes=TRAIN_MINUTES, dashboard_port=-1, progress_every_seconds=30.0)
     prepare_run_dir(config)
     with open(os.path.join(root, "league.log"), "w") as log:
         runners.run_inprocess(config, stop_event=threading.Event(), out=log)

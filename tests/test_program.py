@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from coordinator.history import LeagueHistory
-from experiments.config import RunConfig, prepare_run_dir
+from experiments.config import GAME_DEFAULTS, RunConfig, prepare_run_dir
 
 FAST = dict(
     races=1, actors_per_learner=1, batch_size=16, learner_batch_size=8, unroll_length=8,
@@ -150,3 +150,19 @@ def test_corrupt_learner_checkpoint_stops_the_run_and_is_kept(tmp_path):
     assert result.returncode != 0
     assert "checkpoint" in result.stderr and path in result.stderr
     assert open(path, "rb").read() == b"\x00garbage"
+
+
+def test_game_defaults_apply_to_flags_not_given():
+    """`--game=leduc_poker` gets the measured Leduc values (experiments.config.GAME_DEFAULTS);
+    a flag given on the command line wins over them."""
+    code = ("import sys, json; from experiments import league; league.define_flags(); "
+            "league.define_remaining_flags(); league.FLAGS(sys.argv); "
+            "print(json.dumps(league.config_from_flags().to_dict()))")
+    run = lambda *a: json.loads(subprocess.run([sys.executable, "-c", code, *a], capture_output=True,  # noqa: E731
+                                               text=True, timeout=120, check=True).stdout.splitlines()[-1])
+    leduc = run("--game=leduc_poker")
+    assert leduc["learning_rate"] == GAME_DEFAULTS["leduc_poker"]["learning_rate"] != RunConfig().learning_rate
+    assert leduc["learner_batch_size"] == GAME_DEFAULTS["leduc_poker"]["learner_batch_size"]
+    given = run("--game=leduc_poker", "--learning_rate=0.0005")
+    assert given["learning_rate"] == 0.0005
+    assert run("--game=matrix_rps")["learning_rate"] == RunConfig().learning_rate
