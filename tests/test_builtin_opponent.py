@@ -1,0 +1,52 @@
+"""Section 3 of the quality benchmarks, reduced for CI: a short SMAX league, then the table of
+its main agent against the built-in opponent (jaxmarl's scripted heuristic).
+
+The full table (three races, ten minutes of training, 256 games per matchup) is in
+BENCHMARKS.md; here the league is one race and trains for under a minute, so the test checks
+that the table is produced from the run's own parameters (trained vs initial), not a win
+rate: a minute of SMAX training decides nothing against the heuristic (measured: mostly draws).
+"""
+
+import threading
+
+import pytest
+
+from benchmarks import builtin_opponent
+from experiments import runners
+from experiments.config import RunConfig, prepare_run_dir
+from experiments.nodes import learner_checkpoint_params
+
+GAMES = 32
+
+
+def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd):
+    run_dir = str(tmp_path / "run")
+    config = RunConfig(races=1, runner="inprocess", run_dir=run_dir, minutes=0.5, batch_size=16,
+                       main_exploiters_per_race=0, league_exploiters_per_race=0, evaluators=0,
+                       dashboard_port=-1, progress_every_seconds=30.0)
+    prepare_run_dir(config)
+    with open(tmp_path / "league.log", "w") as log:
+        runners.run_inprocess(config, stop_event=threading.Event(), out=log)
+    version, _ = learner_checkpoint_params(run_dir, "terran_main_agent_0")
+    assert version > 0  # the main agent learnt: its final parameters differ from the initial
+
+    assert builtin_opponent.main([f"--run_dir={run_dir}", f"--games={GAMES}"]) == 0
+    out = capfd.readouterr().out
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("RESULT builtin_opponent mean_win_rate=")
+    assert "| terran |" in out
+
+    result = builtin_opponent.measure(run_dir, GAMES)
+    row = result["table"][("terran", "terran")]
+    for name in ("trained", "initial"):
+        assert sum(row[f"{name}_outcomes"]) == GAMES
+        losses, draws, wins = row[f"{name}_outcomes"]
+        assert row[name] == (wins + 0.5 * draws) / GAMES
+    assert result["games"] > 0 and result["players"] >= 1
+
+
+def test_a_run_of_another_game_is_refused(tmp_path):
+    run_dir = str(tmp_path / "kuhn")
+    prepare_run_dir(RunConfig(game="kuhn_poker", races=1, runner="inprocess", run_dir=run_dir))
+    with pytest.raises(SystemExit, match="kuhn_poker run"):
+        builtin_opponent.measure(run_dir, 4)
