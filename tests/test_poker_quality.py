@@ -1,4 +1,5 @@
-"""Does the league learn Kuhn poker? A CI-sized quality check through the real program.
+"""Does the league learn poker? CI-sized quality checks through the real program (issue 8, §1
+reduced): Kuhn for 1.5 minutes, Leduc for LEDUC_MINUTES.
 
 One short Kuhn league (the `inprocess` runner, the AlphaStar composition, the poker defaults:
 chip rewards, random seats, entropy 0.1) is trained for TRAIN_MINUTES; then the exact NashConv
@@ -8,11 +9,16 @@ uniform policy's (11/12 = 0.9167).
 Measured on this machine (2 shared cores): with outcome rewards, side 0 always OpenSpiel's
 player 0 and entropy 0.01, the league collapsed to "always bet / always call" (NashConv exactly
 2/3) in every run; with the poker defaults, three 1.5-minute runs gave Nash mixture 0.324 / 0.351 / 0.287 and
-main agent 0.326 / 0.325 / 0.520. The current main agent swings (as self-play's does); the
+main agent 0.326 / 0.325 / 0.520 (with the meta-game on win rates; on chips, one run under
+load: 0.268 and 0.419). The current main agent swings (as self-play's does); the
 league's Nash mixture is the robust product. The bars below: the Nash mixture under 0.5 (0.42
 under uniform, 0.15 above the worst measured), which a league stuck at the old 2/3 plateau
 fails; the main agent under 0.75 (clearly below uniform and the initial ~0.89). The issue's Kuhn target (< 0.01 in
 10 minutes) is a benchmark (benchmarks/poker_quality.py), not a test.
+
+Leduc (uniform 4.7472): one league with the Leduc defaults (`GAME_DEFAULTS`) for LEDUC_MINUTES,
+then the same two measurements. The bars are 25% below uniform (the issue: "below that of
+uniform random play by a clear margin"); see LEDUC_NASH_BAR for what was measured.
 """
 
 import os
@@ -50,3 +56,35 @@ def test_the_league_is_clearly_better_than_uniform(kuhn_league):
     assert kuhn_league["games"] > 20_000
     assert nash.nash_conv < NASH_BAR
     assert main.nash_conv < MAIN_BAR < UNIFORM_KUHN
+
+
+UNIFORM_LEDUC = 4.747222222222222
+LEDUC_MINUTES = 3.0
+# 25% below uniform (3.56). Measured after 2.5 minutes with the machine shared with another
+# benchmark (86k games): Nash mixture 3.04, main agent 2.46; after 4 minutes (137k games)
+# 1.76 and 1.99 (BENCHMARKS.md, "Poker").
+LEDUC_NASH_BAR = LEDUC_MAIN_BAR = 0.75 * UNIFORM_LEDUC
+
+
+@pytest.fixture(scope="module")
+def leduc_league(tmp_path_factory):
+    root = tmp_path_factory.mktemp("leduc_league")
+    run_dir = os.path.join(root, "run")
+    config = RunConfig.for_game("leduc_poker", races=1, runner="inprocess", run_dir=run_dir,
+                                minutes=LEDUC_MINUTES, dashboard_port=-1, progress_every_seconds=30.0)
+    prepare_run_dir(config)
+    with open(os.path.join(root, "league.log"), "w") as log:
+        runners.run_inprocess(config, stop_event=threading.Event(), out=log)
+    reader = nashconv.RunReader(run_dir)
+    return {"nash": reader.measure("nash"), "main": reader.measure("main"),
+            "games": reader.history().game_count()}
+
+
+def test_the_leduc_league_is_clearly_better_than_uniform(leduc_league):
+    nash, main = leduc_league["nash"], leduc_league["main"]
+    print(f"games {leduc_league['games']}  NashConv: Nash mixture {nash.nash_conv:.4f} "
+          f"({len(nash.weights)} players, {nash.source}), main agent {main.nash_conv:.4f}, "
+          f"uniform {UNIFORM_LEDUC:.4f}")
+    assert leduc_league["games"] > 20_000
+    assert nash.nash_conv < LEDUC_NASH_BAR
+    assert main.nash_conv < LEDUC_MAIN_BAR
