@@ -35,18 +35,23 @@ NASH_BAR = 0.5   # the league's Nash mixture; measured 0.29-0.35 (see the module
 MAIN_BAR = 0.75  # the current main agent; measured 0.32-0.52
 
 
-@pytest.fixture(scope="module")
-def kuhn_league(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kuhn_league")
+def train_and_measure(root, game: str, minutes: float) -> dict:
+    """One league of `game` with its defaults for `minutes`; the exact NashConv of its Nash
+    mixture and of its main agent, and how many games it played."""
     run_dir = os.path.join(root, "run")
-    config = RunConfig.for_game("kuhn_poker", races=1, runner="inprocess", run_dir=run_dir,
-                                minutes=TRAIN_MINUTES, dashboard_port=-1, progress_every_seconds=30.0)
+    config = RunConfig.for_game(game, races=1, runner="inprocess", run_dir=run_dir,
+                                minutes=minutes, dashboard_port=-1, progress_every_seconds=30.0)
     prepare_run_dir(config)
     with open(os.path.join(root, "league.log"), "w") as log:
         runners.run_inprocess(config, stop_event=threading.Event(), out=log)
     reader = nashconv.RunReader(run_dir)
     return {"nash": reader.measure("nash"), "main": reader.measure("main"),
             "games": reader.history().game_count()}
+
+
+@pytest.fixture(scope="module")
+def kuhn_league(tmp_path_factory):
+    return train_and_measure(tmp_path_factory.mktemp("kuhn_league"), "kuhn_poker", TRAIN_MINUTES)
 
 
 def test_the_league_is_clearly_better_than_uniform(kuhn_league):
@@ -68,16 +73,7 @@ LEDUC_NASH_BAR = LEDUC_MAIN_BAR = 0.75 * UNIFORM_LEDUC
 
 @pytest.fixture(scope="module")
 def leduc_league(tmp_path_factory):
-    root = tmp_path_factory.mktemp("leduc_league")
-    run_dir = os.path.join(root, "run")
-    config = RunConfig.for_game("leduc_poker", races=1, runner="inprocess", run_dir=run_dir,
-                                minutes=LEDUC_MINUTES, dashboard_port=-1, progress_every_seconds=30.0)
-    prepare_run_dir(config)
-    with open(os.path.join(root, "league.log"), "w") as log:
-        runners.run_inprocess(config, stop_event=threading.Event(), out=log)
-    reader = nashconv.RunReader(run_dir)
-    return {"nash": reader.measure("nash"), "main": reader.measure("main"),
-            "games": reader.history().game_count()}
+    return train_and_measure(tmp_path_factory.mktemp("leduc_league"), "leduc_poker", LEDUC_MINUTES)
 
 
 def test_the_leduc_league_is_clearly_better_than_uniform(leduc_league):
