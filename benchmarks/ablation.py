@@ -324,7 +324,9 @@ def arm_stats(results: dict, arm: str, metric: str) -> tuple[float, float, int]:
 
 
 def orderings(results: dict) -> tuple[int, int, list[str]]:
-    """How many of the paper's pairwise orderings (within a group) our means reproduce."""
+    """How many of the paper's pairwise orderings (within a group) our means reproduce. A pair
+    counts as reproduced only if our difference is in the paper's direction and larger than its
+    standard error over seeds; smaller differences are reported as unresolved."""
     matched, total, lines = 0, 0, []
     for metric, paper in PAPER.items():
         arms = list(paper)
@@ -332,14 +334,19 @@ def orderings(results: dict) -> tuple[int, int, list[str]]:
             in_group = [a for a in arms if a in group]
             for i, a in enumerate(in_group):
                 for b in in_group[i + 1:]:
-                    ours_a, ours_b = arm_stats(results, a, metric)[0], arm_stats(results, b, metric)[0]
-                    if not (np.isfinite(ours_a) and np.isfinite(ours_b)) or paper[a] == paper[b]:
+                    (ma, sa, na), (mb, sb, nb) = arm_stats(results, a, metric), arm_stats(results, b, metric)
+                    if not (np.isfinite(ma) and np.isfinite(mb)) or paper[a] == paper[b]:
                         continue
                     total += 1
-                    same = (paper[a] > paper[b]) == (ours_a > ours_b)
-                    matched += same
+                    error = np.sqrt(sa ** 2 / na + sb ** 2 / nb)
+                    if abs(ma - mb) <= max(error, 1e-9):
+                        verdict = "unresolved (within one standard error)"
+                    elif (paper[a] > paper[b]) == (ma > mb):
+                        verdict, matched = "same", matched + 1
+                    else:
+                        verdict = "DIFFERENT"
                     lines.append(f"{metric}: paper {a} {'>' if paper[a] > paper[b] else '<'} {b}; "
-                                 f"ours {ours_a:.3g} vs {ours_b:.3g} -> {'same' if same else 'DIFFERENT'}")
+                                 f"ours {ma:.3g} vs {mb:.3g} (se {error:.2g}) -> {verdict}")
     return matched, total, lines
 
 
