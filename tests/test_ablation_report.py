@@ -1,0 +1,59 @@
+"""The ablation benchmark's report, on a hand-made results database (no training)."""
+
+import numpy as np
+import pytest
+
+from benchmarks import ablation
+
+
+def write(root, rows):
+    db = ablation.open_db(str(root))
+    db.executemany("INSERT INTO evaluations VALUES (?,?,?,?,?,?,?,?,?)", rows)
+    db.commit()
+
+
+def test_win_rates_forgetting_population_and_elo_by_hand(tmp_path):
+    H = ablation.HEURISTIC
+    rows = [
+        # arm, seed, kind, player, opponent, games, wins, draws, losses
+        ("self_play", 0, "test", "a|m", H, 10, 6, 2, 2),          # 0.7
+        ("self_play", 0, "test", "a|m", "h|x", 10, 2, 0, 8),      # 0.2
+        ("self_play", 0, "past_self", "a|m", "a|m#0", 10, 9, 0, 1),
+        ("self_play", 0, "past_self", "a|m", "a|m#1", 10, 3, 2, 5),  # the minimum: 0.4
+        ("fsp", 0, "test", "b|m", H, 10, 1, 0, 9),
+        ("fsp", 0, "test", "b|m", "h|x", 10, 1, 0, 9),
+        ("main_agents", 0, "test", "c|m", H, 10, 5, 0, 5),
+        # population 2 x 2 with a dominant row: the value is that row's worst column
+        ("main_agents", 0, "population", "c|p", "h|q", 10, 8, 0, 2),
+        ("main_agents", 0, "population", "c|p", "h|r", 10, 7, 0, 3),
+        ("main_agents", 0, "population", "c|s", "h|q", 10, 1, 0, 9),
+        ("main_agents", 0, "population", "c|s", "h|r", 10, 2, 0, 8),
+    ]
+    write(tmp_path, rows)
+    results = ablation.analyse(str(tmp_path))
+    sp = results[("self_play", 0)]
+    assert sp["test_win_rate"] == pytest.approx((0.7 + 0.2) / 2)
+    assert sp["min_win_rate"] == pytest.approx(0.4)
+    # the population's Nash-vs-Nash win probability: row p dominates, column r is p's worst
+    assert results[("main_agents", 0)]["rpp"] == pytest.approx(0.7, abs=1e-6)
+    # Elo: the heuristic is anchored at 1000; self-play beat it, FSP lost to it
+    assert results["_opponents"][H] == pytest.approx(1000.0)
+    assert sp["elo"] > 1000 > results[("fsp", 0)]["elo"]
+    # the off-policy "vtrace_td_upgo" arm shares the pfsp_sp runs: none here
+    assert ("vtrace_td_upgo", 0) not in results
+
+
+def test_orderings_count_only_differences_beyond_the_noise(tmp_path):
+    def results(elos):
+        return {**{(arm, s): {"elo": e, "min_win_rate": np.nan, "rpp": np.nan, "test_win_rate": np.nan}
+                   for arm, values in elos.items() for s, e in enumerate(values)}, "_opponents": {}}
+
+    # paper: self_play (1519) > fsp (1143); ours clearly the same way
+    matched, total, lines = ablation.orderings(results({"self_play": [1100, 1110, 1090], "fsp": [900, 910, 890]}))
+    assert (matched, total) == (1, 1) and "same" in lines[0]
+    # ours clearly the other way
+    matched, total, lines = ablation.orderings(results({"self_play": [900, 910, 890], "fsp": [1100, 1110, 1090]}))
+    assert (matched, total) == (0, 1) and "DIFFERENT" in lines[0]
+    # a difference inside the seeds' noise is not counted as reproduced
+    matched, total, lines = ablation.orderings(results({"self_play": [1000, 1200, 800], "fsp": [990, 1190, 790]}))
+    assert (matched, total) == (0, 1) and "unresolved" in lines[0]
