@@ -235,9 +235,14 @@ class LeagueHistory:
         keys = ("player_id", "role", "race", "parent", "step", "wall_time")
         return [dict(zip(keys, r)) for r in rows]
 
+    def _has_column(self, table: str, column: str) -> bool:
+        """False for a history written before the column existed and opened read-only."""
+        return any(row[1] == column for row in self._read(f"PRAGMA table_info({table})"))
+
     def games(self, since_id: int = 0) -> list[dict]:
+        score = "score" if self._has_column("games", "score") else "NULL"
         rows = self._read(
-            "SELECT id, time, home, away, outcome, length, branch, source, actor_id, score FROM games WHERE id > ? ORDER BY id",
+            f"SELECT id, time, home, away, outcome, length, branch, source, actor_id, {score} FROM games WHERE id > ? ORDER BY id",
             (since_id,),
         )
         keys = ("id", "time", "home", "away", "outcome", "length", "branch", "source", "actor_id", "score")
@@ -263,6 +268,8 @@ class LeagueHistory:
 
     def latest_scores(self) -> tuple[list[str], np.ndarray] | None:
         """Players and mean score matrix of the latest payoff snapshot, if it holds one."""
+        if not self._has_column("payoff_snapshots", "scores"):
+            return None
         rows = self._read("SELECT players, scores FROM payoff_snapshots ORDER BY id DESC LIMIT 1")
         if not rows or rows[0][1] is None:
             return None

@@ -173,3 +173,25 @@ def test_param_store_round_trips_haiku_style_keys_and_refuses_corrupt_files(tmp_
     with pytest.raises(ValueError, match="corrupt"):
         store.load("q#0")
     assert (tmp_path / "params" / "q#0.npz").read_bytes() == b"garbage"
+
+
+def test_a_history_from_before_scores_is_read_and_upgraded(tmp_path):
+    """league.db files written before the score columns existed: read-only readers see no
+    scores; a writer adds the columns, and old rows read as NULL."""
+    db = sqlite3.connect(tmp_path / "league.db")
+    db.executescript("""
+        CREATE TABLE players(player_id TEXT PRIMARY KEY, role TEXT NOT NULL, race TEXT NOT NULL,
+            parent TEXT, step INTEGER NOT NULL, wall_time REAL NOT NULL);
+        CREATE TABLE games(id INTEGER PRIMARY KEY, time REAL NOT NULL, home TEXT NOT NULL,
+            away TEXT NOT NULL, outcome TEXT NOT NULL, length INTEGER, branch TEXT, source TEXT, actor_id TEXT);
+        CREATE TABLE payoff_snapshots(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+            players TEXT NOT NULL, wins BLOB NOT NULL, draws BLOB NOT NULL);
+        INSERT INTO games(time, home, away, outcome) VALUES (1.0, 'a', 'b', 'win');
+    """)
+    db.commit()
+    db.close()
+    old = LeagueHistory(str(tmp_path), readonly=True)
+    assert old.games()[0]["score"] is None and old.latest_scores() is None
+    upgraded = LeagueHistory(str(tmp_path))
+    upgraded.add_games([{"home": "a", "away": "b", "outcome": "loss", "score": -2.0}])
+    assert [g["score"] for g in upgraded.games()] == [None, -2.0]
