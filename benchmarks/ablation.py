@@ -33,6 +33,7 @@ Last line: `RESULT ablation ...` with the fraction of the paper's pairwise order
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sqlite3
 import sys
@@ -139,18 +140,26 @@ class Players:
         return self._cache[key]
 
 
+@functools.lru_cache(maxsize=4)
+def game_and_network(games: int):
+    """One batch game and network per process: `--all` evaluates every arm with the same
+    compiled policy and game steps (their jit caches are keyed by these objects)."""
+    from experiments.config import RunConfig
+    from experiments.nodes import make_game, make_network
+
+    config = RunConfig(races=1, runner="inprocess", run_dir="unused")
+    game = make_game(config, games)
+    return game, make_network(config, game.spec)
+
+
 class Match:
     """Plays players (or the heuristic) against each other in the Terran mirror."""
 
     def __init__(self, games: int, seed: int):
         from actors.evaluator import Evaluator, EvaluatorConfig
-        from experiments.config import RunConfig
-        from experiments.nodes import make_game, make_network
 
-        config = RunConfig(races=1, runner="inprocess", run_dir="unused")
         self.games = games
-        self.game = make_game(config, games)
-        self.network = make_network(config, self.game.spec)
+        self.game, self.network = game_and_network(games)
         self.players = Players()
         self.evaluator = Evaluator(self.game, self.network, self.players,
                                    config=EvaluatorConfig(seed=seed))

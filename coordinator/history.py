@@ -125,6 +125,9 @@ class LeagueHistory:
             self._add_missing_columns()
             self._db.commit()
         self._lock = threading.Lock()
+        # Read-only histories written before a column existed lack it (writers add it above).
+        self._has_score = self._has_column("games", "score")
+        self._has_scores = self._has_column("payoff_snapshots", "scores")
 
     def _add_missing_columns(self) -> None:
         """Histories written before a column existed get it (NULL in old rows)."""
@@ -236,11 +239,10 @@ class LeagueHistory:
         return [dict(zip(keys, r)) for r in rows]
 
     def _has_column(self, table: str, column: str) -> bool:
-        """False for a history written before the column existed and opened read-only."""
-        return any(row[1] == column for row in self._read(f"PRAGMA table_info({table})"))
+        return any(row[1] == column for row in self._db.execute(f"PRAGMA table_info({table})"))
 
     def games(self, since_id: int = 0) -> list[dict]:
-        score = "score" if self._has_column("games", "score") else "NULL"
+        score = "score" if self._has_score else "NULL"
         rows = self._read(
             f"SELECT id, time, home, away, outcome, length, branch, source, actor_id, {score} FROM games WHERE id > ? ORDER BY id",
             (since_id,),
@@ -258,23 +260,25 @@ class LeagueHistory:
         rows = self._read("SELECT time, kind, agent_id, player_id, step, reason FROM events ORDER BY id")
         return [dict(zip(("time", "kind", "agent_id", "player_id", "step", "reason"), r)) for r in rows]
 
-    def latest_payoff(self) -> tuple[float, list[str], np.ndarray, np.ndarray] | None:
-        rows = self._read("SELECT time, players, wins, draws FROM payoff_snapshots ORDER BY id DESC LIMIT 1")
+    def latest_payoff(self) -> tuple[float, list[str], np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """(time, players, wins, draws, mean scores or None for old histories) of the latest
+        payoff snapshot, or None before the first."""
+        scores = "scores" if self._has_scores else "NULL"
+        rows = self._read(f"SELECT time, players, wins, draws, {scores} FROM payoff_snapshots ORDER BY id DESC LIMIT 1")
         if not rows:
             return None
-        when, players, wins, draws = rows[0]
+        when, players, wins, draws, scores = rows[0]
         players = json.loads(players)
-        return when, players, unpack_array(wins, len(players)), unpack_array(draws, len(players))
+        n = len(players)
+        return (when, players, unpack_array(wins, n), unpack_array(draws, n),
+                None if scores is None else unpack_array(scores, n))
 
-    def latest_scores(self) -> tuple[list[str], np.ndarray] | None:
-        """Players and mean score matrix of the latest payoff snapshot, if it holds one."""
-        if not self._has_column("payoff_snapshots", "scores"):
+    def latest_nash(self) -> tuple[float, dict[str, float]] | None:
+        """(time, player -> weight) of the newest Nash distribution, or None before the first."""
+        rows = self._read("SELECT time, player_id, weight FROM nash WHERE time = (SELECT max(time) FROM nash)")
+        if not rows:
             return None
-        rows = self._read("SELECT players, scores FROM payoff_snapshots ORDER BY id DESC LIMIT 1")
-        if not rows or rows[0][1] is None:
-            return None
-        players = json.loads(rows[0][0])
-        return players, unpack_array(rows[0][1], len(players))
+        return rows[0][0], {p: w for _, p, w in rows}
 
     def nash_history(self) -> list[tuple[float, str, float]]:
         return self._read("SELECT time, player_id, weight FROM nash ORDER BY time, id")

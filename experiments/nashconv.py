@@ -14,9 +14,8 @@ With --run_dir (the game, network sizes and seed come from its config.json):
   tabular policy by `actors.games.poker_policy.network_policy` (the LSTM is run along every
   history exactly as the actor runs it).
 - `nash`: the league's Nash mixture of players. `--weights=league` (default): the weights of
-  the latest row of the `nash` table in league.db (the coordinator's meta-game on the games'
-  scores: the chips won, decayed as in AlphaStar's payoff),
-  or, if none was written yet, `league.meta.nash_distribution` of the latest payoff snapshot.
+  the latest rows of the `nash` table in league.db (the coordinator's meta-game on the games'
+  scores: the chips won, decayed as in AlphaStar's payoff).
   `--weights=exact`: the Nash of the exact chip meta-game between the same players (expected
   chips, computed from their tabular policies: what PSRO's meta-solver would use). Frozen
   players' parameters come from `params/`, learning agents' from their learner checkpoints.
@@ -139,31 +138,16 @@ class RunReader:
         return [p["player_id"] for p in with_role]
 
     def league_nash(self) -> tuple[dict[str, float], str, int]:
-        """The latest Nash weights of the league's meta-game, where they came from, #players."""
-        from league import meta
-
+        """The latest Nash weights of the league's meta-game, where they came from, #players.
+        (The coordinator writes them with every payoff snapshot, `publish_meta_game`.)"""
         history = self.history()
-        players = len(history.players())
-        rows = history.nash_history()
-        if rows:
-            latest = rows[-1][0]
-            weights = {p: w for t, p, w in rows if t == latest and w > 0}
-            return weights, f"league.db nash table at t={latest:.0f}", players
-        snapshot = history.latest_payoff()
-        if snapshot is None:
-            raise ValueError(f"{self.run_dir}: no Nash weights and no payoff snapshot yet; let the "
-                             "league run longer (the coordinator publishes them every "
-                             "meta_game_every_seconds)")
-        _, ids, wins, draws = snapshot
-        scores = history.latest_scores()
-        if scores is not None:
-            rates = meta.scores_as_win_rates(scores[1])
-        else:  # a history written before scores existed
-            games = wins + wins.T + draws
-            rates = np.where(games > 0, (wins + 0.5 * draws) / np.maximum(games, 1e-12), 0.5)
-        nash = meta.nash_distribution(rates)
-        return ({p: float(w) for p, w in zip(ids, nash) if w > 0},
-                "league.meta.nash_distribution of the latest payoff snapshot", players)
+        latest = history.latest_nash()
+        if latest is None:
+            raise ValueError(f"{self.run_dir}: no Nash weights yet; let the league run longer (the "
+                             "coordinator publishes them every meta_game_every_seconds)")
+        when, weights = latest
+        return ({p: w for p, w in weights.items() if w > 0}, f"league.db nash table at t={when:.0f}",
+                len(history.players()))
 
     def exact_nash(self, player_ids: list[str], override: Mapping | None = None) -> dict[str, float]:
         """Nash of the exact chip meta-game between `player_ids` (seats alternated)."""

@@ -94,7 +94,7 @@ def nash_distribution(win_rate_matrix, tolerance: float = 1e-9, grow: int = 64) 
     """A Nash mixture of the symmetric zero-sum meta-game with payoff A = W - 1/2.
 
     Up to 300 players: the most evenly spread Nash mixture (`_most_even_nash`). Beyond, or
-    if that LP fails, a Nash mixture by double oracle: solved by double oracle (McMahan et al. 2003) over exact LPs: solve the game
+    if that LP fails, double oracle (McMahan et al. 2003) over exact LPs: solve the game
     restricted to a subset S of players, then add the players that best respond to its
     mixture; stop when no player gains more than `tolerance` against it. A symmetric
     zero-sum game has value 0, so max_a (A x)_a <= tolerance makes x a Nash mixture of

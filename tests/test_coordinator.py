@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from coordinator.coordinator import Coordinator, CoordinatorConfig, initial_player_id
-from coordinator.history import HistoryError, LeagueHistory
+from coordinator.history import HistoryError, LeagueHistory, pack_array
 from coordinator.param_store import ParamStore
 from experiments.matrix_league import StrategyLearner
 from league.players import LeagueConfig, SnapshotConfig
@@ -110,7 +110,7 @@ def test_meta_game_is_published(tmp_path):
     for agent in ("terran_main_agent_0", "terran_league_exploiter_0", "terran_league_exploiter_1"):
         assert nash[agent] == pytest.approx(1 / 3, abs=1e-6)
     history = LeagueHistory(str(tmp_path), readonly=True)
-    _, players, wins, _ = history.latest_payoff()
+    _, players, wins, _, _ = history.latest_payoff()
     assert wins[players.index("terran_main_agent_0"), players.index("terran_main_exploiter_0")] == pytest.approx(sum(0.99**k for k in range(5)), rel=1e-5)
     assert history.nash_history() and history.ratings_history()
 
@@ -126,8 +126,12 @@ def test_meta_game_is_on_scores_when_games_report_them(tmp_path):
     assert coordinator.league.payoff.win_rate(a, b) > 0.7
     nash = coordinator.publish_meta_game()["nash"]
     assert nash[a] == pytest.approx(0.0, abs=1e-7) and nash[b] > 0.3
-    players, scores = LeagueHistory(str(tmp_path), readonly=True).latest_scores()
-    assert scores[players.index(a), players.index(b)] < 0
+    history = LeagueHistory(str(tmp_path), readonly=True)
+    _, players, _, _, scores = history.latest_payoff()
+    # three +1 games then a -5 one, each after a 0.99 decay of what came before
+    decayed = 0.99 ** 3 + 0.99 ** 2 + 0.99
+    assert scores[players.index(a), players.index(b)] == pytest.approx((decayed - 5.0) / (decayed + 1.0), rel=1e-5)
+    assert history.latest_nash()[1] == pytest.approx({p: w for p, w in nash.items() if w > 0})
     # a non-finite score is refused whole, naming the fix; nothing is recorded
     bad = [{"home": a, "away": b, "outcome": "win", "score": 1.0},
            {"home": a, "away": b, "outcome": "win", "score": float("nan")}]
@@ -186,12 +190,19 @@ def test_a_history_from_before_scores_is_read_and_upgraded(tmp_path):
             away TEXT NOT NULL, outcome TEXT NOT NULL, length INTEGER, branch TEXT, source TEXT, actor_id TEXT);
         CREATE TABLE payoff_snapshots(id INTEGER PRIMARY KEY, time REAL NOT NULL,
             players TEXT NOT NULL, wins BLOB NOT NULL, draws BLOB NOT NULL);
+        CREATE TABLE nash(id INTEGER PRIMARY KEY, time REAL NOT NULL, player_id TEXT NOT NULL,
+            weight REAL NOT NULL);
         INSERT INTO games(time, home, away, outcome) VALUES (1.0, 'a', 'b', 'win');
+        INSERT INTO nash(time, player_id, weight) VALUES (1.0, 'a', 1.0);
     """)
+    db.execute("INSERT INTO payoff_snapshots(time, players, wins, draws) VALUES (1.0, ?, ?, ?)",
+               ('["a", "b"]', pack_array(np.eye(2)[::-1]), pack_array(np.zeros((2, 2)))))
     db.commit()
     db.close()
     old = LeagueHistory(str(tmp_path), readonly=True)
-    assert old.games()[0]["score"] is None and old.latest_scores() is None
+    assert old.games()[0]["score"] is None and old.latest_nash() == (1.0, {"a": 1.0})
+    _, players, wins, _, scores = old.latest_payoff()
+    assert players == ["a", "b"] and wins[0, 1] == 1.0 and scores is None
     upgraded = LeagueHistory(str(tmp_path))
     upgraded.add_games([{"home": "a", "away": "b", "outcome": "loss", "score": -2.0}])
     assert [g["score"] for g in upgraded.games()] == [None, -2.0]
