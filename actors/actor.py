@@ -159,6 +159,20 @@ def reset_game(game, seed: int, match: dict):
     return game.reset(seed)
 
 
+def played_matchups(game) -> list[tuple[str, str]] | None:
+    """The (side 0, side 1) races every game of the batch is played in, read from the game
+    itself (SMAX races), or None for games without races."""
+    matchups = getattr(game, "matchups", None)
+    return matchups() if callable(matchups) else None
+
+
+def races_played(matchups: list[tuple[str, str]] | None, slot: int) -> dict:
+    """The result fields "home_race" / "away_race" of one batch slot ({} without races)."""
+    if matchups is None:
+        return {}
+    return {"home_race": matchups[slot][0], "away_race": matchups[slot][1]}
+
+
 def team_reward(rewards: np.ndarray, present: np.ndarray | None) -> np.ndarray:
     """[N] rewards from a plug-in's [N] or per-unit [N, n] output (mean over present units)."""
     if rewards.ndim == 1:
@@ -356,6 +370,7 @@ class Actor:
         self._match, self._match_episodes = match, 0
         self._resets += 1
         timestep = reset_game(self.game, self.config.seed * 100_003 + self._resets, match)
+        self._matchups = played_matchups(self.game)
         self._obs = timestep.observations
         self._first = np.ones(self._batch, bool)
         self._state0 = self.network.initial_state(self._batch)
@@ -464,7 +479,7 @@ class Actor:
                                 "outcome": OUTCOME_NAMES[int(np.sign(outcome[b, t]))],
                                 "score": float(self._scores[b]),
                                 "length": int(self._lengths[b]), "actor_id": self.actor_id,
-                                "branch": branch})
+                                "branch": branch, **races_played(self._matchups, b)})
             self._lengths[done[:, t]] = 0
             self._scores[done[:, t]] = 0.0
         self._match_episodes += len(results)

@@ -24,7 +24,7 @@ import time
 import jax
 import numpy as np
 
-from actors.actor import OUTCOME_NAMES, make_policy_fn, reset_game
+from actors.actor import OUTCOME_NAMES, make_policy_fn, played_matchups, races_played, reset_game
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +63,8 @@ class Evaluator:
 
         Returns the games' results, `num_games` dicts {"home": player_a, "away": player_b,
         "outcome": "win"|"draw"|"loss" (home's view), "score" (the game's payoff to home),
-        "length", "actor_id", "branch"}, the
+        "length", "actor_id", "branch", and for games with races "home_race" / "away_race",
+        the races played as the game reports them}, the
         format of the actors' reports; they are also reported to the result sink if any."""
         if num_games < 1:
             raise ValueError("num_games must be >= 1")
@@ -76,6 +77,7 @@ class Evaluator:
             match.update(home_race=races[0], away_race=races[1])
         self._evaluations += 1
         timestep = reset_game(self.game, self.config.seed * 7919 + self._evaluations, match)
+        matchups = played_matchups(self.game)
         obs = timestep.observations
         quota = np.full(batch, num_games // batch) + (np.arange(batch) < num_games % batch)
         played = np.zeros(batch, np.int64)
@@ -104,7 +106,7 @@ class Evaluator:
                                 "outcome": OUTCOME_NAMES[int(np.sign(outcome[i]))],
                                 "score": float(scores[i]),
                                 "length": int(lengths[i]), "actor_id": self.evaluator_id,
-                                "branch": self.config.branch})
+                                "branch": self.config.branch, **races_played(matchups, i)})
             played += done
             lengths[done] = 0
             scores[done] = 0.0

@@ -145,6 +145,13 @@ class Coordinator:
                     self.league.player(r[key])
                 if r["outcome"] not in OUTCOMES:
                     raise ValueError(f"unknown outcome {r['outcome']!r}; allowed: {', '.join(OUTCOMES)}")
+                for key in ("home", "away"):
+                    played, race = r.get(f"{key}_race"), self.league.players[r[key]].race
+                    if played is not None and played != race:
+                        raise ValueError(f"game {r['home']} vs {r['away']} was played with {key} race "
+                                         f"{played!r}, but {r[key]} is a {race} player; the actor or "
+                                         "evaluator reset the game in the wrong races; nothing of this "
+                                         "batch was recorded")
                 score = r.get("score")
                 if score is not None and not np.isfinite(float(score)):
                     raise ValueError(f"game {r['home']} vs {r['away']} reported score {score}; the game "
@@ -193,12 +200,15 @@ class Coordinator:
             return {"kind": "reset", "agent_id": decision.agent_id}
         raise ValueError(f"unknown decision {decision!r}")
 
-    def evaluation_pairs(self, count: int) -> list[tuple[str, str]]:
-        """The `count` pairs of distinct players with the fewest (decayed) games between them."""
+    def evaluation_matches(self, count: int) -> list[dict]:
+        """The `count` pairs of distinct players with the fewest (decayed) games between them,
+        as matches {"home", "away", "home_race", "away_race"}: evaluators play every game in
+        the two players' own races."""
         with self._lock:
             ids = list(self.league.players)
             wins, draws, losses = self.league.payoff.count_matrices(ids)
             rng = self.league.rng
+            races = {p: self.league.players[p].race for p in ids}
         games = wins + draws + losses
         n = len(ids)
         if n < 2:
@@ -206,7 +216,8 @@ class Coordinator:
         upper = np.triu_indices(n, 1)
         pair_games = games[upper] + rng.uniform(0, 1e-3, len(upper[0]))  # random tie-breaks
         order = np.argsort(pair_games)[:count]
-        return [(ids[upper[0][k]], ids[upper[1][k]]) for k in order]
+        pairs = [(ids[upper[0][k]], ids[upper[1][k]]) for k in order]
+        return [{"home": a, "away": b, "home_race": races[a], "away_race": races[b]} for a, b in pairs]
 
     def record_learner_metrics(self, agent_id: str, metrics: Mapping[str, float]) -> None:
         self.history.add_learner_metrics(agent_id, metrics, self._clock())

@@ -3,12 +3,14 @@
 The coordinator writes; the dashboard, benchmarks and a restarted run read. WAL mode lets
 readers work while the league writes. Schema (times are Unix seconds):
 
-    meta(key TEXT PRIMARY KEY, value TEXT)           run config (JSON) under "config", ...
     players(player_id TEXT PRIMARY KEY, role, race, parent, step, wall_time)
         every learning agent and frozen (historical) player; wall_time = creation time
-    games(id INTEGER PRIMARY KEY, time, home, away, outcome, length, branch, source, actor_id)
+    games(id INTEGER PRIMARY KEY, time, home, away, outcome, length, branch, source, actor_id,
+          score, home_race, away_race)
         every game result; outcome "win" | "draw" | "loss" from home's side;
-        source "actor" | "evaluator"; branch = the matchmaking branch that chose the match
+        source "actor" | "evaluator"; branch = the matchmaking branch that chose the match;
+        score = what the game paid home (chips in poker); home_race / away_race = the races
+        the game was actually played in, as the game reports them (NULL for one-race games)
     events(id INTEGER PRIMARY KEY, time, kind, agent_id, player_id, step, reason)
         kind "snapshot" (player_id = the new frozen player) | "reset"
     payoff_snapshots(id INTEGER PRIMARY KEY, time, players TEXT, wins BLOB, draws BLOB)
@@ -37,12 +39,12 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS players(player_id TEXT PRIMARY KEY, role TEXT NOT NULL, race TEXT NOT NULL,
     parent TEXT, step INTEGER NOT NULL, wall_time REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS games(id INTEGER PRIMARY KEY, time REAL NOT NULL, home TEXT NOT NULL,
     away TEXT NOT NULL, outcome TEXT NOT NULL CHECK (outcome IN ('win', 'draw', 'loss')),
-    length INTEGER, branch TEXT, source TEXT, actor_id TEXT, score REAL);
+    length INTEGER, branch TEXT, source TEXT, actor_id TEXT, score REAL, home_race TEXT,
+    away_race TEXT);
 CREATE INDEX IF NOT EXISTS games_pair ON games(home, away);
 CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, time REAL NOT NULL, kind TEXT NOT NULL,
     agent_id TEXT NOT NULL, player_id TEXT, step INTEGER, reason TEXT);
@@ -127,11 +129,13 @@ class LeagueHistory:
         self._lock = threading.Lock()
         # Read-only histories written before a column existed lack it (writers add it above).
         self._has_score = self._has_column("games", "score")
+        self._has_races = self._has_column("games", "home_race")
         self._has_scores = self._has_column("payoff_snapshots", "scores")
 
     def _add_missing_columns(self) -> None:
         """Histories written before a column existed get it (NULL in old rows)."""
-        for table, column, kind in (("games", "score", "REAL"), ("payoff_snapshots", "scores", "BLOB")):
+        for table, column, kind in (("games", "score", "REAL"), ("games", "home_race", "TEXT"),
+                                    ("games", "away_race", "TEXT"), ("payoff_snapshots", "scores", "BLOB")):
             columns = {row[1] for row in self._db.execute(f"PRAGMA table_info({table})")}
             if column not in columns:
                 self._db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
@@ -153,9 +157,6 @@ class LeagueHistory:
 
     # -- writing ---------------------------------------------------------------
 
-    def set_meta(self, key: str, value) -> None:
-        self._write("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(value)))
-
     def add_player(self, player_id: str, role: str, race: str, parent: str | None, step: int, wall_time: float) -> None:
         self._write(
             "INSERT OR IGNORE INTO players VALUES (?, ?, ?, ?, ?, ?)",
@@ -165,11 +166,13 @@ class LeagueHistory:
     def add_games(self, results: Iterable[Mapping]) -> None:
         now = time.time()
         self._write(
-            "INSERT INTO games(time, home, away, outcome, length, branch, source, actor_id, score) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO games(time, home, away, outcome, length, branch, source, actor_id, score, "
+            "home_race, away_race) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (r.get("time", now), r["home"], r["away"], r["outcome"], r.get("length"),
                  r.get("branch"), r.get("source", "actor"), r.get("actor_id"),
-                 None if r.get("score") is None else float(r["score"]))
+                 None if r.get("score") is None else float(r["score"]),
+                 r.get("home_race"), r.get("away_race"))
                 for r in results
             ],
         )
@@ -217,10 +220,6 @@ class LeagueHistory:
 
     # -- reading ---------------------------------------------------------------
 
-    def meta(self, key: str, default=None):
-        rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
-        return json.loads(rows[0][0]) if rows else default
-
     def load_league_state(self) -> dict | None:
         rows = self._read("SELECT state FROM league_state WHERE id = 1")
         if not rows:
@@ -243,11 +242,14 @@ class LeagueHistory:
 
     def games(self, since_id: int = 0) -> list[dict]:
         score = "score" if self._has_score else "NULL"
+        races = "home_race, away_race" if self._has_races else "NULL, NULL"
         rows = self._read(
-            f"SELECT id, time, home, away, outcome, length, branch, source, actor_id, {score} FROM games WHERE id > ? ORDER BY id",
+            f"SELECT id, time, home, away, outcome, length, branch, source, actor_id, {score}, {races} "
+            "FROM games WHERE id > ? ORDER BY id",
             (since_id,),
         )
-        keys = ("id", "time", "home", "away", "outcome", "length", "branch", "source", "actor_id", "score")
+        keys = ("id", "time", "home", "away", "outcome", "length", "branch", "source", "actor_id", "score",
+                "home_race", "away_race")
         return [dict(zip(keys, r)) for r in rows]
 
     def last_game_id(self) -> int:

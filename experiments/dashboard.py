@@ -156,7 +156,6 @@ class DashboardData:
         ids = [p["player_id"] for p in players]
         index = {p: i for i, p in enumerate(ids)}
         role_of = {p["player_id"]: p["role"] for p in players}
-        config = db.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
 
         games, wins, draws, self_losses = self._game_counts(db, ids)
         payoff = {"n": len(ids), "wins": _counts(wins), "draws": _counts(draws), "self_losses": self_losses.tolist(),
@@ -177,7 +176,6 @@ class DashboardData:
         return {
             "run_dir": os.path.abspath(self.run_dir),
             "generated": time.time(),
-            "config": json.loads(config[0]) if config else None,
             "headline": {
                 "games": games,
                 "players": len(ids),

@@ -354,16 +354,23 @@ class EvaluatorNode:
     def run(self) -> None:
         self._stop.clear()
         while not self._stop.is_set():
-            pairs = self._coordinator.evaluation_pairs(1)
-            if not pairs:
+            if not self.evaluate_next():
                 time.sleep(1.0)
-                continue
-            a, b = pairs[0]
-            results = self._evaluator.evaluate(a, b, self.config.evaluation_games)
-            for r in results:
-                r["source"] = "evaluator"
-            self._coordinator.report_results(results)
-            self.games += len(results)
+
+    def evaluate_next(self) -> int:
+        """Plays `evaluation_games` games of the pair the coordinator names, in the two
+        players' own races, and reports them; returns the number of games (0: no pair yet)."""
+        matches = self._coordinator.evaluation_matches(1)
+        if not matches:
+            return 0
+        m = matches[0]
+        results = self._evaluator.evaluate(m["home"], m["away"], self.config.evaluation_games,
+                                           races=(m["home_race"], m["away_race"]))
+        for r in results:
+            r["source"] = "evaluator"
+        self._coordinator.report_results(results)
+        self.games += len(results)
+        return len(results)
 
     def stop(self) -> None:
         self._stop.set()

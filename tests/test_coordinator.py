@@ -89,14 +89,36 @@ def test_restart_resumes_players_and_payoff_even_without_a_final_checkpoint(tmp_
     assert resumed.history.game_count() == 3
 
 
-def test_evaluation_pairs_prefer_pairs_with_few_games(tmp_path):
+def test_evaluation_matches_prefer_pairs_with_few_games(tmp_path):
     coordinator, _ = make(tmp_path, races=("terran",))
     ids = coordinator.agent_ids()
     played = {(ids[0], ids[1]), (ids[0], ids[2])}
     coordinator.report_results([{"home": h, "away": a, "outcome": "win"} for h, a in played])
-    pairs = coordinator.evaluation_pairs(3)
-    assert len(pairs) == 3 and not {tuple(p) for p in pairs} & played
+    matches = coordinator.evaluation_matches(3)
+    pairs = [(m["home"], m["away"]) for m in matches]
+    assert len(pairs) == 3 and not set(pairs) & played
     assert all(h != a for h, a in pairs)
+
+
+def test_evaluation_matches_carry_each_players_race(tmp_path):
+    coordinator, _ = make(tmp_path, races=("terran", "zerg"))
+    race = {p["player_id"]: p["race"] for p in coordinator.players()}
+    matches = coordinator.evaluation_matches(100)
+    assert {(m["home_race"], m["away_race"]) for m in matches} >= {("terran", "zerg"), ("zerg", "zerg")}
+    for m in matches:
+        assert (m["home_race"], m["away_race"]) == (race[m["home"]], race[m["away"]])
+
+
+def test_results_in_the_wrong_races_are_refused_whole(tmp_path):
+    coordinator, _ = make(tmp_path, races=("terran", "zerg"))
+    good = {"home": "terran_main_agent_0", "away": "zerg_main_agent_0", "outcome": "win",
+            "home_race": "terran", "away_race": "zerg"}
+    bad = dict(good, away_race="terran")
+    with pytest.raises(ValueError, match="away race 'terran'.*zerg player"):
+        coordinator.report_results([good, bad])
+    assert coordinator.history.game_count() == 0
+    coordinator.report_results([good])
+    assert [(g["home_race"], g["away_race"]) for g in coordinator.history.games()] == [("terran", "zerg")]
 
 
 def test_meta_game_is_published(tmp_path):

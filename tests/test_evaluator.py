@@ -73,3 +73,30 @@ def test_smax_evaluation_plays_every_slot_its_quota():
     assert summary["wins"] + summary["draws"] + summary["losses"] == 10
     assert all(2 <= r["length"] <= 9 for r in results)
     assert (np.asarray(game.races) == [[2, 1]]).all()
+
+
+def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
+    """The evaluator node plays every pair in the two players' races (not the game's default
+    terran vs zerg), and league.db records the races the game itself was reset in."""
+    from coordinator.coordinator import Coordinator
+    from experiments.config import RunConfig
+    from experiments.nodes import EvaluatorNode, make_network as run_network
+
+    config = RunConfig(game="smax_races", races=2, evaluation_games=2, hidden_size=8, core_size=8,
+                       run_dir=str(tmp_path))
+    coordinator = Coordinator(config.league_config(), config.run_dir)
+    race = {p["player_id"]: p["race"] for p in coordinator.players()}
+    assert set(race.values()) == {"terran", "protoss"}
+    node = EvaluatorNode(config, coordinator, {})
+    spec = node._evaluator.game.spec
+    params = run_network(config, spec).init(jax.random.PRNGKey(0), spec.side(0).zero_observation())
+    node._evaluator.params_source._learners = {}
+    node._evaluator.params_source.latest_params = lambda player, min_version=None: (0, params)
+    matchups = set()
+    for _ in range(4):
+        assert node.evaluate_next() == 2
+    for game in coordinator.history.games():
+        assert game["source"] == "evaluator"
+        assert (game["home_race"], game["away_race"]) == (race[game["home"]], race[game["away"]])
+        matchups.add((game["home_race"], game["away_race"]))
+    assert "protoss" in {r for m in matchups for r in m}

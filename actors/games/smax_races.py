@@ -517,6 +517,11 @@ class SmaxRacesGame:
         self.state, obs, rewards, done, outcome, signals = self._step(self.state, actions)
         return TimeStep(obs, rewards, done, outcome, signals)
 
+    def matchups(self) -> list[tuple[str, str]]:
+        """(side 0 race, side 1 race) of every game of the batch, as the game state holds them."""
+        races = self.races if self.state is None else self.state.races
+        return [(RACES[a], RACES[b]) for a, b in np.asarray(races)]
+
 
 def matchup_array(races, batch_size: int) -> np.ndarray:
     """[B, 2] race indices from a pair of race names/indices or an array of them."""
