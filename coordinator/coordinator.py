@@ -27,7 +27,7 @@ from coordinator.param_store import ParamStore
 from league import meta
 from league.league import League
 from league.payoff import OUTCOMES
-from league.players import HISTORICAL, MAIN_AGENT, LeagueConfig
+from league.players import HISTORICAL, MAIN_AGENT, LeagueConfig, initial_snapshot_id
 from league.rules import AddSnapshot, ResetAgent
 
 
@@ -66,7 +66,9 @@ class Coordinator:
             self.league = League(league_config, np.random.default_rng(seed))
             now = clock()
             for player in self.league.players.values():
-                self.history.add_player(player.player_id, player.role, player.race, None, 0, now)
+                self.history.add_player(player.player_id, player.role, player.race, player.parent, 0, now)
+                if player.role == HISTORICAL:
+                    self.history.add_event("snapshot", player.parent, player.player_id, 0, "initial", now)
             self._last_game_id = 0
             self._save_state()
         else:
@@ -116,9 +118,13 @@ class Coordinator:
             return [vars(p).copy() for p in self.league.players.values()]
 
     def store_initial_params(self, agent_id: str, params, version: int = 0) -> None:
-        """Keeps a learning agent's initial parameters for its resets (written once)."""
-        self.league.player(agent_id)
+        """Keeps a learning agent's initial parameters for its resets and, for a main agent
+        whose frozen initial copy is in the league (`LeagueConfig.initial_snapshots`), as that
+        player's parameters (each written once)."""
+        player = self.league.player(agent_id)
         self.params.save(initial_player_id(agent_id), params, version)
+        if self.league.config.initial_snapshots and player.role == MAIN_AGENT:
+            self.params.save(initial_snapshot_id(agent_id), params, version)
 
     def request_match(self, agent_id: str) -> dict:
         """The opponent for `agent_id`'s next games, where its parameters live, and why."""

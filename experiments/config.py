@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from league.players import LeagueConfig, SnapshotConfig
+from league.players import LeagueConfig, MatchmakingConfig, SnapshotConfig
 
 RACES = ("terran", "protoss", "zerg")
 MATRIX_GAMES = ("matrix_rps", "matrix_disc", "matrix_blotto", "matrix_random")
@@ -58,6 +58,14 @@ class RunConfig:
     main_exploiters_per_race: int = 1
     league_exploiters_per_race: int = 2
     main_agent_matchmaker: str = "alphastar"
+    # PFSP weightings (league/pfsp.py): main agents' PFSP branch and league exploiters; "hard"
+    # is (1 - x)^p with p = pfsp_hard_exponent (AlphaStar's "squared" is p = 2).
+    main_pfsp_weighting: str = "squared"
+    league_exploiter_weighting: str = "linear_capped"
+    pfsp_hard_exponent: float = 2.0
+    # AlphaStar's pseudocode: a frozen copy of every main agent's initial parameters joins the
+    # league at the start, so PFSP has opponents from the first match.
+    initial_snapshots: bool = True
     # Snapshot rules, in agent steps (AlphaStar's 2e9 scaled to a laptop).
     main_agent_snapshot_steps: int = 4_000
     exploiter_min_steps: int = 4_000
@@ -164,6 +172,12 @@ class RunConfig:
                 main_exploiters_per_race=self.main_exploiters_per_race,
                 league_exploiters_per_race=self.league_exploiters_per_race,
                 main_agent_matchmaker=self.main_agent_matchmaker,
+                initial_snapshots=self.initial_snapshots,
+                matchmaking=MatchmakingConfig(
+                    main_pfsp_weighting=self.main_pfsp_weighting,
+                    league_exploiter_weighting=self.league_exploiter_weighting,
+                    pfsp_hard_exponent=self.pfsp_hard_exponent,
+                ),
                 snapshots=SnapshotConfig(
                     main_agent_snapshot_steps=self.main_agent_snapshot_steps,
                     exploiter_min_steps=self.exploiter_min_steps,

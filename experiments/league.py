@@ -84,6 +84,10 @@ _MORE_HELP = {
     "learner_sampler": "How learners read Reverb: 'client' (a sampling thread; less memory for co-located learners) or 'dataset' (a TF TrajectoryDataset).",
     "value_target": "The value's target: 'td_lambda' (AlphaStar: uncorrected TD(lambda)) or 'vtrace' (IMPALA's corrected target).",
     "upgo_cost": "Weight of the UPGO policy term (0: off).",
+    "main_pfsp_weighting": "PFSP weighting of main agents' PFSP branch: squared, linear, linear_capped, variance, hard ((1-x)^p, p = --pfsp_hard_exponent).",
+    "league_exploiter_weighting": "PFSP weighting of league exploiters (AlphaStar: linear_capped); 'hard' uses --pfsp_hard_exponent.",
+    "pfsp_hard_exponent": "Exponent p of the 'hard' PFSP weighting (1-x)^p (AlphaStar's squared: p = 2).",
+    "initial_snapshots": "Add a frozen copy of every main agent's initial parameters to the league at the start (AlphaStar's pseudocode), so PFSP has opponents from the first match.",
     "entropy_cost": "Weight of the entropy bonus (default: 0.1 for poker, 0.01 otherwise).",
 }
 

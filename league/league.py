@@ -20,6 +20,7 @@ from league.players import (
     MAIN_EXPLOITER,
     LeagueConfig,
     Player,
+    initial_snapshot_id,
     learning_agents,
     snapshot_id,
 )
@@ -48,6 +49,9 @@ class League:
         self._quality: dict[str, list[float]] = {}
         for player in learning_agents(config):
             self._add(player)
+        if config.initial_snapshots:
+            for agent_id in self.learning_agent_ids(MAIN_AGENT):
+                self.apply(AddSnapshot(agent_id, initial_snapshot_id(agent_id), 0, 0.0, "initial"))
 
     # -- membership ------------------------------------------------------------
 
@@ -188,7 +192,8 @@ class League:
 
     @classmethod
     def from_state(cls, state: dict) -> League:
-        config = LeagueConfig.from_dict(state["config"])
+        # Leagues saved before `initial_snapshots` existed started without initial copies.
+        config = LeagueConfig.from_dict({"initial_snapshots": False, **state["config"]})
         league = cls(config, np.random.default_rng())
         league.rng.bit_generator.state = state["rng"]
         for data in state["players"]:

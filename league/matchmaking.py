@@ -40,7 +40,8 @@ class Match:
 
 def _pfsp_pick(league: League, agent_id: str, candidates: list[str], weighting: str, rng) -> str:
     rates = league.payoff.win_rates(agent_id, candidates)
-    probs = pfsp_probabilities(rates, weighting)
+    p = league.config.matchmaking.pfsp_hard_exponent if weighting == "hard" else None
+    probs = pfsp_probabilities(rates, weighting, p)
     return candidates[rng.choice(len(candidates), p=probs)]
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+import numpy as np
+
 MAIN_AGENT = "main_agent"
 MAIN_EXPLOITER = "main_exploiter"
 LEAGUE_EXPLOITER = "league_exploiter"
@@ -76,6 +78,9 @@ class MatchmakingConfig:
     main_exploiter_curriculum_win_rate: float = 0.2
     main_exploiter_curriculum_probability: float = 0.5
     league_exploiter_weighting: str = "linear_capped"
+    # The exponent p of the "hard" weighting f_hard(x) = (1 - x)^p, wherever a weighting above
+    # is "hard" (AlphaStar: "squared" is p = 2; larger p focuses harder on the strongest).
+    pfsp_hard_exponent: float = 2.0
     # Ablation arm pfsp_sp: self-play share (Fig. 3: a 50%-50% mix of SP and PFSP).
     pfsp_sp_self_play_probability: float = 0.5
     # OpenAI Five (appendix N): 80% latest self, 20% past selves by quality score.
@@ -107,6 +112,9 @@ class LeagueConfig:
     league_exploiters_per_race: int = 2
     main_agent_matchmaker: str = "alphastar"
     payoff_decay: float = 0.99
+    # AlphaStar's pseudocode adds a frozen copy of every main agent's initial parameters to
+    # the league at the start (`initial_snapshot_id`), so PFSP has opponents from the first match.
+    initial_snapshots: bool = True
     matchmaking: MatchmakingConfig = field(default_factory=MatchmakingConfig)
     snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
 
@@ -157,6 +165,8 @@ def _check_probabilities(matchmaking: MatchmakingConfig, snapshots: SnapshotConf
                 raise ValueError(f"{f.name} must be >= 0; got {value!r}")
             if f.name.endswith("weighting") and value not in ALL_WEIGHTINGS:
                 raise ValueError(f"unknown PFSP weighting {value!r} for {f.name}; allowed: {', '.join(ALL_WEIGHTINGS)}")
+    if not (np.isfinite(matchmaking.pfsp_hard_exponent) and matchmaking.pfsp_hard_exponent > 0):
+        raise ValueError(f"pfsp_hard_exponent must be a positive number; got {matchmaking.pfsp_hard_exponent!r}")
     if matchmaking.main_pfsp_probability + matchmaking.main_verification_probability > 1.0:
         raise ValueError(
             "main_pfsp_probability + main_verification_probability must be <= 1 "
@@ -171,6 +181,11 @@ def learning_agent_id(race: str, role: str, index: int) -> str:
 
 def snapshot_id(agent_id: str, snapshot_index: int) -> str:
     return f"{agent_id}#{snapshot_index}"
+
+
+def initial_snapshot_id(agent_id: str) -> str:
+    """The frozen copy of a main agent's initial parameters (`LeagueConfig.initial_snapshots`)."""
+    return snapshot_id(agent_id, 0)
 
 
 def learning_agents(config: LeagueConfig) -> list[Player]:

@@ -16,8 +16,8 @@ SNAPSHOTS = SnapshotConfig(main_agent_snapshot_steps=100, exploiter_min_steps=10
 NEVER = CoordinatorConfig(meta_game_every_seconds=float("inf"), checkpoint_every_seconds=float("inf"))
 
 
-def make(run_dir, races=("terran", "zerg")):
-    config = LeagueConfig(races=races, snapshots=SNAPSHOTS)
+def make(run_dir, races=("terran", "zerg"), initial_snapshots=False):
+    config = LeagueConfig(races=races, snapshots=SNAPSHOTS, initial_snapshots=initial_snapshots)
     coordinator = Coordinator(config, str(run_dir), seed=3, config=NEVER)
     learners = {a: StrategyLearner(np.full(3, float(i))) for i, a in enumerate(coordinator.agent_ids())}
     coordinator.set_learners(learners)
@@ -119,6 +119,26 @@ def test_results_in_the_wrong_races_are_refused_whole(tmp_path):
     assert coordinator.history.game_count() == 0
     coordinator.report_results([good])
     assert [(g["home_race"], g["away_race"]) for g in coordinator.history.games()] == [("terran", "zerg")]
+
+
+def test_initial_copies_of_main_agents_are_stored_recorded_and_played(tmp_path):
+    config = LeagueConfig(races=("terran",), snapshots=SNAPSHOTS)
+    coordinator = Coordinator(config, str(tmp_path), seed=3, config=NEVER)
+    frozen = "terran_main_agent_0#0"
+    for i, agent in enumerate(coordinator.agent_ids()):
+        coordinator.store_initial_params(agent, {"strategy": np.array([1.0, 2.0, 3.0]) * (i + 1)})
+    _, params = coordinator.params.load(frozen)
+    np.testing.assert_array_equal(params["strategy"], [1.0, 2.0, 3.0])
+    assert "terran_main_exploiter_0#0" not in coordinator.params
+    row = {p["player_id"]: p for p in coordinator.history.players()}[frozen]
+    assert row["role"] == "historical" and row["parent"] == "terran_main_agent_0"
+    assert [(e["kind"], e["player_id"], e["reason"]) for e in coordinator.history.events()] == [
+        ("snapshot", frozen, "initial")]
+    exploiter = coordinator.request_match("terran_league_exploiter_0")
+    assert exploiter["opponent_id"] == frozen and exploiter["opponent_params"] == "store"
+    coordinator.close()
+    resumed = Coordinator(coordinator.league.config, str(tmp_path), seed=3, config=NEVER)
+    assert resumed.league.historical_ids() == [frozen]
 
 
 def test_meta_game_is_published(tmp_path):

@@ -261,7 +261,7 @@ def assert_distribution(freq, expected, n=20000):
 
 
 def test_main_agent_opponents_are_pfsp_verification_and_self_play():
-    config = LeagueConfig(races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
     league = League(config, rng=1)
     main, exploiter = "terran_main_agent_0", "terran_main_exploiter_0"
     me0 = snapshot(league, exploiter)
@@ -280,7 +280,7 @@ def test_main_agent_opponents_are_pfsp_verification_and_self_play():
 
 def test_main_agent_verification_finds_forgotten_snapshots():
     mm = MatchmakingConfig(main_pfsp_probability=0.0, main_verification_probability=1.0)
-    config = LeagueConfig(races=("terran",), main_exploiters_per_race=0, league_exploiters_per_race=0,
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), main_exploiters_per_race=0, league_exploiters_per_race=0,
                           payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
     league = League(config, rng=2)
     main = "terran_main_agent_0"
@@ -305,7 +305,7 @@ def test_remove_monotonic_suffix_worked_by_hand():
 
 def test_struggling_main_agent_gets_a_curriculum_of_the_opponents_snapshots():
     mm = MatchmakingConfig(main_pfsp_probability=0.0, main_verification_probability=0.0)
-    config = LeagueConfig(races=("terran", "zerg"), main_exploiters_per_race=0, league_exploiters_per_race=0,
+    config = LeagueConfig(initial_snapshots=False, races=("terran", "zerg"), main_exploiters_per_race=0, league_exploiters_per_race=0,
                           payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
     league = League(config, rng=3)
     terran, zerg = "terran_main_agent_0", "zerg_main_agent_0"
@@ -317,7 +317,7 @@ def test_struggling_main_agent_gets_a_curriculum_of_the_opponents_snapshots():
 
 
 def test_main_exploiter_plays_main_agents_with_a_curriculum_when_struggling():
-    config = LeagueConfig(races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
     league = League(config, rng=4)
     main, exploiter = "terran_main_agent_0", "terran_main_exploiter_0"
     m0, m1 = snapshot(league, main), snapshot(league, main)
@@ -329,7 +329,7 @@ def test_main_exploiter_plays_main_agents_with_a_curriculum_when_struggling():
 
 
 def test_league_exploiter_uses_capped_linear_pfsp_over_all_past_players():
-    config = LeagueConfig(races=("terran",), league_exploiters_per_race=1, payoff_decay=1.0, snapshots=tiny_snapshots())
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=1, payoff_decay=1.0, snapshots=tiny_snapshots())
     league = League(config, rng=5)
     exploiter = "terran_league_exploiter_0"
     a = snapshot(league, "terran_main_agent_0")
@@ -339,9 +339,69 @@ def test_league_exploiter_uses_capped_linear_pfsp_over_all_past_players():
     assert_distribution(opponent_frequencies(league, exploiter), {a: 5 / 9, b: 4 / 9})
 
 
+class RecordingGenerator(np.random.Generator):
+    """A numpy Generator that records the probabilities of every `choice`."""
+
+    def __init__(self, seed):
+        super().__init__(np.random.PCG64(seed))
+        self.probabilities = []
+
+    def choice(self, a, size=None, replace=True, p=None):
+        self.probabilities.append(None if p is None else np.asarray(p))
+        return super().choice(a, size, replace, p)
+
+
+@pytest.mark.parametrize("role_weighting", ["main_pfsp_weighting", "league_exploiter_weighting"])
+def test_hard_pfsp_uses_its_exponent(role_weighting):
+    """f_hard(x) = (1 - x)^p with the configured p; x = 0.2, 0.5, 0.9 and p = 3 by hand."""
+    mm = MatchmakingConfig(**{role_weighting: "hard"}, pfsp_hard_exponent=3.0, main_pfsp_probability=1.0,
+                           main_verification_probability=0.0)
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), main_exploiters_per_race=0,
+                          league_exploiters_per_race=1, payoff_decay=1.0, matchmaking=mm,
+                          snapshots=tiny_snapshots())
+    rng = RecordingGenerator(8)
+    league = League(config, rng=rng)
+    agent = "terran_main_agent_0" if role_weighting == "main_pfsp_weighting" else "terran_league_exploiter_0"
+    snaps = [snapshot(league, "terran_main_agent_0") for _ in range(3)]
+    for s, (won, lost) in zip(snaps, [(1, 4), (1, 1), (9, 1)]):
+        play(league, agent, s, won, lost)
+    rng.probabilities.clear()
+    match = league.get_match(agent)
+    assert match.branch == "pfsp" and match.opponent_id in snaps
+    weights = np.array([0.8**3, 0.5**3, 0.1**3])
+    np.testing.assert_allclose(rng.probabilities[-1], weights / weights.sum(), rtol=1e-12)
+    with pytest.raises(ValueError, match="pfsp_hard_exponent must be a positive number"):
+        MatchmakingConfig(pfsp_hard_exponent=0.0) and LeagueConfig(
+            matchmaking=MatchmakingConfig(pfsp_hard_exponent=0.0))
+
+
+def test_main_agents_initial_copies_are_in_the_league_from_the_start():
+    """AlphaStar's pseudocode: every main agent's initial parameters join as a frozen player,
+    so its first PFSP match has an opponent; exploiters get no initial copy."""
+    mm = MatchmakingConfig(main_pfsp_probability=1.0, main_verification_probability=0.0)
+    league = League(LeagueConfig(races=("terran", "zerg"), matchmaking=mm), rng=9)
+    assert league.historical_ids() == ["terran_main_agent_0#0", "zerg_main_agent_0#0"]
+    for main in ("terran_main_agent_0", "zerg_main_agent_0"):
+        (initial,) = league.snapshots_of(main)
+        assert league.players[initial].parent == main and league.players[initial].step == 0
+        match = league.get_match(main)
+        assert match.branch == "pfsp" and match.opponent_id in league.historical_ids()
+    assert league.snapshots_of("terran_main_exploiter_0") == []
+    # the next snapshot of a main agent is its second frozen copy
+    config = league.config
+    league.config = LeagueConfig(**{**vars(config), "snapshots": tiny_snapshots()})
+    assert snapshot(league, "terran_main_agent_0") == "terran_main_agent_0#1"
+    restored = League.from_state(league.state())
+    assert restored.players == league.players and restored.historical_ids() == league.historical_ids()
+    # a league saved before initial copies existed resumes without them
+    old = League(LeagueConfig(initial_snapshots=False, races=("terran",)), rng=0).state()
+    del old["config"]["initial_snapshots"]
+    assert League.from_state(old).historical_ids() == []
+
+
 @pytest.mark.parametrize("matchmaker", ["alphastar", "openai_five", "self_play", "fsp", "pfsp", "pfsp_sp"])
 def test_empty_league_falls_back_to_self_play(matchmaker):
-    league = League(LeagueConfig(main_agent_matchmaker=matchmaker), rng=6)
+    league = League(LeagueConfig(initial_snapshots=False, main_agent_matchmaker=matchmaker), rng=6)
     for agent in league.learning_agent_ids():
         for _ in range(50):
             match = league.get_match(agent)
@@ -349,7 +409,7 @@ def test_empty_league_falls_back_to_self_play(matchmaker):
 
 
 def test_ablation_arms_fsp_is_uniform_and_pfsp_sp_mixes_self_play():
-    config = LeagueConfig(races=("t",), main_exploiters_per_race=0, league_exploiters_per_race=0,
+    config = LeagueConfig(initial_snapshots=False, races=("t",), main_exploiters_per_race=0, league_exploiters_per_race=0,
                           payoff_decay=1.0, main_agent_matchmaker="fsp", snapshots=tiny_snapshots())
     league = League(config, rng=7)
     main = "t_main_agent_0"
@@ -363,7 +423,7 @@ def test_ablation_arms_fsp_is_uniform_and_pfsp_sp_mixes_self_play():
 
 
 def test_openai_five_quality_scores_worked_by_hand():
-    config = LeagueConfig(races=("t",), main_exploiters_per_race=0, league_exploiters_per_race=0,
+    config = LeagueConfig(initial_snapshots=False, races=("t",), main_exploiters_per_race=0, league_exploiters_per_race=0,
                           main_agent_matchmaker="openai_five", snapshots=tiny_snapshots())
     league = League(config, rng=8)
     main = "t_main_agent_0"
@@ -386,7 +446,7 @@ def test_openai_five_quality_scores_worked_by_hand():
 
 def test_matches_are_deterministic_for_a_seed():
     def sequence(seed):
-        league = League(LeagueConfig(snapshots=tiny_snapshots()), rng=seed)
+        league = League(LeagueConfig(initial_snapshots=False, snapshots=tiny_snapshots()), rng=seed)
         for agent in league.learning_agent_ids()[:4]:
             snapshot(league, agent)
         return [league.get_match(a).opponent_id for a in league.learning_agent_ids() for _ in range(20)]
@@ -396,7 +456,7 @@ def test_matches_are_deterministic_for_a_seed():
 
 
 def test_unknown_player_and_historical_requests_are_refused():
-    league = League(LeagueConfig(snapshots=tiny_snapshots()), rng=0)
+    league = League(LeagueConfig(initial_snapshots=False, snapshots=tiny_snapshots()), rng=0)
     with pytest.raises(ValueError, match="unknown player id 'nobody'"):
         league.get_match("nobody")
     past = snapshot(league, "terran_main_agent_0")
@@ -424,7 +484,7 @@ def test_snapshot_reasons_follow_the_paper():
 
 
 def test_resets_main_exploiter_always_league_exploiter_a_quarter_main_never():
-    config = LeagueConfig(races=("t",), league_exploiters_per_race=1, snapshots=tiny_snapshots())
+    config = LeagueConfig(initial_snapshots=False, races=("t",), league_exploiters_per_race=1, snapshots=tiny_snapshots())
     league = League(config, rng=9)
     n = 4000
     resets = collections.Counter()
@@ -439,7 +499,7 @@ def test_resets_main_exploiter_always_league_exploiter_a_quarter_main_never():
 
 
 def test_decisions_are_applied_not_acted_on():
-    config = LeagueConfig(races=("t",), snapshots=SnapshotConfig(main_agent_snapshot_steps=100))
+    config = LeagueConfig(initial_snapshots=False, races=("t",), snapshots=SnapshotConfig(main_agent_snapshot_steps=100))
     league = League(config, rng=10)
     main = "t_main_agent_0"
     assert league.decide(main, 99, 1.0) == []
@@ -452,7 +512,7 @@ def test_decisions_are_applied_not_acted_on():
 
 
 def test_league_state_round_trips():
-    league = League(LeagueConfig(snapshots=tiny_snapshots(), main_agent_matchmaker="openai_five"), rng=12)
+    league = League(LeagueConfig(initial_snapshots=False, snapshots=tiny_snapshots(), main_agent_matchmaker="openai_five"), rng=12)
     for agent in league.learning_agent_ids():
         snapshot(league, agent)
     play(league, "terran_main_agent_0", "terran_main_agent_0#0", 3, 1)

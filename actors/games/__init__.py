@@ -2,7 +2,9 @@
 
     from actors.games import make_batch_game
     game = make_batch_game("smax_races", batch_size=64, races=("terran", "zerg"))
-    game = make_batch_game("leduc_poker", batch_size=256)      # any OpenSpiel 2p zero-sum game
+    game = make_batch_game("leduc_poker", batch_size=256)      # JAX Kuhn/Leduc (jax_poker)
+    game = make_batch_game("leduc_poker", 256, pool=True)      # the OpenSpiel pool instead
+    game = make_batch_game("liars_dice", batch_size=256)       # other OpenSpiel 2p zero-sum games
     game = make_batch_game("matrix_rps", batch_size=1024)      # matrix_{rps,blotto,random,disc}
 
 The protocol (`BatchGame`, `TimeStep`) is in `actors.games.base`; the observation and action
@@ -17,7 +19,12 @@ __all__ = ["DRAW", "LOSS", "WIN", "BatchGame", "TimeStep", "make_batch_game", "r
 
 
 def make_batch_game(name: str, batch_size: int, **kwargs) -> BatchGame:
-    """A batch game by name: 'smax_races', 'matrix_<game>', else an OpenSpiel game name."""
+    """A batch game by name: 'smax_races', 'matrix_<game>', else an OpenSpiel game name.
+
+    'kuhn_poker' and 'leduc_poker' are the JAX games of `jax_poker` (equal to OpenSpiel's on
+    every history; `pool=True` gives the OpenSpiel pool); other OpenSpiel games (and those two
+    with parameters) run as an `OpenSpielPool`.
+    """
     if name == "smax_races":
         from actors.games import smax_races
 
@@ -27,6 +34,11 @@ def make_batch_game(name: str, batch_size: int, **kwargs) -> BatchGame:
         from actors.games import matrix
 
         return matrix.MatrixGameBatch(matrix.make_game(name[len("matrix_"):], **kwargs), batch_size)
+    pool = kwargs.pop("pool", False)
+    if name in ("kuhn_poker", "leduc_poker") and not pool:
+        from actors.games import jax_poker
+
+        return jax_poker.JaxPokerGame(name, batch_size, **kwargs)
     from actors.games import poker
 
     return poker.OpenSpielPool(name, batch_size, **kwargs)

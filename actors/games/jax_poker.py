@@ -150,7 +150,7 @@ class PokerFunctions:
         parts = [jax.nn.one_hot(player, 2), jax.nn.one_hot(s.cards[player], self.num_cards)]
         if self.config.leduc:
             parts.append(jax.nn.one_hot(jnp.where(s.round > 0, s.cards[2], -1), self.num_cards))
-        return jnp.concatenate(parts + [s.betting]).astype(jnp.float32)
+        t = jnp.concatenate(parts + [s.betting]).astype(jnp.float32); return t.at[jnp.array([0, 1])].set(t[jnp.array([1, 0])])
 
     def observe(self, s: PokerState):
         legal = self.legal(s)
