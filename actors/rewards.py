@@ -22,7 +22,8 @@ naming the file, the function and the problem -- `load_reward_plugin` checks all
 synthetic batch before a run writes anything.
 
 Built in for team games (OpenAI Five, seeds 000 and 003 appendix G): `OpenAIFiveReward` turns
-SMAX's per-unit signals into shaped per-unit rewards with zero-sum symmetrisation, team spirit
+SMAX's per-unit signals into shaped per-unit rewards (each team's own events, then zero-sum
+symmetrisation once), team spirit
 tau (annealed), time decay, and `RunningRewardNormalizer` normalises rewards online.
 """
 
@@ -73,20 +74,24 @@ def game_reward(batch: Mapping[str, np.ndarray], contiguous: bool) -> np.ndarray
 
 @dataclasses.dataclass(frozen=True)
 class OpenAIFiveConfig:
-    """Weights of the per-unit score and the processing (OpenAI Five, 003 appendix G / 000).
+    """Weights of the per-unit score and the processing (OpenAI Five, seed 000 and 003 appendix G).
 
-    A unit's raw reward rho_i per step is the change of its score:
-      w_damage_dealt * (enemy health fraction it removed) + w_damage_taken * (own health fraction
-      lost) + w_kill * kills + w_death * deaths + w_win * win (team: every unit, +1 / -1).
+    Each unit's raw reward rho_i per step counts only its own team's events (seed 000: "Each
+    hero's reward is a linear combination of separate signals"; the win goes to the winning
+    team only):
+      w_damage_dealt * (enemy health fraction it removed) + w_kill * kills + w_death * deaths
+      + w_win * (1 if its team won at this step, else 0).
     Then (seed 000):
       time decay:   rho_i *= time_decay ** (t / time_decay_horizon), win excluded (003, eq. 11);
       team spirit:  r_i = (1 - tau) rho_i + tau mean_team(rho) (003, eq. 12);
       zero sum:     r_i -= mean_enemy(r) (000: "hero_rewards[i] -= mean(enemy_rewards)").
+    Symmetrising once is what makes the other side's events count: damage a unit takes is the
+    enemy's damage dealt and comes back negative through the enemy mean, and so does a loss
+    (-w_win per unit). A team's total over a game is its raw total minus the enemy's.
     OpenAI Five anneals tau from 0.2 to 0.97 (000); `team_spirit(progress)` is that schedule.
     """
 
     w_damage_dealt: float = 1.0
-    w_damage_taken: float = -1.0  # OpenAI Five: health 2.0 per fraction, i.e. losing it costs
     w_kill: float = 0.5
     w_death: float = -1.0  # 003 Table 6: hero death -1
     w_win: float = 5.0  # 003 Table 6: win 5 (team)
@@ -97,6 +102,12 @@ class OpenAIFiveConfig:
     time_decay_horizon: float = 1200.0  # steps; OpenAI Five: 10 minutes
 
     def team_spirit(self, progress: int) -> float:
+        """Linear annealing of tau from tau_start to tau_end over `anneal_steps` learner steps."""
+        frac = min(max(progress / max(self.anneal_steps, 1), 0.0), 1.0)
+        return self.tau_start + frac * (self.tau_end - self.tau_start)
+
+
+def team_spirit(self, progress: int) -> float:
         """Linear annealing of tau from tau_start to tau_end over `anneal_steps` learner steps."""
         frac = min(max(progress / max(self.anneal_steps, 1), 0.0), 1.0)
         return self.tau_start + frac * (self.tau_end - self.tau_start)
@@ -121,13 +132,14 @@ def masked_mean(x: np.ndarray, present: np.ndarray | None) -> np.ndarray:
 
 
 def unit_scores(batch: Mapping[str, np.ndarray], prefix: str, c: OpenAIFiveConfig) -> np.ndarray:
-    """Raw per-unit reward rho [N, n] (time decay applied to everything but the win)."""
+    """Raw one-sided per-unit reward rho [N, n] of the team `prefix` names ("" this side,
+    "enemy_" the other): its own damage dealt, kills and deaths (time-decayed) and the win
+    bonus if that team won. `batch["win"]` is this side's +1 / -1 / 0."""
     shaped = (c.w_damage_dealt * batch[prefix + "damage_dealt"]
-              + c.w_damage_taken * batch[prefix + "damage_taken"]
               + c.w_kill * batch[prefix + "kills"] + c.w_death * batch[prefix + "deaths"])
     decay = c.time_decay ** (np.asarray(batch["time"], np.float64) / c.time_decay_horizon)
-    win = np.asarray(batch["win"], np.float64) * (1.0 if prefix == "" else -1.0)
-    return shaped * decay[:, None] + c.w_win * win[:, None]
+    won = np.asarray(batch["win"], np.float64) * (1.0 if prefix == "" else -1.0) > 0
+    return shaped * decay[:, None] + c.w_win * won[:, None]
 
 
 class OpenAIFiveReward:

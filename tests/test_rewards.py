@@ -100,10 +100,37 @@ def test_openai_five_is_zero_sum_and_team_spirit_interpolates():
     np.testing.assert_allclose(fn(b, True), own - enemy.mean(-1, keepdims=True), rtol=1e-5)
 
 
+def test_openai_five_hand_worked_episode_counts_each_event_once():
+    """Two units a side, tau = 0.5, no time decay. t0: our unit 0 deals 0.4 of enemy unit 0's
+    health; t1: it deals the last 0.6 and kills it (enemy unit 0 dies), enemy unit 1 deals 0.3
+    to our unit 1; t2: we win. One-sided raw rewards (seed 000): ours [0.4, 0], [1.1, 0],
+    [5, 5]; theirs [0, 0], [-1, 0.3], [0, 0]. Team spirit then zero sum, worked by hand."""
+    n, steps = 2, 3
+    fields = {"done": np.array([False, False, True]), "outcome": np.array([0, 0, 1], np.int8),
+              "rewards": np.zeros((steps, 2), np.float32), "time": np.arange(steps, dtype=np.float32),
+              "win": np.array([[0, 0], [0, 0], [1, -1]], np.float32),
+              "present": np.ones((steps, 2, n), bool)}
+    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
+        fields[name] = np.zeros((steps, 2, n), np.float32)
+    fields["damage_dealt"][0, 0, 0], fields["damage_taken"][0, 1, 0] = 0.4, 0.4
+    fields["damage_dealt"][1, 0, 0], fields["damage_taken"][1, 1, 0] = 0.6, 0.6
+    fields["kills"][1, 0, 0], fields["deaths"][1, 1, 0] = 1.0, 1.0
+    fields["damage_dealt"][1, 1, 1], fields["damage_taken"][1, 0, 1] = 0.3, 0.3
+    fn = rewards.OpenAIFiveReward(rewards.OpenAIFiveConfig(tau_start=0.5, tau_end=0.5, time_decay=1.0))
+    ours = fn(rewards.side_batch(fields, 0), True)
+    theirs = fn(rewards.side_batch(fields, 1), True)
+    np.testing.assert_allclose(ours, [[0.3, 0.1], [1.175, 0.625], [5.0, 5.0]], atol=1e-6)
+    np.testing.assert_allclose(theirs, [[-0.2, -0.2], [-1.225, -0.575], [-5.0, -5.0]], atol=1e-6)
+    # a win is worth +5 to each winning unit and -5 to each loser, not +-10
+    assert ours[2].tolist() == [5.0, 5.0] and theirs[2].tolist() == [-5.0, -5.0]
+    # team totals: our raw total 11.5 minus theirs -0.7
+    assert ours.sum() == pytest.approx(12.2, abs=1e-5) and theirs.sum() == pytest.approx(-12.2, abs=1e-5)
+
+
 def test_openai_five_weights_decay_and_schedule():
     cfg = rewards.OpenAIFiveConfig(time_decay_horizon=10.0)
     batch = {"time": np.array([0.0, 10.0]), "win": np.array([0.0, 1.0])}
-    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
+    for name in ("damage_dealt", "kills", "deaths"):
         batch[name] = np.zeros((2, 1))
     batch["kills"][:] = 1.0
     rho = rewards.unit_scores(batch, "", cfg)[:, 0]
