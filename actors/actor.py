@@ -76,11 +76,14 @@ class ActorConfig:
             raise ValueError("episodes_per_match, refresh_seconds and write_queue must be > 0")
 
 
-def example_unroll(game_spec, network, unroll_length: int) -> Unroll:
-    """An all-zero item of the actor's trajectories (Reverb signature, the learner's example)."""
+def example_unroll(game_spec, network, unroll_length: int, teacher: bool = False) -> Unroll:
+    """An all-zero item of the actor's trajectories (Reverb signature, the learner's example).
+    With `teacher`, the core state is (the policy's, the teacher's): see `Actor`."""
     side = game_spec.side(0)
     obs = side.zero_observation()
     core = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], network.initial_state(1))
+    if teacher:
+        core = (core, core)
     return zeros_unroll(obs, side.zero_observation(), head_names(network), core, unroll_length)
 
 
@@ -110,6 +113,18 @@ def _make_policy_fn(network, greedy: bool):
         return a0, a1, state0, state1
 
     return jax.jit(policy)
+
+
+def make_teacher_advance(network):
+    """The jitted (teacher params, observations [T, B], first [T, B], teacher state, actions)
+    -> the teacher's core state after those steps: the teacher follows the same observations
+    as the policy with its own recurrent state."""
+    def advance(params, observations, first, state, actions):
+        taken = {"actions_seq": actions} if getattr(network, "unroll_takes_actions", False) else {}
+        _, state = network.unroll(params, observations, first, state, **taken)
+        return state
+
+    return _shared(("teacher", id(network)), lambda: (jax.jit(advance), network))
 
 
 def make_fused_unroll(network, game_step, num_steps: int):
@@ -298,11 +313,16 @@ class _UnrollWriter:
 class Actor:
     """See the module docstring. `game` follows actors/games/base.py's protocol, `network` the
     interface of agents/networks.py (`agents.act` samples from it); `reward` is a loaded reward
-    plug-in that overrides `config.reward_plugin`."""
+    plug-in that overrides `config.reward_plugin`.
+
+    `teacher_params`: a frozen teacher (AlphaStar's supervised policy, for the learner's KL
+    term) that follows the same observations with its own recurrent state; each unroll then
+    stores the core state (the policy's, the teacher's) before its step 0, so the learner
+    unrolls the teacher from the teacher's own state."""
 
     def __init__(self, actor_id: str, agent_id: str, game, network, match_source, params_source,
                  reverb_address: str | None, table: str, config: ActorConfig | None = None,
-                 *, reward=None):
+                 *, reward=None, teacher_params=None):
         self.actor_id, self.agent_id = str(actor_id), str(agent_id)
         self.game, self.network = game, network
         self.match_source, self.params_source = match_source, params_source
@@ -316,6 +336,9 @@ class Actor:
         self._reward_fn = reward or reward_plugins.load_reward_plugin(
             self.config.reward_plugin, game.spec, 0)
         self._obs_template = game.spec.side(0).zero_observation()
+        self._teacher = None if teacher_params is None else jax.device_put(teacher_params)
+        self._advance_teacher = None if teacher_params is None else make_teacher_advance(network)
+        self._teacher_state = None
         self._rng = jax.random.PRNGKey(self.config.seed)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -335,7 +358,8 @@ class Actor:
     # ------------------------------------------------------------------ setup
 
     def example_unroll(self) -> Unroll:
-        return example_unroll(self.game.spec, self.network, self.config.unroll_length)
+        return example_unroll(self.game.spec, self.network, self.config.unroll_length,
+                              teacher=self._teacher is not None)
 
     def _wait_params(self, player_id: str, min_version: int | None = None):
         deadline = time.monotonic() + self.config.params_timeout
@@ -377,6 +401,8 @@ class Actor:
         self._state1 = self.network.initial_state(self._batch)
         self._carry = None             # the overlapping step [1, B, ...], on the host
         self._carry_state = self._state0
+        if self._teacher is not None:
+            self._teacher_state = self.network.initial_state(self._batch)  # before the next unroll
         self._lengths = np.zeros(self._batch, np.int64)
         self._scores = np.zeros(self._batch, np.float64)  # each game's payoff to side 0 so far
         with self._lock:
@@ -445,6 +471,12 @@ class Actor:
         self._reward_and_report(chunk)
         if self._carry is not None:
             chunk = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), self._carry, chunk)
+        if self._teacher is not None:
+            core_state = (core_state, self._teacher_state)
+            self._teacher_state = self._advance_teacher(
+                self._teacher, *jax.tree_util.tree_map(lambda x: x[:-1], (
+                    chunk["observation"], chunk["first"])), self._teacher_state,
+                jax.tree_util.tree_map(lambda x: x[:-1], chunk["action"]))
         self._write(chunk, core_state)
         self._carry = jax.tree_util.tree_map(lambda x: x[-1:], chunk)
         self._carry_state = last_state

@@ -107,12 +107,6 @@ class OpenAIFiveConfig:
         return self.tau_start + frac * (self.tau_end - self.tau_start)
 
 
-def team_spirit(self, progress: int) -> float:
-        """Linear annealing of tau from tau_start to tau_end over `anneal_steps` learner steps."""
-        frac = min(max(progress / max(self.anneal_steps, 1), 0.0), 1.0)
-        return self.tau_start + frac * (self.tau_end - self.tau_start)
-
-
 def team_spirit(rho: np.ndarray, tau: float, present: np.ndarray | None = None) -> np.ndarray:
     """r_i = (1 - tau) rho_i + tau mean(rho) over the team's units (last axis)."""
     mean = masked_mean(rho, present)

@@ -18,7 +18,7 @@ RACES = ("terran", "protoss", "zerg")
 MATRIX_GAMES = ("matrix_rps", "matrix_disc", "matrix_blotto", "matrix_random")
 POKER_GAMES = ("kuhn_poker", "leduc_poker")
 GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
-RUNNERS = ("inprocess", "ray", "launchpad")
+RUNNERS = ("inprocess", "ray")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address", "progress_every_seconds")
 
@@ -92,6 +92,14 @@ class RunConfig:
     # (AlphaStar, uncorrected) or "vtrace" (IMPALA, corrected); the UPGO term's weight.
     value_target: str = "td_lambda"
     upgo_cost: float = 1.0
+    # The policy loss: "vtrace" (AlphaStar: V-trace + UPGO + TD(lambda)) or "ppo" (OpenAI Five:
+    # PPO's clipped objective on GAE advantages, learners/losses.py `LossConfig.ppo`).
+    policy_loss: str = "vtrace"
+    # KL(teacher || policy) weight (AlphaStar's penalty for differing from the supervised
+    # policy) and the teacher: "RUN_DIR:PLAYER_ID" (any saved player of a run) or a params
+    # .npz file (coordinator/param_store.py format). The teacher keeps its own recurrent state.
+    kl_teacher_cost: float = 0.0
+    teacher: str = ""
     samples_per_insert: float = 2.0  # AlphaStar replays each datum twice
     # "client": each learner samples with Reverb's Client on a thread; "dataset": a TF
     # TrajectoryDataset per learner (faster alone, ~0.4 GB more for 12 co-located learners).
@@ -112,6 +120,11 @@ class RunConfig:
     def __post_init__(self):
         if self.game not in GAMES:
             raise ConfigError(f"unknown --game {self.game!r}; allowed: {', '.join(GAMES)}")
+        if self.runner == "launchpad":
+            raise ConfigError(
+                "--runner=launchpad is not available yet: dm-launchpad's last release (0.5.2) supports "
+                "Python 3.9-3.10 and TF 2.8 only; use --runner=ray (a local instance or a cluster via "
+                "--ray_address) or --runner=inprocess")
         if self.runner not in RUNNERS:
             raise ConfigError(f"unknown --runner {self.runner!r}; allowed: {', '.join(RUNNERS)}")
         if self.game == "smax_races" and not 1 <= self.races <= len(RACES):
@@ -129,6 +142,13 @@ class RunConfig:
             raise ConfigError(f"--value_target must be 'td_lambda' or 'vtrace'; got {self.value_target!r}")
         if self.upgo_cost < 0:
             raise ConfigError(f"--upgo_cost must be >= 0; got {self.upgo_cost}")
+        if self.policy_loss not in ("vtrace", "ppo"):
+            raise ConfigError(f"--policy_loss must be 'vtrace' or 'ppo'; got {self.policy_loss!r}")
+        if self.kl_teacher_cost < 0:
+            raise ConfigError(f"--kl_teacher_cost must be >= 0; got {self.kl_teacher_cost}")
+        if bool(self.kl_teacher_cost) != bool(self.teacher):
+            raise ConfigError("--kl_teacher_cost and --teacher go together: pass both (e.g. "
+                              "--kl_teacher_cost=0.1 --teacher=RUN_DIR:PLAYER_ID) or neither")
         if self.unroll_length < 2:
             raise ConfigError(f"--unroll_length must be at least 2; got {self.unroll_length}")
         for name in ("minutes", "learner_steps", "evaluators"):
@@ -150,6 +170,16 @@ class RunConfig:
         if self.entropy_cost is not None:
             return self.entropy_cost
         return 0.1 if self.game in POKER_GAMES else 0.01
+
+    def loss_config(self):
+        """The learners' `LossConfig`: "ppo" starts from OpenAI Five's Table 2
+        (`LossConfig.ppo`), "vtrace" from AlphaStar's defaults; the run's weights on top."""
+        from learners.losses import LossConfig
+
+        base = LossConfig.ppo() if self.policy_loss == "ppo" else LossConfig()
+        upgo = 0.0 if self.policy_loss == "ppo" else self.upgo_cost
+        return dataclasses.replace(base, entropy_weight=self.entropy, value_target=self.value_target,
+                                   upgo_weight=upgo, kl_teacher_weight=self.kl_teacher_cost)
 
     @property
     def reward(self) -> str:

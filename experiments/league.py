@@ -83,7 +83,10 @@ _MORE_HELP = {
     "main_agents_per_race": "Main agents per race (AlphaStar: 1).",
     "learner_sampler": "How learners read Reverb: 'client' (a sampling thread; less memory for co-located learners) or 'dataset' (a TF TrajectoryDataset).",
     "value_target": "The value's target: 'td_lambda' (AlphaStar: uncorrected TD(lambda)) or 'vtrace' (IMPALA's corrected target).",
-    "upgo_cost": "Weight of the UPGO policy term (0: off).",
+    "upgo_cost": "Weight of the UPGO policy term (0: off; always off with --policy_loss=ppo).",
+    "policy_loss": "The policy loss: 'vtrace' (AlphaStar: V-trace, UPGO, TD(lambda) value) or 'ppo' (OpenAI Five Table 2: PPO clip 0.2 on GAE(0.95) advantages, discount 0.9993).",
+    "kl_teacher_cost": "Weight of KL(teacher || policy), AlphaStar's penalty for leaving the supervised policy; needs --teacher.",
+    "teacher": "The KL term's teacher: RUN_DIR:PLAYER_ID (any saved player of a run) or a params .npz file; it must have the run's network shapes.",
     "main_pfsp_weighting": "PFSP weighting of main agents' PFSP branch: squared, linear, linear_capped, variance, hard ((1-x)^p, p = --pfsp_hard_exponent).",
     "league_exploiter_weighting": "PFSP weighting of league exploiters (AlphaStar: linear_capped); 'hard' uses --pfsp_hard_exponent.",
     "pfsp_hard_exponent": "Exponent p of the 'hard' PFSP weighting (1-x)^p (AlphaStar's squared: p = 2).",
@@ -103,17 +106,24 @@ def define_remaining_flags() -> None:
         define(field.name, default, _MORE_HELP.get(field.name, f"RunConfig.{field.name} (experiments/config.py)."))
 
 
+def check_teacher(config: RunConfig) -> None:
+    """Loads `--teacher` once before anything is written: ConfigError if it cannot be read or
+    its shapes are not the run's network's."""
+    if not config.teacher:
+        return
+    from experiments.nodes import initial_params, load_teacher, make_game, make_network
+
+    spec = make_game(config, 1).spec
+    load_teacher(config, initial_params(make_network(config, spec), spec, 0, config.seed))
+
+
 def main(argv) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
         return 2
     try:
         config = config_from_flags()
-        if config.runner == "launchpad":
-            raise ConfigError(
-                "--runner=launchpad needs dm-launchpad, whose last release (0.5.2) supports Python 3.9-3.10 "
-                "and TF 2.8 only; use --runner=ray (a local instance or a cluster via --ray_address) or --runner=inprocess"
-            )
+        check_teacher(config)
         resuming = prepare_run_dir(config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -15,7 +15,6 @@ either look like a plain object.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 import time
@@ -160,6 +159,42 @@ def player_params(run_dir: str, player_id: str):
     return store.load(snapshots[-1])
 
 
+def load_teacher(config: RunConfig, like):
+    """The teacher's parameters of `--teacher` ("RUN_DIR:PLAYER_ID" or a params .npz file), or
+    None without one; ConfigError naming the source and the mismatch if its shapes are not
+    those of the run's network (`like`: the run's initial parameters)."""
+    from coordinator.param_store import params_from_npz_bytes
+    from experiments.config import ConfigError
+
+    source = config.teacher
+    if not source:
+        return None
+    try:
+        if os.path.isfile(source):
+            with open(source, "rb") as f:
+                _, params = params_from_npz_bytes(f.read())
+        else:
+            run_dir, sep, player = source.rpartition(":")
+            if not sep or not os.path.isdir(run_dir):
+                raise FileNotFoundError("neither a params .npz file nor RUN_DIR:PLAYER_ID")
+            _, params = player_params(run_dir, player)
+    except Exception as e:  # noqa: BLE001 -- any failure to read is the flag's problem
+        raise ConfigError(f"--teacher={source}: cannot load its parameters ({type(e).__name__}: {e}); "
+                          "pass RUN_DIR:PLAYER_ID of a saved player or a params .npz file") from None
+    import jax
+
+    want = jax.tree_util.tree_flatten_with_path(like)[0]
+    got = dict(jax.tree_util.tree_flatten_with_path(params)[0])
+    for path, leaf in want:
+        if path not in got or np.shape(got[path]) != np.shape(leaf):
+            where = jax.tree_util.keystr(path)
+            shape = np.shape(got[path]) if path in got else "missing"
+            raise ConfigError(f"--teacher={source}: parameter {where} has shape {shape}, the run's "
+                              f"network has {np.shape(leaf)}; the teacher must use the same game "
+                              "and network sizes (--hidden_size, --core_size)")
+    return params
+
+
 def initial_params(network, spec, agent_index: int, seed: int):
     """Each learning agent's initial (and reset) parameters, seeded by its index."""
     import jax
@@ -179,7 +214,6 @@ class LearnerGroup:
         from actors.actor import example_unroll
         from agents.trajectory import reverb_signature
         from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
-        from learners.losses import LossConfig
 
         self.config = config
         self.agent_ids = list(agent_ids)
@@ -187,7 +221,8 @@ class LearnerGroup:
         self.spec = probe.spec
         self.network = make_network(config, self.spec)
         self._initial = {a: initial_params(self.network, self.spec, agent_indices[a], config.seed) for a in agent_ids}
-        example = example_unroll(self.spec, self.network, config.unroll_length)
+        teacher = load_teacher(config, next(iter(self._initial.values())))
+        example = example_unroll(self.spec, self.network, config.unroll_length, teacher=teacher is not None)
         learner_configs, tables = {}, []
         for agent in agent_ids:
             replay = ReplayConfig(table=agent, selector="uniform", max_size=config.replay_size,
@@ -196,9 +231,7 @@ class LearnerGroup:
             learner_configs[agent] = LearnerConfig(
                 batch_size=config.learner_batch_size, unroll_length=config.unroll_length,
                 learning_rate=config.learning_rate, replay=replay, sampler=config.learner_sampler,
-                loss=dataclasses.replace(LossConfig(), entropy_weight=config.entropy,
-                                        value_target=config.value_target,
-                                        upgo_weight=config.upgo_cost))
+                loss=config.loss_config())
             tables.append(make_table(replay, reverb_signature(example), config.learner_batch_size))
         self._server = reverb.Server(tables, port=None)
         self._address = f"localhost:{self._server.port}"
@@ -206,11 +239,11 @@ class LearnerGroup:
         run_dir = os.path.join(config.run_dir, "learners")
         self.learners = {
             agent: Learner(self.network, self._initial[agent], learner_configs[agent], example,
-                           reverb_address=self._address, run_dir=run_dir, name=agent)
+                           reverb_address=self._address, run_dir=run_dir, name=agent,
+                           teacher_params=teacher)
             for agent in agent_ids
         }
         self._stop = threading.Event()
-        self._errors: list[str] = []
 
     def reverb_address(self) -> str:
         host = os.environ.get("LEAGUE_REVERB_HOST")
@@ -284,17 +317,20 @@ class ActorGroup:
         coordinator = local(coordinator)
         params_source = ParamsSource(learner_groups, config.run_dir)
         self.actors = {}
-        network = None
+        network = teacher = None
         for index, (actor_id, agent_id) in enumerate(assignments):
             game = make_game(config, config.batch_size)
-            network = network or make_network(config, game.spec)
+            if network is None:
+                network = make_network(config, game.spec)
+                teacher = load_teacher(config, initial_params(network, game.spec, 0, config.seed))
             actor_config = ActorConfig(unroll_length=config.unroll_length,
                                        episodes_per_match=config.episodes_per_match,
                                        refresh_seconds=config.param_refresh_seconds,
                                        reward_plugin=config.reward,
                                        seed=config.seed * 7919 + index)
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
-                                          reverb_addresses[agent_id], agent_id, actor_config)
+                                          reverb_addresses[agent_id], agent_id, actor_config,
+                                          teacher_params=teacher)
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
 

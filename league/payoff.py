@@ -112,11 +112,6 @@ class Payoff:
             if h != a:
                 self._draws[a, h] += 1
 
-    def update_many(self, results: Iterable[tuple]) -> None:
-        """(home, away, outcome) or (home, away, outcome, score) per game."""
-        for result in results:
-            self.update(*result)
-
     # -- queries ---------------------------------------------------------------
 
     def _rates(self, h: np.ndarray | int, a: np.ndarray | int) -> np.ndarray:

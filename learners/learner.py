@@ -5,7 +5,7 @@ its own Reverb table, runs one jitted update per batch (data-parallel over the l
 the batch axis is sharded with `jax.sharding`, parameters are replicated and XLA averages the
 gradients, because the loss is a mean over the batch), and serves versioned parameters.
 
-Public methods (the RPC surface): `update`, `run`, `stop`, `learn_from_batch`, `params`,
+Public methods (the RPC surface): `update`, `learn_from_batch`, `params`,
 `version`, `steps`, `snapshot`, `reset`, `metrics`, `save_checkpoint`, `close`.
 
 Metrics follow OpenAI Five (seed 003, Sec. 4.4 and App. M):
@@ -155,6 +155,9 @@ def _all_finite(tree: PyTree) -> jax.Array:
 def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation):
     """The pure update: (state, batch-major batch [B, T], teacher params or None) -> (state, metrics).
 
+    With a teacher, each unroll's core state is the pair (policy's, teacher's) that the actor
+    stored (`actors.actor.example_unroll(..., teacher=True)`).
+
     Learns on steps 0..T-2 of each unroll and bootstraps from V(s_{T-1}). The update is applied
     only if the loss, every gradient and every new parameter are finite.
     """
@@ -165,13 +168,16 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         # are evaluated on the actions the behaviour policy took (teacher forcing).
         taken = ({"actions_seq": steps.action}
                  if getattr(network, "unroll_takes_actions", False) else {})
-        out, _ = network.unroll(params, steps.observation, steps.first, unroll.core_state,
-                                steps.opponent_observation, **taken)
-        teacher_logits = None
+        core_state, teacher_logits = unroll.core_state, None
         if teacher_params is not None:
+            # The teacher follows the same observations with its own recurrent state, which
+            # the actor stores beside the policy's (`actors.actor.Actor`, `teacher_params`).
+            core_state, teacher_state = core_state
             teacher_out, _ = network.unroll(teacher_params, steps.observation, steps.first,
-                                            unroll.core_state, **taken)
+                                            teacher_state, **taken)
             teacher_logits = jax.tree_util.tree_map(lambda x: x[:-1], teacher_out.logits)
+        out, _ = network.unroll(params, steps.observation, steps.first, core_state,
+                                steps.opponent_observation, **taken)
 
         def learn(x):
             return jax.tree_util.tree_map(lambda y: y[:-1], x)
@@ -341,7 +347,6 @@ class Learner:
         self._last_reuse = (0, 0)
         self._published: tuple[int, PyTree] | None = None
         self._started = time.monotonic()
-        self._stop = threading.Event()
         self._address = reverb_address
         self._client = reverb.Client(reverb_address) if reverb_address else None
         self._prefetcher = None
@@ -387,15 +392,6 @@ class Learner:
             self._apply(batch)
         return num_updates
 
-    def run(self, max_updates: int | None = None) -> None:
-        """Learns until `stop()` (or `max_updates`); for running the node on its own thread."""
-        done = 0
-        while not self._stop.is_set() and (max_updates is None or done < max_updates):
-            done += self.update(1, timeout=0.5)
-
-    def stop(self) -> None:
-        self._stop.set()
-
     def learn_from_batch(self, batch: Unroll) -> None:
         """One update on a batch-major batch [B, T, ...] given directly (no Reverb)."""
         self._apply(jax.device_put(batch, self._batch_sharding))
@@ -418,9 +414,8 @@ class Learner:
         if min_version is not None and version < min_version:
             return None
         if self._published is None or self._published[0] != version:
+            # Always finite: an update with a non-finite loss, gradient or result is skipped.
             params = jax.tree_util.tree_map(np.array, jax.device_get(state.params))
-            if not all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(params)):
-                raise RuntimeError("refusing to publish non-finite parameters")  # unreachable
             self._published = (version, params)
         return self._published
 
@@ -519,7 +514,6 @@ class Learner:
 
     def close(self) -> None:
         """Stops prefetching and writes a final checkpoint (if there is a run directory)."""
-        self._stop.set()
         if self._prefetcher is not None:
             self._prefetcher.close()
             self._prefetcher = None

@@ -227,3 +227,39 @@ def test_actor_on_an_openspiel_pool_with_the_reference_network():
                for k, i in enumerate(items))
     assert done == len(source.results) > 0
     assert all(r["length"] in (2, 3) for r in source.results)  # Kuhn: 2 or 3 moves
+
+
+def test_teacher_follows_the_stream_with_its_own_state(smax):
+    """With a teacher, each unroll stores (policy state, teacher state) before its step 0; the
+    teacher's is what stepping the teacher one step at a time through the previous unroll's
+    learnt steps gives, starting from zeros at the start of the stream."""
+    game, network, params = smax
+    teacher = network.init(jax.random.PRNGKey(7), game.spec.side(0).zero_observation())
+    example = example_unroll(game.spec, network, T, teacher=True)
+    server = queue_server(example)
+    actor = Actor("actor-t", "agent", game, network, FixedOpponent(), CountingParams(params),
+                  f"localhost:{server.port}", "queue",
+                  ActorConfig(unroll_length=T, refresh_seconds=60, episodes_per_match=1000),
+                  teacher_params=teacher)
+    try:
+        unrolls = 3
+        actor.run(num_steps=unrolls * (T - 1))
+        actor.close()
+        items = drain(server, example)
+    finally:
+        server.stop()
+    assert len(items) == unrolls * B
+    first_teacher = np.stack([items[b].core_state[1].hidden for b in range(B)])
+    np.testing.assert_array_equal(first_teacher, 0)
+    for u in range(unrolls - 1):
+        batch = [items[u * B + b] for b in range(B)]
+        state = jax.tree_util.tree_map(lambda *x: np.stack(x), *[i.core_state[1] for i in batch])
+        for t in range(T - 1):
+            obs = jax.tree_util.tree_map(lambda *x, t=t: np.stack(x)[:, t], *[i.steps.observation for i in batch])
+            first = np.stack([i.steps.first[t] for i in batch])
+            actions = {h: np.stack([i.steps.action[h][t] for i in batch]) for h in network.head_names}
+            _, state = network.step(teacher, obs, state, first, actions=actions)
+        following = np.stack([items[(u + 1) * B + b].core_state[1].hidden for b in range(B)])
+        np.testing.assert_allclose(following, np.asarray(state.hidden), atol=1e-5)
+        policy = np.stack([items[(u + 1) * B + b].core_state[0].hidden for b in range(B)])
+        assert np.abs(policy - following).max() > 1e-3   # two different cores

@@ -80,7 +80,8 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
     terran vs zerg), and league.db records the races the game itself was reset in."""
     from coordinator.coordinator import Coordinator
     from experiments.config import RunConfig
-    from experiments.nodes import EvaluatorNode, make_network as run_network
+    from experiments.nodes import EvaluatorNode
+    from experiments.nodes import make_network as run_network
 
     config = RunConfig(game="smax_races", races=2, evaluation_games=2, hidden_size=8, core_size=8,
                        run_dir=str(tmp_path))

@@ -396,3 +396,107 @@ def test_two_virtual_devices_match_one_device():
                           timeout=300, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "devices 2 params on 2" in proc.stdout and "OK" in proc.stdout
+
+
+def test_kl_teacher_is_unrolled_from_the_teachers_own_state():
+    """The KL term evaluates the teacher on the unroll's observations from the teacher's own
+    recurrent state (stored beside the policy's), not from the student's: checked against a
+    step-by-step numpy reference of KL(teacher || student) summed over actions."""
+    from learners.learner import make_optimizer, make_update_fn
+
+    T, B, size = 5, 3, 8
+    net = small_net(4, num_actions=3, size=size)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(B, T, 4)).astype(np.float32)
+    student = net.init(jax.random.PRNGKey(1), obs[0, 0])
+    teacher = net.init(jax.random.PRNGKey(2), obs[0, 0])
+    student_state = jax.tree_util.tree_map(lambda x: rng.normal(size=(B, size)).astype(np.float32),
+                                           net.initial_state(B))
+    teacher_state = jax.tree_util.tree_map(lambda x: rng.normal(size=(B, size)).astype(np.float32),
+                                           net.initial_state(B))
+    first = np.zeros((B, T), bool)
+    first[1, 2] = True  # one game starts mid-unroll: both cores reset there
+    steps = Step(observation=obs, opponent_observation=obs,
+                 action={"action": rng.integers(0, 3, (B, T)).astype(np.int32)},
+                 behaviour_log_prob={"action": np.full((B, T), np.log(1 / 3), np.float32)},
+                 reward=np.zeros((B, T), np.float32), discount=np.ones((B, T), np.float32),
+                 first=first, policy_version=np.zeros((B, T), np.int32))
+    batch = Unroll(steps=steps, core_state=(student_state, teacher_state))
+    config = LearnerConfig(batch_size=B, unroll_length=T,
+                           loss=losses.LossConfig(kl_teacher_weight=1.0))
+    optimizer = make_optimizer(config)
+    update = jax.jit(make_update_fn(net, config, optimizer))
+    from learners.learner import TrainingState
+
+    state = TrainingState(student, optimizer.init(student), np.int32(0), np.int32(0))
+    _, metrics = update(state, batch, teacher)
+
+    def logits_stepwise(params, core):
+        out = []
+        for t in range(T - 1):   # the learnt steps
+            o, core = net.step(params, obs[:, t], core, first[:, t])
+            out.append(np.asarray(o.logits["action"], np.float64))
+        return np.stack(out)
+
+    def log_softmax(x):
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    log_s = log_softmax(logits_stepwise(student, student_state))
+    log_t = log_softmax(logits_stepwise(teacher, teacher_state))
+    expected = np.mean(np.sum(np.exp(log_t) * (log_t - log_s), -1))
+    wrong = log_softmax(logits_stepwise(teacher, student_state))
+    assert abs(np.mean(np.sum(np.exp(wrong) * (wrong - log_s), -1)) - expected) > 1e-3
+    assert float(metrics["loss/kl_teacher"]) == pytest.approx(expected, rel=1e-4)
+
+
+def test_a_ppo_run_optimises_the_clipped_objective():
+    """--policy_loss=ppo reaches the learner: the loss it minimises is PPO's clipped surrogate
+    on GAE(0.95) advantages with discount 0.9993 (OpenAI Five, Table 2), checked against a
+    numpy loop of PPO eq. 7 and GAE eq. 16 on a batch whose ratios fall outside the clip."""
+    from experiments.config import RunConfig
+    from learners.learner import TrainingState, make_optimizer, make_update_fn
+
+    loss_config = RunConfig(game="kuhn_poker", races=1, policy_loss="ppo").loss_config()
+    assert (loss_config.policy_loss, loss_config.upgo_weight, loss_config.gae_lambda) == ("ppo", 0.0, 0.95)
+    T, B = 6, 4
+    net = small_net(3, num_actions=3, size=8)
+    rng = np.random.default_rng(3)
+    obs = rng.normal(size=(B, T, 3)).astype(np.float32)
+    actions = rng.integers(0, 3, (B, T)).astype(np.int32)
+    behaviour = np.log(rng.uniform(0.05, 0.9, (B, T))).astype(np.float32)  # ratios far from 1
+    rewards = rng.normal(size=(B, T)).astype(np.float32)
+    discounts = np.ones((B, T), np.float32)
+    discounts[2, 3] = 0.0
+    first = np.zeros((B, T), bool)
+    first[2, 4] = True
+    params = net.init(jax.random.PRNGKey(0), obs[0, 0])
+    state0 = net.initial_state(B)
+    steps = Step(observation=obs, opponent_observation=obs, action={"action": actions},
+                 behaviour_log_prob={"action": behaviour}, reward=rewards, discount=discounts,
+                 first=first, policy_version=np.zeros((B, T), np.int32))
+    config = LearnerConfig(batch_size=B, unroll_length=T, loss=loss_config)
+    optimizer = make_optimizer(config)
+    update = jax.jit(make_update_fn(net, config, optimizer))
+    state = TrainingState(params, optimizer.init(params), np.int32(0), np.int32(0))
+    _, metrics = update(state, Unroll(steps, state0), None)
+
+    out, _ = net.unroll(params, np.swapaxes(obs, 0, 1), np.swapaxes(first, 0, 1), state0)
+    logits = np.asarray(out.logits["action"], np.float64)           # [T, B, A]
+    values = np.asarray(out.value, np.float64)                      # [T, B]
+    log_pi = logits - logits.max(-1, keepdims=True)
+    log_pi = log_pi - np.log(np.exp(log_pi).sum(-1, keepdims=True))
+    log_pi_a = np.take_along_axis(log_pi, actions.T[..., None], -1)[..., 0]
+    ratio = np.exp(log_pi_a[:-1] - behaviour.T[:-1])
+    gamma = 0.9993 * discounts.T[:-1]
+    advantages = np.zeros((T - 1, B))
+    running = np.zeros(B)
+    for t in reversed(range(T - 1)):
+        delta = rewards.T[t] + gamma[t] * values[t + 1] - values[t]
+        running = delta + gamma[t] * 0.95 * running
+        advantages[t] = running
+    surrogate = np.minimum(ratio * advantages, np.clip(ratio, 0.8, 1.2) * advantages)
+    assert np.mean(np.abs(ratio - 1) > 0.2) > 0.3                   # the clip matters here
+    assert float(metrics["loss/policy"]) == pytest.approx(-surrogate.mean(), rel=1e-4)
+    assert float(metrics["ppo_clipped_fraction"]) == pytest.approx(np.mean(np.abs(ratio - 1) > 0.2))
+    assert "loss/upgo" not in metrics

@@ -88,6 +88,15 @@ def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     assert any(e["kind"] == "snapshot" for e in history.events())
     assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
 
+    # A second run learns with the KL to a teacher: the first run's main agent.
+    student = config(tmp_path, game="kuhn_poker", minutes=0.3, run_dir=str(tmp_path / "student"),
+                     teacher=f"{cfg.run_dir}:any_main_agent_0", kl_teacher_cost=0.5)
+    _, out = run(student)
+    kl = [v for _, _, name, v in LeagueHistory(student.run_dir, readonly=True).learner_metrics()
+          if name == "loss/kl_teacher"]
+    assert kl and all(v >= 0 for v in kl) and max(kl) > 0, out
+    assert all(v > 0 for v in learner_versions(student.run_dir).values())
+
 
 def test_ray_runner_survives_a_killed_actor_process(tmp_path):
     cfg = config(tmp_path, runner="ray", minutes=1.0, evaluators=0)
@@ -112,12 +121,17 @@ def league_cli(*args, timeout=120):
         (["--runner=slurm"], "slurm"),
         (["--game=kuhn_poker", "--races=3"], "one race"),
         (["--runner=launchpad"], "launchpad"),
+        (["--game=kuhn_poker", "--kl_teacher_cost=0.1"], "--kl_teacher_cost and --teacher go together"),
+        (["--game=kuhn_poker", "--kl_teacher_cost=0.1", "--teacher=/nowhere:x"], "cannot load its parameters"),
+        (["--game=kuhn_poker", "--main_pfsp_weighting=cubic"], "unknown PFSP weighting 'cubic'"),
+        (["--game=kuhn_poker", "--policy_loss=a2c"], "--policy_loss must be"),
     ],
 )
 def test_bad_flags_get_a_clear_message_and_non_zero_exit(tmp_path, args, message):
     result = league_cli(*args, f"--run_dir={tmp_path / 'run'}")
     assert result.returncode != 0
     assert message in result.stderr
+    assert not (tmp_path / "run").exists()   # nothing written
     assert not os.path.exists(tmp_path / "run" / "league.db")
 
 
