@@ -22,7 +22,10 @@ def test_rock_paper_scissors_exact():
 
 
 @pytest.mark.parametrize("name", ["rps", "blotto", "random", "disc"])
-def test_payoffs_come_from_the_league_matrix(name):
+def test_rewards_are_wired_to_the_games_own_matrix(name):
+    """Wiring: rewards, signals and observations come from the game's payoff matrix. The
+    matrices' values are checked by hand in the tests around this one (rock-paper-scissors,
+    the disc game, Blotto)."""
     g = matrix.MatrixGameBatch(name, 64)
     assert isinstance(g, BatchGame)
     ts = g.reset(1)
@@ -43,6 +46,18 @@ def test_outcome_expectation_is_the_payoff():
     ts = play(game, np.full(n, i), np.full(n, j), seed=5)
     assert set(np.unique(ts.outcome)) <= {-1, 1}
     assert ts.outcome.mean() == pytest.approx(p, abs=4 / np.sqrt(n))
+
+
+def test_blotto_payoff_by_hand():
+    """Colonel Blotto, 5 soldiers on 3 fields: the sign of fields won minus fields lost.
+    (3,2,0) vs (1,1,3): won, won, lost: +1; (5,0,0) vs (2,2,1): won, lost, lost: -1;
+    (2,2,1) vs (3,1,1): lost, won, tied: 0."""
+    game = matrix_games.blotto(5, 3)
+    index = {name: i for i, name in enumerate(game.action_names)}
+    assert len(index) == 21  # allocations of 5 over 3 fields: C(7, 2)
+    for a, b, value in [("3-2-0", "1-1-3", 1), ("5-0-0", "2-2-1", -1), ("2-2-1", "3-1-1", 0)]:
+        assert game.payoff_matrix[index[a], index[b]] == value
+        assert game.payoff_matrix[index[b], index[a]] == -value
 
 
 def test_disc_game_is_the_disc_payoff():

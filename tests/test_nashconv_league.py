@@ -140,9 +140,13 @@ def test_expected_payoffs_is_the_seat_averaged_chip_value():
             assert payoff[a, b] == pytest.approx(0.5 * (v_ab - v_ba), abs=1e-9)
 
 
-def test_nashconv_reads_a_run_directory(tmp_path):
-    """A hand-made run directory: a learning main agent (learner checkpoint) and two frozen
-    players (parameter store) with Nash weights in league.db."""
+def test_nashconv_wiring_reads_a_run_directory(tmp_path):
+    """Wiring: a hand-made run directory (a learning main agent's learner checkpoint, two
+    frozen players in the parameter store, Nash weights in league.db) is read into the right
+    policies and weights. The values are checked against independent references elsewhere:
+    the mixture against OpenSpiel's PolicyAggregator (`test_mixture_equals_openspiel_policy_
+    aggregator`), the tabular conversion against the actor's own play
+    (`test_tabular_policy_is_what_the_actor_plays`), NashConv by OpenSpiel itself."""
     from flax import serialization
 
     config = RunConfig(game="kuhn_poker", races=1, runner="inprocess", run_dir=str(tmp_path),
@@ -173,3 +177,4 @@ def test_nashconv_reads_a_run_directory(tmp_path):
     assert nash.nash_conv == pytest.approx(want, abs=1e-9)
     exact = nashconv.measure_run(str(tmp_path), "nash", weights="exact")
     assert sum(exact.weights.values()) == pytest.approx(1.0)
+

@@ -72,7 +72,9 @@ def test_a_unit_network_plays_and_bad_input_is_refused():
     params = initial_params(network, game.spec, 0, 0)
     outcomes = scripted.play_against_heuristic(network, params, ("terran", "protoss"), 16, seed=0)
     assert outcomes.shape == (16,) and set(np.unique(outcomes)) <= {-1, 0, 1}
-    assert 0.0 <= scripted.win_rate(outcomes) <= 1.0
+    wins, draws = np.sum(outcomes == 1), np.sum(outcomes == 0)
+    assert scripted.win_rate(outcomes) == pytest.approx((wins + 0.5 * draws) / 16)
+    assert scripted.win_rate(np.array([1, 0, -1, 1], np.int8)) == pytest.approx(0.625)  # (2 + 0.5) / 4
     with pytest.raises(ValueError, match="num_games"):
         scripted.play_against_heuristic(network, params, ("terran", "protoss"), 0)
     with pytest.raises(ValueError):
