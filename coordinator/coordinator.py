@@ -209,7 +209,7 @@ class Coordinator:
     def evaluation_matches(self, count: int) -> list[dict]:
         """The `count` pairs of distinct players with the fewest (decayed) games between them,
         as matches {"home", "away", "home_race", "away_race"}: evaluators play every game in
-        the two players' own races."""
+        the two players' own races; which of the two plays side 0 is random."""
         with self._lock:
             ids = list(self.league.players)
             wins, draws, losses = self.league.payoff.count_matrices(ids)
@@ -222,7 +222,8 @@ class Coordinator:
         upper = np.triu_indices(n, 1)
         pair_games = games[upper] + rng.uniform(0, 1e-3, len(upper[0]))  # random tie-breaks
         order = np.argsort(pair_games)[:count]
-        pairs = [(ids[upper[0][k]], ids[upper[1][k]]) for k in order]
+        # Either player may be side 0: a side that a game favours biases no pair's cell.
+        pairs = [(ids[upper[0][k]], ids[upper[1][k]])[:: 1 if rng.random() < 0.5 else -1] for k in order]
         return [{"home": a, "away": b, "home_race": races[a], "away_race": races[b]} for a, b in pairs]
 
     def record_learner_metrics(self, agent_id: str, metrics: Mapping[str, float]) -> None:
