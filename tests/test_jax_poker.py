@@ -123,7 +123,7 @@ def test_deal_is_openspiels_chance(name):
     n = NUM_CARDS[name]
     ranges = [range(n - k) for k in range(DEALT[name])]
     draws = np.array(list(itertools.product(*ranges)), np.int32)
-    dealt = np.asarray(jax.vmap(lambda d: jax_poker.deal_cards(list(d), n))(jnp.asarray(draws)))
+    dealt = np.asarray(jax.vmap(lambda d: jax_poker.deal_cards(list(d)))(jnp.asarray(draws)))
     for d, cards in zip(draws, dealt):
         state = game.new_initial_state()
         expected = []
@@ -142,19 +142,33 @@ def test_deal_is_openspiels_chance(name):
 
 @pytest.mark.parametrize("name", GAMES)
 def test_deal_and_seat_frequencies(name):
-    """Fresh games over a large batch: every deal and seat within 5 binomial standard errors."""
+    """A large batch, at reset and again after the auto-reset: every deal and seat is as
+    frequent as OpenSpiel's chance makes it, within 5 binomial standard errors, and a new game
+    repeats the deal and seat of the one before only by chance."""
     batch = 240_000
     game = jax_poker.JaxPokerGame(name, batch)
-    game.reset(seed=7)
-    cards = np.asarray(game.state.cards)
-    seats = np.asarray(game.state.seat)
     deals = all_deals(name)
     index = {d: i for i, d in enumerate(deals)}
-    counts = np.bincount([index[tuple(c)] for c in cards.tolist()], minlength=len(deals))
-    p = 1.0 / len(deals)
-    se = np.sqrt(batch * p * (1 - p))
-    assert np.all(np.abs(counts - batch * p) < 5 * se), (counts.min(), counts.max(), batch * p)
-    assert abs(seats.sum() - batch / 2) < 5 * np.sqrt(batch / 4)
+
+    def within(count, p):
+        return abs(count - batch * p) < 5 * np.sqrt(batch * p * (1 - p))
+
+    def check_and_get():
+        cards, seats = np.asarray(game.state.cards), np.asarray(game.state.seat)
+        counts = np.bincount([index[tuple(c)] for c in cards.tolist()], minlength=len(deals))
+        assert all(within(c, 1 / len(deals)) for c in counts), (counts.min(), counts.max())
+        assert within(seats.sum(), 0.5)
+        return cards, seats
+
+    game.reset(seed=7)
+    cards, seats = check_and_get()
+    call = {"action": np.ones(batch, np.int32)}  # Kuhn: bet, call; Leduc: check x 4
+    for _ in range(2 if name == "kuhn_poker" else 4):
+        ts = game.step((call, call))
+    assert np.asarray(ts.done).all()
+    new_cards, new_seats = check_and_get()
+    repeats = np.sum(np.all(new_cards == cards, axis=1) & (new_seats == seats))
+    assert within(repeats, 1 / (2 * len(deals))), repeats
 
 
 @pytest.mark.parametrize("name", GAMES)

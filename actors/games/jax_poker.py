@@ -27,7 +27,8 @@ slots, 2] -- Kuhn: slot i holds the i-th move one-hot (pass, bet); Leduc: per ro
 (1, 0), raise as (0, 1) (3 * 2 - 2 = 4 slots a round).
 
 Chance: `deal_cards` turns draws d_k uniform on [0, cards - k) into the d_k-th card still in the
-deck, in deck order -- OpenSpiel's chance outcome d_k, each of probability 1 / cards left. All
+deck, in deck order -- OpenSpiel's chance outcome d_k, each of probability 1 / cards left (a draw
+is a 64-bit random number mod the cards left: a bias below 2^-61, as `jax.random.randint`). All
 cards (Leduc's public one included) are dealt when a game starts: the public card is unseen
 until the second round, so its distribution given the history is OpenSpiel's. Seats: as in the
 pool, side 0 plays OpenSpiel player `seat`, drawn per game (0 or 1) unless `random_seats=False`.
@@ -82,16 +83,18 @@ class PokerState(NamedTuple):
     raises: jax.Array   # int32: raises (bets) so far in this round
     contrib: jax.Array  # int32 [2]: chips each OpenSpiel player has put in the pot
     betting: jax.Array  # float32 [rounds * slots * 2]: the tensor's betting sequence
-    key: jax.Array
+    key: jax.Array      # uint32 [2]: a raw PRNG key (as jax.random.PRNGKey makes)
 
 
-def deal_cards(draws, num_cards: int):
-    """Card k = the draws[k]-th (from 0) card not dealt yet, in deck order (draws[k] < cards - k)."""
-    taken = jnp.zeros(num_cards, bool)
+def deal_cards(draws):
+    """Card k = the draws[k]-th (from 0) card not dealt yet, in deck order (draws[k] < cards - k):
+    the draw moved up past each card dealt before that it reaches (at most three cards)."""
     cards = []
     for d in draws:
-        card = jnp.argmax(jnp.cumsum(~taken) > d).astype(jnp.int32)
-        taken = taken.at[card].set(True)
+        card = jnp.asarray(d, jnp.int32)
+        below = cards if len(cards) < 2 else [jnp.minimum(*cards), jnp.maximum(*cards)]
+        for taken in below:  # in increasing order
+            card = card + (card >= taken)
         cards.append(card)
     return jnp.stack(cards)
 
@@ -118,6 +121,7 @@ class PokerFunctions:
         self.raise_amounts = jnp.array([2, 4] if leduc else [1], jnp.int32)
         self.max_raises = 2 if leduc else 1
         self.num_dealt = 3 if leduc else 2
+        self.num_bits = 2 + 2 * self.num_dealt + 1  # key, two words a card, seat
         # What action a does, by [facing a bet, a]. Kuhn: pass = check or fold, bet = bet or call.
         self.kinds = jnp.array([[CALL, CALL, RAISE], [FOLD, CALL, RAISE]] if leduc
                                else [[CALL, RAISE], [FOLD, CALL]], jnp.int32)
@@ -132,11 +136,21 @@ class PokerFunctions:
             betting=jnp.zeros(self.rounds * self.slots * 2, jnp.float32), key=key)
 
     def initial_state(self, key) -> PokerState:
-        key, k_deal, k_seat = jax.random.split(key, 3)
-        left = self.num_cards - jnp.arange(self.num_dealt)
-        draws = jax.random.randint(k_deal, (self.num_dealt,), 0, left)
-        seat = jax.random.bernoulli(k_seat) if self.config.random_seats else 0
-        return self.new_game(deal_cards(draws, self.num_cards), seat, key)
+        return self.fresh_game(jax.random.bits(key, (self.num_bits,)))
+
+    def fresh_game(self, bits) -> PokerState:
+        """A new game from uint32 random bits [num_bits]: its key, the deal, the seat.
+
+        Draw k is a 64-bit uniform number (two words) mod the cards left: uniform up to a
+        bias below 2^-61, as `jax.random.randint`'s; one threefry call serves the whole game.
+        """
+        dealt = self.num_dealt
+        left = (self.num_cards - jnp.arange(dealt)).astype(jnp.uint32)
+        hi, lo = bits[2:2 + dealt], bits[2 + dealt:2 + 2 * dealt]
+        wrap = (jnp.uint32(0xFFFFFFFF) % left + 1) % left  # 2^32 mod left
+        draws = ((hi % left) * wrap + lo % left) % left
+        seat = bits[-1] & 1 if self.config.random_seats else 0
+        return self.new_game(deal_cards(draws.astype(jnp.int32)), seat, bits[:2])
 
     def legal(self, s: PokerState):
         """OpenSpiel's legal actions of the player to move, as a mask [num_actions]."""
@@ -150,7 +164,7 @@ class PokerFunctions:
         parts = [jax.nn.one_hot(player, 2), jax.nn.one_hot(s.cards[player], self.num_cards)]
         if self.config.leduc:
             parts.append(jax.nn.one_hot(jnp.where(s.round > 0, s.cards[2], -1), self.num_cards))
-        t = jnp.concatenate(parts + [s.betting]).astype(jnp.float32); return t.at[jnp.array([0, 1])].set(t[jnp.array([1, 0])])
+        return jnp.concatenate(parts + [s.betting]).astype(jnp.float32)
 
     def observe(self, s: PokerState):
         legal = self.legal(s)
@@ -208,9 +222,9 @@ class PokerFunctions:
         new, done, returns = self.advance(s, action)
         rewards = jnp.where(done, jnp.stack([returns[s.seat], returns[1 - s.seat]]), 0.0)
         outcome = jnp.sign(rewards[0]).astype(jnp.int8)
-        key, reset_key = jax.random.split(s.key)
-        fresh = self.initial_state(reset_key)
-        new = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, new._replace(key=key))
+        bits = jax.random.bits(s.key, (2 + self.num_bits,))
+        fresh = self.fresh_game(bits[2:])
+        new = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, new._replace(key=bits[:2]))
         return new, self.observe(new), rewards, done, outcome, {"payoff": rewards}
 
 
