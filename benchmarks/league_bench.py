@@ -33,7 +33,7 @@ def build_league(num_players: int, seed: int = 0) -> League:
     k = 0
     while len(league.players) < num_players:
         parent = agents[k % len(agents)]
-        league._add(Player(f"{parent}#{k}", HISTORICAL, league.players[parent].race, parent=parent, step=k))
+        league._add(Player(f"{parent}#b{k}", HISTORICAL, league.players[parent].race, parent=parent, step=k))
         k += 1
     n = len(league.players)
     # League-like results: later players are stronger (an Elo trend) with a strategic

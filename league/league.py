@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from league import matchmaking, rules
-from league.matchmaking import Match
+from league.matchmaking import Match, MatchDistribution
 from league.payoff import Payoff
 from league.players import (
     HISTORICAL,
-    LEAGUE_EXPLOITER,
     LEARNING_ROLES,
     MAIN_AGENT,
     MAIN_EXPLOITER,
@@ -25,11 +24,6 @@ from league.players import (
     snapshot_id,
 )
 from league.rules import AddSnapshot, ResetAgent
-
-_ROLE_MATCHMAKERS = {
-    MAIN_EXPLOITER: matchmaking.main_exploiter_match,
-    LEAGUE_EXPLOITER: matchmaking.league_exploiter_match,
-}
 
 
 class League:
@@ -96,16 +90,17 @@ class League:
 
     # -- matches and results ---------------------------------------------------
 
+    def match_distribution(self, agent_id: str) -> MatchDistribution:
+        """The exact distribution of the learning agent's next opponent (and of the branch
+        that picks it), by its role's matchmaker (`league.matchmaking`)."""
+        return matchmaking.match_distribution(self, agent_id)
+
     def get_match(self, agent_id: str) -> Match:
-        """The opponent for the learning agent's next games, by its role's matchmaker."""
-        player = self.player(agent_id)
-        if player.role == MAIN_AGENT:
-            choose = matchmaking.MAIN_AGENT_MATCHMAKERS[self.config.main_agent_matchmaker]
-        elif player.role in _ROLE_MATCHMAKERS:
-            choose = _ROLE_MATCHMAKERS[player.role]
-        else:
-            raise ValueError(f"historical player {agent_id!r} does not learn and gets no matches")
-        return choose(self, agent_id, self.rng)
+        """The opponent for the learning agent's next games, drawn from `match_distribution`
+        with the league's Generator: the one place where matchmaking is random."""
+        dist = self.match_distribution(agent_id)
+        i = self.rng.choice(len(dist.opponents), p=dist.probabilities)
+        return Match(agent_id, dist.opponents[i], dist.branches[i])
 
     def record_result(self, home: str, away: str, outcome: str, score: float | None = None) -> None:
         """One game's outcome ("win" | "draw" | "loss" from home's side) and, if the game

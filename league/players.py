@@ -20,11 +20,6 @@ HISTORICAL = "historical"
 LEARNING_ROLES = (MAIN_AGENT, MAIN_EXPLOITER, LEAGUE_EXPLOITER)
 ROLES = (*LEARNING_ROLES, HISTORICAL)
 
-MAIN_AGENT_MATCHMAKERS = ("alphastar", "openai_five", "self_play", "fsp", "pfsp", "pfsp_sp")
-"""`alphastar` is the full main-agent rule; the rest are the ablation arms of AlphaStar's
-Fig. 3c and OpenAI Five's past-self sampler (appendix N)."""
-
-
 def check_role(role: str) -> str:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; allowed: {', '.join(ROLES)}")
@@ -125,6 +120,9 @@ class LeagueConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer; got {value!r}")
+        # The registry lives with the matchmakers, which import this module: import it lazily.
+        from league.matchmaking import MAIN_AGENT_MATCHMAKERS
+
         if self.main_agent_matchmaker not in MAIN_AGENT_MATCHMAKERS:
             raise ValueError(
                 f"unknown main_agent_matchmaker {self.main_agent_matchmaker!r}; "

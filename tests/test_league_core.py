@@ -8,7 +8,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from league.league import League
-from league.matchmaking import remove_monotonic_suffix
+from league.matchmaking import (
+    MAIN_AGENT_MATCHMAKERS,
+    Match,
+    MatchDistribution,
+    remove_monotonic_suffix,
+)
 from league.payoff import Payoff
 from league.pfsp import pfsp_probabilities
 from league.players import LeagueConfig, MatchmakingConfig, Player, SnapshotConfig, learning_agents
@@ -248,34 +253,85 @@ def tiny_snapshots():
     return SnapshotConfig(main_agent_snapshot_steps=1, exploiter_min_steps=0, main_exploiter_timeout_steps=1, league_exploiter_timeout_steps=1)
 
 
-def opponent_frequencies(league, agent, n=20000):
-    counts = collections.Counter(league.get_match(agent).opponent_id for _ in range(n))
-    return {k: v / n for k, v in counts.items()}
+def entries(distribution):
+    """{(opponent, branch): probability} of a `MatchDistribution`."""
+    out = dict(zip(zip(distribution.opponents, distribution.branches), distribution.probabilities.tolist()))
+    assert len(out) == len(distribution.opponents), "an (opponent, branch) pair appears twice"
+    return out
 
 
-def assert_distribution(freq, expected, n=20000):
-    assert set(freq) <= set(expected), f"unexpected opponents {set(freq) - set(expected)}"
-    for player, p in expected.items():
-        sigma = np.sqrt(p * (1 - p) / n)
-        assert abs(freq.get(player, 0.0) - p) < 4 * sigma + 1e-9, (player, freq.get(player), p)
+def assert_exact(distribution, expected):
+    """Exactly the (opponent, branch) pairs of `expected`, with its probabilities (worked by hand)."""
+    actual = entries(distribution)
+    assert set(actual) == set(expected), (sorted(actual), sorted(expected))
+    keys = sorted(expected)
+    np.testing.assert_allclose([actual[k] for k in keys], [expected[k] for k in keys], rtol=1e-12)
+
+
+def verification_league(rng=1):
+    """One main agent, its two snapshots and two past main exploiters, one of them strong."""
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
+    league = League(config, rng=rng)
+    main, exploiter = "terran_main_agent_0", "terran_main_exploiter_0"
+    me0, me1 = snapshot(league, exploiter), snapshot(league, exploiter)
+    ma0, ma1 = snapshot(league, main), snapshot(league, main)
+    play(league, main, me0, 1, 4)  # 0.2 < 0.3: a strong past exploiter -> verification over both
+    play(league, main, me1, 3, 2)  # 0.6
+    play(league, main, ma1, 4, 1)  # 0.8; ma0 never played: 0.5
+    return league, main, (me0, me1, ma0, ma1)
 
 
 def test_main_agent_opponents_are_pfsp_verification_and_self_play():
-    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=0, payoff_decay=1.0, snapshots=tiny_snapshots())
-    league = League(config, rng=1)
-    main, exploiter = "terran_main_agent_0", "terran_main_exploiter_0"
-    me0 = snapshot(league, exploiter)
-    ma0, ma1 = snapshot(league, main), snapshot(league, main)
-    play(league, main, me0, 1, 4)  # 0.2: a strong past exploiter -> verification picks it
-    play(league, main, ma1, 4, 1)  # 0.8; ma0 never played: 0.5
-    pfsp = np.array([0.8**2, 0.5**2, 0.2**2]) / (0.64 + 0.25 + 0.04)
+    league, main, (me0, me1, ma0, ma1) = verification_league()
+    pfsp = np.array([0.8**2, 0.4**2, 0.5**2, 0.2**2]) / (0.64 + 0.16 + 0.25 + 0.04)  # me0, me1, ma0, ma1
     expected = {
-        me0: 0.5 * pfsp[0] + 0.15,
-        ma0: 0.5 * pfsp[1],
-        ma1: 0.5 * pfsp[2],
-        main: 0.35,  # self-play: the only main agent is itself
+        (me0, "pfsp"): 0.5 * pfsp[0],
+        (me1, "pfsp"): 0.5 * pfsp[1],
+        (ma0, "pfsp"): 0.5 * pfsp[2],
+        (ma1, "pfsp"): 0.5 * pfsp[3],
+        # PFSP(squared) over the past exploiters: 0.64 / 0.8 and 0.16 / 0.8
+        (me0, "verification_exploiters"): 0.15 * 0.8,
+        (me1, "verification_exploiters"): 0.15 * 0.2,
+        (main, "self_play"): 0.35,  # the only main agent is itself
     }
-    assert_distribution(opponent_frequencies(league, main), expected)
+    distribution = league.match_distribution(main)
+    assert distribution.agent_id == main
+    assert_exact(distribution, expected)
+    marginal = distribution.marginal()
+    assert set(marginal) == {me0, me1, ma0, ma1, main}
+    np.testing.assert_allclose(marginal[me0], 0.5 * pfsp[0] + 0.12, rtol=1e-12)
+
+
+class RecordingGenerator(np.random.Generator):
+    """A numpy Generator that records the probabilities and the result of every `choice`."""
+
+    def __init__(self, seed):
+        super().__init__(np.random.PCG64(seed))
+        self.probabilities, self.choices = [], []
+
+    def choice(self, a, size=None, replace=True, p=None):
+        self.probabilities.append(None if p is None else np.array(p))
+        self.choices.append(super().choice(a, size, replace, p))
+        return self.choices[-1]
+
+
+def test_get_match_samples_the_distribution():
+    """`get_match` draws one entry of `match_distribution` with the league's Generator: the
+    probabilities it passes are the distribution's, the match is the drawn entry (opponent
+    and branch), and frequencies agree within 4 sigma."""
+    rng = RecordingGenerator(3)
+    league, main, _ = verification_league(rng)
+    distribution = league.match_distribution(main)
+    n = 4000
+    counts = collections.Counter()
+    for _ in range(n):
+        match = league.get_match(main)
+        np.testing.assert_array_equal(rng.probabilities[-1], distribution.probabilities)
+        i = rng.choices[-1]
+        assert match == Match(main, distribution.opponents[i], distribution.branches[i])
+        counts[match.opponent_id, match.branch] += 1
+    for key, p in entries(distribution).items():
+        assert abs(counts[key] / n - p) < 4 * np.sqrt(p * (1 - p) / n), (key, counts[key] / n, p)
 
 
 def test_main_agent_verification_finds_forgotten_snapshots():
@@ -290,8 +346,12 @@ def test_main_agent_verification_finds_forgotten_snapshots():
     for s, (won, lost) in zip(snaps, [(9, 1), (1, 1), (4, 1), (3, 2), (2, 3)]):
         play(league, main, s, won, lost)
     weights = np.array([0.1, 0.5, 0.2]) ** 2
-    expected = dict(zip(snaps[:3], weights / weights.sum()))
-    assert_distribution(opponent_frequencies(league, main), expected)
+    expected = {(s, "verification_forgotten"): w for s, w in zip(snaps[:3], weights / weights.sum())}
+    assert_exact(league.match_distribution(main), expected)
+    # [0.9, 0.75, 0.8, 0.6, 0.4]: the prefix kept is beaten >= 70% throughout, so verification
+    # finds nothing and falls through to self-play (the only main agent is itself)
+    play(league, main, snaps[1], 2, 0)  # 3 / 4 = 0.75
+    assert_exact(league.match_distribution(main), {(main, "self_play"): 1.0})
 
 
 def test_remove_monotonic_suffix_worked_by_hand():
@@ -312,8 +372,12 @@ def test_struggling_main_agent_gets_a_curriculum_of_the_opponents_snapshots():
     z0, z1 = snapshot(league, zerg), snapshot(league, zerg)
     play(league, terran, zerg, 1, 4)  # 0.2 <= 0.3: too strong for plain self-play
     play(league, terran, z1, 9, 1)  # 0.9; z0 unplayed: 0.5 -> variance weights 0.25, 0.09
-    expected = {terran: 0.5, z0: 0.5 * 25 / 34, z1: 0.5 * 9 / 34}
-    assert_distribution(opponent_frequencies(league, terran), expected)
+    expected = {
+        (terran, "self_play"): 0.5,  # each main agent with probability 1/2; itself: plain self-play
+        (z0, "self_play_curriculum"): 0.5 * 25 / 34,
+        (z1, "self_play_curriculum"): 0.5 * 9 / 34,
+    }
+    assert_exact(league.match_distribution(terran), expected)
 
 
 def test_main_exploiter_plays_main_agents_with_a_curriculum_when_struggling():
@@ -321,11 +385,15 @@ def test_main_exploiter_plays_main_agents_with_a_curriculum_when_struggling():
     league = League(config, rng=4)
     main, exploiter = "terran_main_agent_0", "terran_main_exploiter_0"
     m0, m1 = snapshot(league, main), snapshot(league, main)
-    assert_distribution(opponent_frequencies(league, exploiter), {main: 1.0})  # 0.5 >= 0.2
+    assert_exact(league.match_distribution(exploiter), {(main, "main_agent"): 1.0})  # 0.5 >= 0.2
     play(league, exploiter, main, 1, 9)  # 0.1 < 0.2: half the time PFSP(variance) over snapshots
     play(league, exploiter, m1, 9, 1)  # 0.9 vs m1, m0 unplayed 0.5
-    expected = {main: 0.5, m0: 0.5 * 25 / 34, m1: 0.5 * 9 / 34}
-    assert_distribution(opponent_frequencies(league, exploiter), expected)
+    expected = {
+        (main, "main_agent"): 0.5,
+        (m0, "main_exploiter_curriculum"): 0.5 * 25 / 34,
+        (m1, "main_exploiter_curriculum"): 0.5 * 9 / 34,
+    }
+    assert_exact(league.match_distribution(exploiter), expected)
 
 
 def test_league_exploiter_uses_capped_linear_pfsp_over_all_past_players():
@@ -336,19 +404,7 @@ def test_league_exploiter_uses_capped_linear_pfsp_over_all_past_players():
     b = snapshot(league, "terran_main_exploiter_0")
     play(league, exploiter, a, 1, 4)  # 0.2 -> min(0.5, 0.8) = 0.5
     play(league, exploiter, b, 3, 2)  # 0.6 -> 0.4
-    assert_distribution(opponent_frequencies(league, exploiter), {a: 5 / 9, b: 4 / 9})
-
-
-class RecordingGenerator(np.random.Generator):
-    """A numpy Generator that records the probabilities of every `choice`."""
-
-    def __init__(self, seed):
-        super().__init__(np.random.PCG64(seed))
-        self.probabilities = []
-
-    def choice(self, a, size=None, replace=True, p=None):
-        self.probabilities.append(None if p is None else np.asarray(p))
-        return super().choice(a, size, replace, p)
+    assert_exact(league.match_distribution(exploiter), {(a, "pfsp"): 5 / 9, (b, "pfsp"): 4 / 9})
 
 
 @pytest.mark.parametrize("role_weighting", ["main_pfsp_weighting", "league_exploiter_weighting"])
@@ -365,10 +421,11 @@ def test_hard_pfsp_uses_its_exponent(role_weighting):
     snaps = [snapshot(league, "terran_main_agent_0") for _ in range(3)]
     for s, (won, lost) in zip(snaps, [(1, 4), (1, 1), (9, 1)]):
         play(league, agent, s, won, lost)
+    weights = np.array([0.8**3, 0.5**3, 0.1**3])
+    assert_exact(league.match_distribution(agent), {(s, "pfsp"): w for s, w in zip(snaps, weights / weights.sum())})
     rng.probabilities.clear()
     match = league.get_match(agent)
     assert match.branch == "pfsp" and match.opponent_id in snaps
-    weights = np.array([0.8**3, 0.5**3, 0.1**3])
     np.testing.assert_allclose(rng.probabilities[-1], weights / weights.sum(), rtol=1e-12)
     with pytest.raises(ValueError, match="pfsp_hard_exponent must be a positive number"):
         MatchmakingConfig(pfsp_hard_exponent=0.0) and LeagueConfig(
@@ -384,6 +441,8 @@ def test_main_agents_initial_copies_are_in_the_league_from_the_start():
     for main in ("terran_main_agent_0", "zerg_main_agent_0"):
         (initial,) = league.snapshots_of(main)
         assert league.players[initial].parent == main and league.players[initial].step == 0
+        # PFSP(squared) over the two initial copies, both unplayed (0.5): 1/2 each
+        assert_exact(league.match_distribution(main), {(h, "pfsp"): 0.5 for h in league.historical_ids()})
         match = league.get_match(main)
         assert match.branch == "pfsp" and match.opponent_id in league.historical_ids()
     assert league.snapshots_of("terran_main_exploiter_0") == []
@@ -399,13 +458,41 @@ def test_main_agents_initial_copies_are_in_the_league_from_the_start():
     assert League.from_state(old).historical_ids() == []
 
 
-@pytest.mark.parametrize("matchmaker", ["alphastar", "openai_five", "self_play", "fsp", "pfsp", "pfsp_sp"])
+MAINS = ["terran_main_agent_0", "protoss_main_agent_0", "zerg_main_agent_0"]
+EMPTY_LEAGUE_MAIN_AGENT = {
+    # 50% PFSP -> no past players -> a main agent uniformly; verification finds nothing and
+    # falls through to self-play; self-play: each main agent, beaten 0.5 > 0.3, uniformly.
+    "alphastar": lambda agent: {**{(m, "self_play_fallback"): 0.5 / 3 for m in MAINS}, **{(m, "self_play"): 0.5 / 3 for m in MAINS}},
+    "openai_five": lambda agent: {(agent, "self_play"): 1.0},  # no past selves
+    "self_play": lambda agent: {(agent, "self_play"): 1.0},
+    "fsp": lambda agent: {(agent, "self_play_fallback"): 1.0},
+    "pfsp": lambda agent: {(agent, "self_play_fallback"): 1.0},
+    "pfsp_sp": lambda agent: {(agent, "self_play"): 0.5, (agent, "self_play_fallback"): 0.5},
+}
+
+
+def test_one_registry_of_main_agent_matchmakers():
+    assert set(MAIN_AGENT_MATCHMAKERS) == set(EMPTY_LEAGUE_MAIN_AGENT)
+    for name in MAIN_AGENT_MATCHMAKERS:
+        assert LeagueConfig(main_agent_matchmaker=name).main_agent_matchmaker == name
+    with pytest.raises(ValueError, match="allowed: " + ", ".join(MAIN_AGENT_MATCHMAKERS)):
+        LeagueConfig(main_agent_matchmaker="elo")
+
+
+@pytest.mark.parametrize("matchmaker", sorted(EMPTY_LEAGUE_MAIN_AGENT))
 def test_empty_league_falls_back_to_self_play(matchmaker):
     league = League(LeagueConfig(initial_snapshots=False, main_agent_matchmaker=matchmaker), rng=6)
+    assert league.learning_agent_ids("main_agent") == MAINS
     for agent in league.learning_agent_ids():
-        for _ in range(50):
-            match = league.get_match(agent)
-            assert league.players[match.opponent_id].role == "main_agent" or match.opponent_id == agent
+        role = league.players[agent].role
+        if role == "main_agent":
+            expected = EMPTY_LEAGUE_MAIN_AGENT[matchmaker](agent)
+        elif role == "main_exploiter":
+            expected = {(m, "main_agent"): 1 / 3 for m in MAINS}
+        else:
+            expected = {(m, "self_play_fallback"): 1 / 3 for m in MAINS}
+        assert_exact(league.match_distribution(agent), expected)
+        assert (league.get_match(agent).opponent_id, league.get_match(agent).branch) in expected
 
 
 def test_ablation_arms_fsp_is_uniform_and_pfsp_sp_mixes_self_play():
@@ -415,11 +502,13 @@ def test_ablation_arms_fsp_is_uniform_and_pfsp_sp_mixes_self_play():
     main = "t_main_agent_0"
     snaps = [snapshot(league, main) for _ in range(4)]
     play(league, main, snaps[0], 9, 1)
-    assert_distribution(opponent_frequencies(league, main), dict.fromkeys(snaps, 0.25))
-    league.config = LeagueConfig(**{**vars(config), "main_agent_matchmaker": "pfsp_sp"})
+    assert_exact(league.match_distribution(main), {(s, "fsp"): 0.25 for s in snaps})
+    league.config = LeagueConfig(**{**vars(config), "main_agent_matchmaker": "pfsp"})
     w = np.array([0.1**2, 0.25, 0.25, 0.25])
-    expected = {main: 0.5, **dict(zip(snaps, 0.5 * w / w.sum()))}
-    assert_distribution(opponent_frequencies(league, main), expected)
+    assert_exact(league.match_distribution(main), {(s, "pfsp"): p for s, p in zip(snaps, w / w.sum())})
+    league.config = LeagueConfig(**{**vars(config), "main_agent_matchmaker": "pfsp_sp"})
+    expected = {(main, "self_play"): 0.5, **{(s, "pfsp"): p for s, p in zip(snaps, 0.5 * w / w.sum())}}
+    assert_exact(league.match_distribution(main), expected)
 
 
 def test_openai_five_quality_scores_worked_by_hand():
@@ -439,9 +528,18 @@ def test_openai_five_quality_scores_worked_by_hand():
     snapshot(league, main)  # a new past self enters with max(q)
     q = np.append(q, q.max())
     np.testing.assert_allclose(league.quality_probabilities(main), np.exp(q) / np.exp(q).sum())
-    freq = opponent_frequencies(league, main)
     probs = np.exp(q) / np.exp(q).sum()
-    assert_distribution(freq, {main: 0.8, **dict(zip(league.snapshots_of(main), 0.2 * probs))})
+    expected = {(main, "self_play"): 0.8, **{(s, "openai_five_past"): 0.2 * p for s, p in zip(league.snapshots_of(main), probs)}}
+    assert_exact(league.match_distribution(main), expected)
+
+
+def test_match_distribution_refuses_what_is_not_a_distribution():
+    with pytest.raises(ValueError, match="as many opponents, branches and probabilities"):
+        MatchDistribution("a", ("b", "c"), np.array([1.0]), ("x", "x"))
+    with pytest.raises(ValueError, match="positive and sum to 1"):
+        MatchDistribution("a", ("b", "c"), np.array([0.5, 0.6]), ("x", "x"))
+    with pytest.raises(ValueError, match="positive and sum to 1"):
+        MatchDistribution("a", ("b", "c"), np.array([1.0, 0.0]), ("x", "x"))
 
 
 def test_matches_are_deterministic_for_a_seed():
@@ -460,8 +558,9 @@ def test_unknown_player_and_historical_requests_are_refused():
     with pytest.raises(ValueError, match="unknown player id 'nobody'"):
         league.get_match("nobody")
     past = snapshot(league, "terran_main_agent_0")
-    with pytest.raises(ValueError, match="does not learn"):
-        league.get_match(past)
+    for ask in (league.get_match, league.match_distribution):
+        with pytest.raises(ValueError, match="does not learn"):
+            ask(past)
 
 
 # -- snapshot and reset rules -------------------------------------------------------
