@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from actors import rewards as reward_plugins
-from agents import act, head_names
+from agents import act, head_names, network_key
 from agents.trajectory import Step, Unroll, zeros_unroll
 
 PyTree = Any
@@ -88,21 +88,21 @@ def example_unroll(game_spec, network, unroll_length: int, teacher: bool = False
 
 
 _COMPILED: dict = {}
-"""Jitted functions shared by every actor of a process that uses the same network and game:
-a dozen co-located actors (one per league agent) compile once, and hold one executable."""
+"""Jitted functions shared by every actor of a process that uses the same network and game
+(keyed on their configurations): a dozen co-located actors (one per league agent) compile
+once, and hold one executable."""
 
 
 def _shared(key, build):
     if key not in _COMPILED:
         _COMPILED[key] = build()
-    return _COMPILED[key][0]
+    return _COMPILED[key]
 
 
 def make_policy_fn(network, greedy: bool = False):
     """The jitted acting step of both sides: (params0, params1, rng, obs0, obs1, state0, state1,
     first) -> (Action side 0, Action side 1, state0, state1)."""
-    # The network is kept in the cache entry so that its id stays unique while cached.
-    return _shared(("policy", id(network), greedy), lambda: (_make_policy_fn(network, greedy), network))
+    return _shared(("policy", network_key(network), greedy), lambda: _make_policy_fn(network, greedy))
 
 
 def _make_policy_fn(network, greedy: bool):
@@ -124,16 +124,18 @@ def make_teacher_advance(network):
         _, state = network.unroll(params, observations, first, state, **taken)
         return state
 
-    return _shared(("teacher", id(network)), lambda: (jax.jit(advance), network))
+    return _shared(("teacher", network_key(network)), lambda: jax.jit(advance))
 
 
 def make_fused_unroll(network, game_step, num_steps: int):
-    """`_make_fused_unroll`, shared between actors whose games have the same configuration."""
+    """`_make_fused_unroll`, shared between actors whose games have the same configuration
+    (a game's functions object with a hashable `config`, as `game.fns`); else not shared."""
     owner = getattr(game_step, "__self__", None)
     config = getattr(owner, "config", None)
-    game_key = (type(owner).__name__, config) if config is not None else id(game_step)
-    return _shared(("fused", id(network), game_key, num_steps),
-                   lambda: (_make_fused_unroll(network, game_step, num_steps), (network, game_step)))
+    if config is None:
+        return _make_fused_unroll(network, game_step, num_steps)
+    key = ("fused", network_key(network), type(owner).__qualname__, config, num_steps)
+    return _shared(key, lambda: _make_fused_unroll(network, game_step, num_steps))
 
 
 def _make_fused_unroll(network, game_step, num_steps: int):

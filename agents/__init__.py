@@ -52,6 +52,14 @@ def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | N
     return ReferenceNetwork(NetworkConfig(**values))
 
 
+def network_key(network):
+    """A hashable key of what a network computes (its class and configuration), for caches
+    of compiled functions: two network objects with the same key share them. A network
+    without a `config` is its own key (the cache then holds it: never confused with another)."""
+    config = getattr(network, "config", None)
+    return network if config is None else (type(network).__qualname__, repr(config))
+
+
 def head_names(network) -> list[str]:
     """The network's action heads: the keys of its logits and of trajectory actions."""
     if hasattr(network, "head_names"):

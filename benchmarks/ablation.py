@@ -4,7 +4,7 @@
     python -m benchmarks.ablation --all --seeds=0,1,2 --minutes=2          # the driver (resumable)
     python -m benchmarks.ablation --report                                  # tables + docs/ablation.png
 
-Every arm trains a league through the real program (`experiments.runners.run_inprocess`) on
+Every arm trains a league through the real program (`experiments.launchers.run_inprocess`) on
 SMAX races with one race (Terran mirror; the army composition is the strategic choice) for the
 same wall-clock budget on this machine, then is evaluated; results land in
 `<root>/ablation.db` (SQLite: `runs`, `evaluations`) and `--report` prints the tables.
@@ -113,14 +113,14 @@ def done(db, arm: str, seed: int) -> bool:
 
 
 def train(arm: str, seed: int, minutes: float, root: str, log) -> str:
-    from experiments import runners
+    from experiments import launchers
     from experiments.config import prepare_run_dir
 
     run_dir = os.path.join(root, f"{arm}-s{seed}")
     config = arm_config(arm, seed, minutes, run_dir)
     if prepare_run_dir(config):
         print(f"  {run_dir} exists: resuming it for another {minutes} min", flush=True)
-    runners.run_inprocess(config, stop_event=threading.Event(), out=log)
+    launchers.run_inprocess(config, stop_event=threading.Event(), out=log)
     return run_dir
 
 
@@ -132,7 +132,7 @@ class Players:
         self._cache = {}
 
     def latest_params(self, key: str, min_version=None):
-        from experiments.nodes import player_params
+        from coordinator.param_store import player_params
 
         if key not in self._cache:
             run_dir, _, player_id = key.partition("|")

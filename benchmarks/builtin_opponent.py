@@ -27,9 +27,10 @@ def measure(run_dir: str, games: int, seed: int = 0) -> dict:
     """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts."""
     from actors import scripted
     from coordinator.history import LeagueHistory
+    from coordinator.param_store import player_params
     from experiments.config import RunConfig
-    from experiments.nodes import initial_params, make_game, make_network, player_params
-    from experiments.runners import plan
+    from experiments.nodes import initial_params, make_game, make_network
+    from experiments.program import agent_indices
 
     with open(os.path.join(run_dir, "config.json")) as f:
         config = RunConfig.from_dict(json.load(f))
@@ -40,7 +41,7 @@ def measure(run_dir: str, games: int, seed: int = 0) -> dict:
     mains = [p for p in players if p["role"] == "main_agent" and not p["parent"]]
     game = make_game(config, 1)
     network = make_network(config, game.spec)
-    agent_index = plan(config).agent_indices  # the index that seeded each agent's initial params
+    agent_index = agent_indices(config)  # the index that seeded each agent's initial params
     table = {}
     for main in mains:
         _, trained = player_params(run_dir, main["player_id"])

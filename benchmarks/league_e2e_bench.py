@@ -10,7 +10,7 @@ in one run:
   window begins only after that), timed twice after the program has stopped (the machine is
   shared: the mean of the two is the limit). Also timed alone, in between: play only and learn
   only, which say which half bounds the loop;
-- e2e: `experiments.runners.run_ray` with the coordinator, a Reverb table, the learner group
+- e2e: `experiments.launchers.run_ray` with the coordinator, a Reverb table, the learner group
   and the actor group as Ray actors. Rate = the learner's "steps" (agent steps learnt from,
   B x (T - 1) per update, replays included) over a steady window after the learner's first
   update, read from the run's `league.db` (`learner_metrics`, written every few seconds);
@@ -133,11 +133,11 @@ class Limit:
     def __init__(self, config: RunConfig):
         from actors.actor import Actor, ActorConfig, example_unroll
         from experiments import nodes
-        from experiments.runners import plan
+        from experiments.program import agent_indices
         from learners.learner import Learner, LearnerConfig
 
         self.config = config
-        agent = plan(config).agents[0]
+        agent = next(iter(agent_indices(config)))
         game = nodes.make_game(config, config.batch_size)
         self.network = nodes.make_network(config, game.spec)
         params = nodes.initial_params(self.network, game.spec, 0, config.seed)
@@ -220,7 +220,7 @@ def run_e2e(config: RunConfig, out, quiet_after: threading.Event) -> dict:
     """Runs the program on Ray until the steady window is over; returns its figures. The
     window starts `--warmup` s after the learner's first update, and not before `quiet_after`
     is set (this process's own work, building the limit, is done by then)."""
-    from experiments.runners import run_ray
+    from experiments.launchers import run_ray
 
     db_path = os.path.join(config.run_dir, "league.db")
     stop = threading.Event()
@@ -317,12 +317,13 @@ def coordinator_latency(root: str) -> dict[str, tuple[float, float, float]]:
     import ray
 
     from coordinator.coordinator import Coordinator
-    from experiments.runners import coordinator_config, plan
+    from experiments.program import agent_indices, build_program
 
     league = RunConfig(run_dir=os.path.join(root, "latency"), races=3)
-    agents = plan(league).agents
+    agents = list(agent_indices(league))
+    coordinator_config = build_program(league).node("coordinator").kwargs["config"]
     local = Coordinator(league.league_config(), os.path.join(root, "latency_local"), 0,
-                        config=coordinator_config(league))
+                        config=coordinator_config)
     out = {}
     for _ in range(2):  # warm up both (SQLite, code paths)
         local.request_match(agents[0])
@@ -332,7 +333,7 @@ def coordinator_latency(root: str) -> dict[str, tuple[float, float, float]]:
 
     # As run_ray builds it: max_concurrency=64, num_cpus=0.
     remote = ray.remote(max_concurrency=64, num_cpus=0)(Coordinator).remote(
-        league.league_config(), league.run_dir, 0, config=coordinator_config(league))
+        league.league_config(), league.run_dir, 0, config=coordinator_config)
     for _ in range(5):
         ray.get(remote.request_match.remote(agents[0]))
     def call(agent):

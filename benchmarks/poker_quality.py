@@ -4,7 +4,7 @@
     python -m benchmarks.poker_quality --game=leduc_poker --minutes=30 --arms=league
     python -m benchmarks.poker_quality --game=kuhn_poker --minutes=3 --psro   # + OpenSpiel PSRO peer
 
-Each arm trains a league through the real program (`experiments.runners.run_inprocess`, the
+Each arm trains a league through the real program (`experiments.launchers.run_inprocess`, the
 `inprocess` runner) for the same wall-clock budget and seed:
 - `league`: the AlphaStar composition (main agent, main exploiter, two league exploiters);
 - `self_play`: `--main_agent_matchmaker=self_play`, no exploiters (naive self-play);
@@ -68,7 +68,7 @@ class Point:
 def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, seed: int,
             exact: bool, reward: str, overrides: dict, log) -> list[Point]:
     """Trains one arm in this process and measures it while it trains."""
-    from experiments import runners
+    from experiments import launchers
     from experiments.config import RunConfig, prepare_run_dir
     from experiments.nashconv import RunReader
 
@@ -79,19 +79,16 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
                        **values)
     prepare_run_dir(config)
     captured = {}
-    original = runners.group_metrics
 
-    def capture(group):  # the live learners, to read the main agent's current parameters
-        captured["group"] = group
-        return original(group)
+    def capture(handles):  # the live learners, to read the main agent's current parameters
+        captured["group"] = handles["learners"]
 
-    runners.group_metrics = capture
     stop = threading.Event()
     failure = []
 
     def train():
         try:
-            runners.run_inprocess(config, stop_event=stop, out=log)
+            launchers.run_inprocess(config, stop_event=stop, out=log, on_launch=capture)
         except BaseException as e:  # noqa: BLE001 -- reported by the caller
             failure.append(e)
 
@@ -99,7 +96,6 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
     thread.start()
     while "group" not in captured and thread.is_alive():
         time.sleep(0.2)
-    runners.group_metrics = original
     group = captured.get("group")
     started = time.time()
     reader = None

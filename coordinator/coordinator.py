@@ -44,6 +44,22 @@ def initial_player_id(agent_id: str) -> str:
     return f"{agent_id}@initial"
 
 
+class _GroupMember:
+    """One agent of a learner group, with the per-agent surface the coordinator polls."""
+
+    def __init__(self, group, agent_id: str):
+        self.group, self.agent_id = group, agent_id
+
+    def steps(self) -> int:
+        return self.group.steps(self.agent_id)
+
+    def snapshot(self):
+        return self.group.snapshot(self.agent_id)
+
+    def reset(self, params) -> int:
+        return self.group.reset(self.agent_id, params)
+
+
 class Coordinator:
     def __init__(
         self,
@@ -106,9 +122,18 @@ class Coordinator:
     # -- the RPC surface -------------------------------------------------------
 
     def set_learners(self, learners: Mapping[str, Any]) -> None:
-        """Handles to the learners (runners connect them after starting the nodes)."""
+        """Handles to the learners, one per agent (`steps()`, `snapshot()`, `reset(params)`)."""
         with self._lock:
             self._learners = dict(learners)
+
+    def connect_learners(self, group, agent_ids: Sequence[str]) -> None:
+        """Connects a learner group (`steps(agent)`, `snapshot(agent)`, `reset(agent, params)`,
+        `initial_params(agent)`, e.g. `experiments.nodes.LearnerGroup`) and keeps its agents'
+        initial parameters (`store_initial_params`), before any actor asks for a match."""
+        for agent_id in agent_ids:
+            self.store_initial_params(agent_id, group.initial_params(agent_id))
+        with self._lock:
+            self._learners.update({a: _GroupMember(group, a) for a in agent_ids})
 
     def agent_ids(self) -> list[str]:
         return self.league.learning_agent_ids()

@@ -108,3 +108,23 @@ class ParamStore:
         with self._lock:
             self._cache[player_id] = loaded
         return loaded
+
+
+def player_params(run_dir: str, player_id: str) -> tuple[int, dict]:
+    """(version, params) of any player of a run, read from disk: a learning agent's learner
+    checkpoint (learners/checkpoint.py), a frozen player's `params/` file, or, for a learning
+    agent of a run that has not written a checkpoint yet, its newest frozen snapshot."""
+    from coordinator.history import LeagueHistory
+    from learners import checkpoint
+
+    got = checkpoint.read_params(run_dir, player_id)
+    if got is not None:
+        return got
+    store = ParamStore(run_dir)
+    if player_id in store:
+        return store.load(player_id)
+    snapshots = [p["player_id"] for p in LeagueHistory(run_dir, readonly=True).players()
+                 if p["parent"] == player_id and p["player_id"] in store]
+    if not snapshots:
+        raise KeyError(f"no parameters on disk for {player_id!r} in {run_dir}")
+    return store.load(snapshots[-1])

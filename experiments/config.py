@@ -20,7 +20,8 @@ POKER_GAMES = ("kuhn_poker", "leduc_poker")
 GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
 RUNNERS = ("inprocess", "ray")
 # Fields that may change between the runs of one run directory.
-RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address", "progress_every_seconds")
+RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address",
+                     "progress_every_seconds", "learner_groups", "actor_groups")
 
 
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
@@ -71,6 +72,10 @@ class RunConfig:
     exploiter_min_steps: int = 4_000
     main_exploiter_timeout_steps: int = 8_000
     league_exploiter_timeout_steps: int = 4_000
+    # Co-location of the program's nodes (experiments/program.py): all learners in one node
+    # (one process: a laptop), one node per race, or one per agent (a cluster); actors alike.
+    learner_groups: str = "all"
+    actor_groups: str = "all"
     # Actors.
     actors_per_learner: int = 1
     batch_size: int = 32  # games per actor, stepped as one batch
@@ -136,6 +141,9 @@ class RunConfig:
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {getattr(self, name)}")
+        for name in ("learner_groups", "actor_groups"):
+            if getattr(self, name) not in ("all", "race", "agent"):
+                raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
         if self.learner_sampler not in ("client", "dataset"):
             raise ConfigError(f"--learner_sampler must be 'client' or 'dataset'; got {self.learner_sampler!r}")
         if self.value_target not in ("td_lambda", "vtrace"):

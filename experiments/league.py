@@ -1,9 +1,9 @@
 """Run a league: `python -m experiments.league --races=3`.
 
-Builds the program of nodes from the flags (coordinator, one learner per learning agent,
-actors, evaluators, Reverb tables) and launches it with a runner. The run directory holds
-`config.json`, the league's history `league.db` (SQLite), frozen players' parameters and
-the learners' checkpoints; rerunning with the same --run_dir resumes. Ctrl-C stops cleanly
+Builds the program of nodes from the flags (experiments/program.py: coordinator, one learner
+per learning agent, actors, evaluators, Reverb tables) and launches it in this process or on
+Ray (experiments/launchers.py). The run directory holds `config.json`, the league's history
+`league.db` (SQLite), frozen players' parameters and the learners' checkpoints; rerunning with the same --run_dir resumes. Ctrl-C stops cleanly
 with checkpoints written.
 """
 
@@ -70,6 +70,7 @@ def define_flags() -> None:
     flags.DEFINE_string("reward_plugin", None, "Path of a Python file defining get_reward(batch, contiguous) (see actors/rewards.py), or a built-in: outcome (+1/0/-1 at the end), game (the game's own payoff), openai_five (shaped, zero-sum). Default: openai_five for SMAX, game (chips) for poker, outcome for matrix games.")
     flags.DEFINE_integer("dashboard_port", _DEFAULTS.dashboard_port, "Port of the live dashboard on 127.0.0.1 (0: any free port, -1: no dashboard).")
     flags.DEFINE_float("progress_every_seconds", _DEFAULTS.progress_every_seconds, "Seconds between progress lines in the terminal.")
+    flags.DEFINE_bool("print_program", False, "Print the program's graph of nodes (experiments/program.py) and exit.")
 
 
 _MORE_HELP = {
@@ -91,6 +92,8 @@ _MORE_HELP = {
     "league_exploiter_weighting": "PFSP weighting of league exploiters (AlphaStar: linear_capped); 'hard' uses --pfsp_hard_exponent.",
     "pfsp_hard_exponent": "Exponent p of the 'hard' PFSP weighting (1-x)^p (AlphaStar's squared: p = 2).",
     "initial_snapshots": "Add a frozen copy of every main agent's initial parameters to the league at the start (AlphaStar's pseudocode), so PFSP has opponents from the first match.",
+    "learner_groups": "Learner co-location: all (every learner in one process), race (one node per race) or agent (one per learning agent, for a cluster).",
+    "actor_groups": "Actor co-location: all, race or agent (as --learner_groups).",
     "entropy_cost": "Weight of the entropy bonus (default: 0.1 for poker, 0.01 otherwise).",
 }
 
@@ -123,6 +126,11 @@ def main(argv) -> int:
         return 2
     try:
         config = config_from_flags()
+        if FLAGS.print_program:
+            from experiments.program import build_program
+
+            print(build_program(config))
+            return 0
         check_teacher(config)
         resuming = prepare_run_dir(config)
     except ConfigError as e:
@@ -130,10 +138,10 @@ def main(argv) -> int:
         return 2
     print(f"{'resuming' if resuming else 'starting'} a league: game={config.game} races={config.race_names} "
           f"runner={config.runner} run_dir={config.run_dir}", flush=True)
-    from experiments.runners import RUNNERS as RUNNER_FUNCTIONS
+    from experiments.launchers import LAUNCHERS
 
     try:
-        RUNNER_FUNCTIONS[config.runner](config)
+        LAUNCHERS[config.runner](config)
     except Exception as e:
         from learners.learner import CheckpointError
 

@@ -111,12 +111,12 @@ class RunReader:
 
     def checkpoint_params(self, agent_id: str):
         """(version, params) of a learning agent's learner checkpoint, or None."""
-        from experiments.nodes import learner_checkpoint_params
+        from learners import checkpoint
 
-        return learner_checkpoint_params(self.run_dir, agent_id)
+        return checkpoint.read_params(self.run_dir, agent_id)
 
     def params(self, player_id: str, override: Mapping | None = None):
-        from experiments.nodes import player_params
+        from coordinator.param_store import player_params
 
         if override and player_id in override:
             return override[player_id]

@@ -1,16 +1,16 @@
 """The nodes of a league program besides the coordinator: plain classes whose public methods
-are their RPC surface, so a runner can place them in one process or as Ray actors.
+are their RPC surface, so a launcher can place them in one process or as Ray actors
+(experiments/program.py builds the graph, experiments/launchers.py runs it).
 
 - `LearnerGroup`: the learners of several learning agents in one process (one JAX runtime:
   identical shapes compile once) and the Reverb server holding their tables, one per agent.
   On one machine a dozen learner processes would not fit (DESIGN.md: ~1 GB each); on a
-  cluster a runner makes one group per agent.
+  cluster the program makes one group per agent (`--learner_groups=agent`).
 - `ActorGroup`: the actors of several agents in one process, each on its own thread.
 - `EvaluatorNode`: plays the pairs of players the coordinator names and reports the games.
-- `ParamsSource` and `LearnerHandle`: how actors and the coordinator reach parameters.
+- `ParamsSource`: how actors and evaluators reach any player's parameters.
 
-Handles to other nodes may be local objects or Ray actor handles: `local(handle)` makes
-either look like a plain object.
+Handles to other nodes are the nodes themselves or proxies that read like them (Ray).
 """
 
 from __future__ import annotations
@@ -28,67 +28,17 @@ from coordinator.param_store import ParamStore
 from experiments.config import RunConfig
 
 
-class RayProxy:
-    """Calls a Ray actor's methods as if it were a local object (blocking on each result)."""
-
-    def __init__(self, handle):
-        self._handle = handle
-
-    def __getattr__(self, name: str):
-        import ray
-
-        method = getattr(self._handle, name)
-
-        def call(*args, **kwargs):
-            return ray.get(method.remote(*args, **kwargs))
-
-        return call
-
-    def __reduce__(self):
-        return (RayProxy, (self._handle,))
-
-
-def local(handle):
-    """A Ray actor handle wrapped as a plain object; anything else unchanged."""
-    try:
-        import ray
-
-        if isinstance(handle, ray.actor.ActorHandle):
-            return RayProxy(handle)
-    except ImportError:  # pragma: no cover - ray is a dependency
-        pass
-    return handle
-
-
-class LearnerHandle:
-    """One agent's learner inside a `LearnerGroup`: the surface the coordinator polls."""
-
-    def __init__(self, group, agent_id: str):
-        self._group, self.agent_id = local(group), agent_id
-
-    def steps(self) -> int:
-        return self._group.steps(self.agent_id)
-
-    def snapshot(self):
-        return self._group.snapshot(self.agent_id)
-
-    def reset(self, params) -> int:
-        return self._group.reset(self.agent_id, params)
-
-    def params(self, min_version=None):
-        return self._group.params(self.agent_id, min_version)
-
-
 class ParamsSource:
-    """Parameters by player id: a learning agent's from its learner, a frozen player's from the store."""
+    """Parameters by player id: a learning agent's from its learner group, a frozen player's
+    from the store."""
 
     def __init__(self, learner_groups: Mapping[str, Any], run_dir: str):
-        self._learners = {agent: LearnerHandle(group, agent) for agent, group in learner_groups.items()}
+        self._learners = dict(learner_groups)
         self._store = ParamStore(run_dir)
 
     def latest_params(self, player_id: str, min_version: int | None = None):
         if player_id in self._learners:
-            return self._learners[player_id].params(min_version)
+            return self._learners[player_id].params(player_id, min_version)
         version, params = self._store.load(player_id)
         if min_version is not None and version < min_version:
             return None
@@ -126,44 +76,11 @@ def make_network(config: RunConfig, spec):
     return agents.make_network(spec, hidden_size=config.hidden_size, core_size=config.core_size)
 
 
-def learner_checkpoint_params(run_dir: str, agent_id: str):
-    """(version, params) of a learning agent's learner checkpoint
-    (`<run_dir>/learners/<agent>/checkpoint.msgpack`, written when a run stops), or None."""
-    from flax import serialization
-
-    path = os.path.join(run_dir, "learners", agent_id, "checkpoint.msgpack")
-    if not os.path.exists(path):
-        return None
-    with open(path, "rb") as f:
-        payload = serialization.msgpack_restore(f.read())
-    return int(payload["version"]), payload["params"]
-
-
-def player_params(run_dir: str, player_id: str):
-    """(version, params) of any player of a run, read from disk: a learning agent's learner
-    checkpoint, a frozen player's `params/` file, or, for a learning agent of a run that has
-    not stopped yet, its newest frozen snapshot."""
-    from coordinator.history import LeagueHistory
-    from coordinator.param_store import ParamStore
-
-    got = learner_checkpoint_params(run_dir, player_id)
-    if got is not None:
-        return got
-    store = ParamStore(run_dir)
-    if player_id in store:
-        return store.load(player_id)
-    snapshots = [p["player_id"] for p in LeagueHistory(run_dir, readonly=True).players()
-                 if p["parent"] == player_id and p["player_id"] in store]
-    if not snapshots:
-        raise KeyError(f"no parameters on disk for {player_id!r} in {run_dir}")
-    return store.load(snapshots[-1])
-
-
 def load_teacher(config: RunConfig, like):
     """The teacher's parameters of `--teacher` ("RUN_DIR:PLAYER_ID" or a params .npz file), or
     None without one; ConfigError naming the source and the mismatch if its shapes are not
     those of the run's network (`like`: the run's initial parameters)."""
-    from coordinator.param_store import params_from_npz_bytes
+    from coordinator.param_store import params_from_npz_bytes, player_params
     from experiments.config import ConfigError
 
     source = config.teacher
@@ -213,6 +130,7 @@ class LearnerGroup:
 
         from actors.actor import example_unroll
         from agents.trajectory import reverb_signature
+        from learners import checkpoint
         from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
 
         self.config = config
@@ -236,10 +154,10 @@ class LearnerGroup:
         self._server = reverb.Server(tables, port=None)
         self._address = f"localhost:{self._server.port}"
         self._client = reverb.Client(self._address)
-        run_dir = os.path.join(config.run_dir, "learners")
         self.learners = {
             agent: Learner(self.network, self._initial[agent], learner_configs[agent], example,
-                           reverb_address=self._address, run_dir=run_dir, name=agent,
+                           reverb_address=self._address,
+                           checkpoint_dir=checkpoint.directory(config.run_dir, agent),
                            teacher_params=teacher)
             for agent in agent_ids
         }
@@ -309,13 +227,14 @@ class LearnerGroup:
 class ActorGroup:
     """The actors of several agents in one process, each running on its own thread."""
 
-    def __init__(self, config: RunConfig, assignments: list[tuple[str, str]], coordinator, learner_groups: Mapping[str, Any],
-                 reverb_addresses: Mapping[str, str]):
+    def __init__(self, config: RunConfig, assignments: list[tuple[str, str]], coordinator,
+                 learner_groups: Mapping[str, Any]):
+        """`learner_groups`: agent id -> the learner group that learns it."""
         from actors.actor import Actor, ActorConfig
 
         self.config = config
-        coordinator = local(coordinator)
         params_source = ParamsSource(learner_groups, config.run_dir)
+        addresses = {agent: group.reverb_address() for agent, group in learner_groups.items()}
         self.actors = {}
         network = teacher = None
         for index, (actor_id, agent_id) in enumerate(assignments):
@@ -329,7 +248,7 @@ class ActorGroup:
                                        reward_plugin=config.reward,
                                        seed=config.seed * 7919 + index)
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
-                                          reverb_addresses[agent_id], agent_id, actor_config,
+                                          addresses[agent_id], agent_id, actor_config,
                                           teacher_params=teacher)
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
@@ -379,7 +298,7 @@ class EvaluatorNode:
 
         self.config = config
         self.evaluator_id = evaluator_id
-        self._coordinator = local(coordinator)
+        self._coordinator = coordinator
         game = make_game(config, config.evaluation_games)
         network = make_network(config, game.spec)
         self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir),

@@ -19,10 +19,9 @@ Metrics follow OpenAI Five (seed 003, Sec. 4.4 and App. M):
   rollouts producing data").
 
 Version: +1 per applied update and +1 on `reset`; skipped (non-finite) updates leave params,
-optimiser state and version unchanged. Checkpoints (params, optimiser state, version, steps)
-go to `<run_dir>/<name>/checkpoint.msgpack`, written to a temporary file and `os.replace`d;
-a learner started with the same run dir and name restores them and continues the version
-sequence.
+optimiser state and version unchanged. Checkpoints (params, optimiser state, version, steps;
+format and writing in `learners/checkpoint.py`) go to `<checkpoint_dir>/checkpoint.msgpack`;
+a learner started with the same directory restores them and continues the version sequence.
 """
 
 from __future__ import annotations
@@ -42,18 +41,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import reverb
-from flax import serialization
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from agents import network_key
 from agents.trajectory import Unroll, time_major, unflatten_like, validate_unroll
-from learners import losses
+from learners import checkpoint, losses
+from learners.checkpoint import CheckpointError
+
+__all__ = ["CheckpointError", "Learner", "LearnerConfig", "ReplayConfig", "make_table"]
 
 PyTree = Any
-CHECKPOINT_FORMAT = 1
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint exists but cannot be restored; the file is left untouched."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +214,7 @@ _COMPILED_LOCK = threading.Lock()
 def _compiled_update(network, config: LearnerConfig, devices, replicated, batch_sharding):
     """(optimizer, jitted update) shared by every learner of one network and configuration in
     a process, so that co-located learners (one per league agent) compile the update once."""
-    key = (id(network), dataclasses.replace(config, replay=ReplayConfig()).to_json(),
+    key = (network_key(network), dataclasses.replace(config, replay=ReplayConfig()).to_json(),
            tuple(d.id for d in devices))
     with _COMPILED_LOCK:
         if key not in _COMPILED:
@@ -225,8 +222,8 @@ def _compiled_update(network, config: LearnerConfig, devices, replicated, batch_
             update = jax.jit(make_update_fn(network, config, optimizer),
                              in_shardings=(replicated, batch_sharding, replicated),
                              out_shardings=(replicated, replicated))
-            _COMPILED[key] = (network, optimizer, update)  # holding network keeps its id unique
-        _, optimizer, update = _COMPILED[key]
+            _COMPILED[key] = (optimizer, update)
+        optimizer, update = _COMPILED[key]
     return optimizer, update
 
 
@@ -310,10 +307,10 @@ class Learner:
 
     def __init__(self, network: Any, initial_params: PyTree, config: LearnerConfig,
                  example_unroll: Unroll, *, reverb_address: str | None = None,
-                 run_dir: str | None = None, name: str = "learner",
+                 checkpoint_dir: str | None = None,
                  teacher_params: PyTree | None = None, devices: list | None = None):
         validate_unroll(example_unroll, config.unroll_length)
-        self._config, self._network, self._name = config, network, name
+        self._config, self._network = config, network
         self._example = example_unroll
         self._devices = list(devices or jax.local_devices())
         if config.batch_size % len(self._devices):
@@ -330,15 +327,17 @@ class Learner:
         self._frames_per_update = config.batch_size * (config.unroll_length - 1)
 
         self._checkpoint_path = None
-        if run_dir is not None:
-            directory = os.path.join(run_dir, name)
-            os.makedirs(directory, exist_ok=True)
-            self._checkpoint_path = os.path.join(directory, "checkpoint.msgpack")
-            with open(os.path.join(directory, "learner_config.json"), "w") as f:
+        if checkpoint_dir is not None:
+            os.makedirs(checkpoint_dir, exist_ok=True)
+            self._checkpoint_path = os.path.join(checkpoint_dir, checkpoint.FILENAME)
+            with open(os.path.join(checkpoint_dir, "learner_config.json"), "w") as f:
                 f.write(config.to_json())
         version, steps, skipped, params, opt_state = 0, 0, 0, initial_params, None
         if self._checkpoint_path and os.path.exists(self._checkpoint_path):
-            version, steps, skipped, params, opt_state = self._read_checkpoint(initial_params)
+            saved = checkpoint.restore(self._checkpoint_path, initial_params,
+                                       jax.eval_shape(self._optimizer.init, initial_params))
+            version, steps, skipped = saved.version, saved.steps, saved.num_skipped
+            params, opt_state = saved.params, saved.opt_state
         self._install(params, opt_state, version, skipped, steps)
 
         self._history: deque = deque(maxlen=config.metrics_window)
@@ -475,42 +474,8 @@ class Learner:
             return None
         with self._lock:
             state, steps = self._state, self.steps()
-        payload = {
-            "format": CHECKPOINT_FORMAT, "version": int(state.version), "steps": steps,
-            "num_skipped": int(state.num_skipped),
-            "params": serialization.to_state_dict(jax.device_get(state.params)),
-            "opt_state": serialization.to_state_dict(jax.device_get(state.opt_state))}
-        data = serialization.msgpack_serialize(payload)
-        tmp = f"{self._checkpoint_path}.tmp.{os.getpid()}.{threading.get_ident()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._checkpoint_path)
-        return self._checkpoint_path
-
-    def _read_checkpoint(self, initial_params):
-        path = self._checkpoint_path
-        advice = ("The file was left as it is. Move it aside (or delete it) to start this "
-                  "learner from its initial parameters, or put back a good copy to resume.")
-        try:
-            with open(path, "rb") as f:
-                payload = serialization.msgpack_restore(f.read())
-            if not isinstance(payload, dict) or payload.get("format") != CHECKPOINT_FORMAT:
-                raise ValueError(f"not a learner checkpoint of format {CHECKPOINT_FORMAT}")
-            template_opt = jax.eval_shape(self._optimizer.init, initial_params)
-            params = serialization.from_state_dict(initial_params, payload["params"])
-            opt_state = serialization.from_state_dict(template_opt, payload["opt_state"])
-            for got, want in zip(jax.tree_util.tree_leaves((params, opt_state)),
-                                 jax.tree_util.tree_leaves((initial_params, template_opt))):
-                if np.shape(got) != np.shape(want):
-                    raise ValueError(f"shape {np.shape(got)} where the network has {np.shape(want)}")
-            return (int(payload["version"]), int(payload["steps"]), int(payload["num_skipped"]),
-                    params, opt_state)
-        except Exception as e:
-            raise CheckpointError(
-                f"cannot restore learner checkpoint {path}: {type(e).__name__}: {e}. {advice}"
-            ) from e
+        return checkpoint.save(self._checkpoint_path, checkpoint.Checkpoint(
+            int(state.version), steps, int(state.num_skipped), state.params, state.opt_state))
 
     def close(self) -> None:
         """Stops prefetching and writes a final checkpoint (if there is a run directory)."""

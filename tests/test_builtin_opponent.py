@@ -12,9 +12,9 @@ import threading
 import pytest
 
 from benchmarks import builtin_opponent
-from experiments import runners
+from experiments import launchers
 from experiments.config import RunConfig, prepare_run_dir
-from experiments.nodes import learner_checkpoint_params
+from learners import checkpoint
 
 GAMES = 32
 
@@ -26,8 +26,8 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd):
                        dashboard_port=-1, progress_every_seconds=30.0)
     prepare_run_dir(config)
     with open(tmp_path / "league.log", "w") as log:
-        runners.run_inprocess(config, stop_event=threading.Event(), out=log)
-    version, _ = learner_checkpoint_params(run_dir, "terran_main_agent_0")
+        launchers.run_inprocess(config, stop_event=threading.Event(), out=log)
+    version, _ = checkpoint.read_params(run_dir, "terran_main_agent_0")
     assert version > 0  # the main agent learnt: its final parameters differ from the initial
 
     assert builtin_opponent.main([f"--run_dir={run_dir}", f"--games={GAMES}"]) == 0

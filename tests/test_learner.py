@@ -337,13 +337,13 @@ def test_checkpoint_restore_continues_the_version_sequence(tmp_path):
     T, B = 3, 4
     net, example, params = tiny_learner_setup(T, B)
     config = LearnerConfig(batch_size=B, unroll_length=T, checkpoint_every=2)
-    a = Learner(net, params, config, example, run_dir=str(tmp_path), name="main_0")
+    a = Learner(net, params, config, example, checkpoint_dir=str(tmp_path / "main_0"))
     for i in range(3):
         a.learn_from_batch(direct_batch(example, T, B, seed=i))
     a.close()
     path = tmp_path / "main_0" / "checkpoint.msgpack"
     assert path.exists() and not list((tmp_path / "main_0").glob("*.tmp*"))
-    b = Learner(net, params, config, example, run_dir=str(tmp_path), name="main_0")
+    b = Learner(net, params, config, example, checkpoint_dir=str(tmp_path / "main_0"))
     assert (b.version(), b.steps()) == (3, 3 * B * (T - 1))
     # optimiser state restored too: the next update equals the one the first learner makes
     a.learn_from_batch(direct_batch(example, T, B, seed=9))
@@ -354,7 +354,7 @@ def test_checkpoint_restore_continues_the_version_sequence(tmp_path):
 
     path.write_bytes(b"\x00garbage")
     with pytest.raises(CheckpointError, match="checkpoint.msgpack.*Move it aside"):
-        Learner(net, params, config, example, run_dir=str(tmp_path), name="main_0")
+        Learner(net, params, config, example, checkpoint_dir=str(tmp_path / "main_0"))
     assert path.read_bytes() == b"\x00garbage"  # not overwritten
 
 

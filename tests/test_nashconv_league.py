@@ -147,7 +147,7 @@ def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     the mixture against OpenSpiel's PolicyAggregator (`test_mixture_equals_openspiel_policy_
     aggregator`), the tabular conversion against the actor's own play
     (`test_tabular_policy_is_what_the_actor_plays`), NashConv by OpenSpiel itself."""
-    from flax import serialization
+    from learners import checkpoint
 
     config = RunConfig(game="kuhn_poker", races=1, runner="inprocess", run_dir=str(tmp_path),
                        hidden_size=HIDDEN, core_size=HIDDEN)
@@ -162,10 +162,8 @@ def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     store = ParamStore(str(tmp_path))
     store.save("any_main_agent_0#0", p_a, 5)
     store.save("any_league_exploiter_0#0", p_b, 6)
-    learner_dir = tmp_path / "learners" / "any_main_agent_0"
-    learner_dir.mkdir(parents=True)
-    (learner_dir / "checkpoint.msgpack").write_bytes(serialization.msgpack_serialize(
-        {"format": 1, "version": 9, "steps": 0, "num_skipped": 0, "params": p_main, "opt_state": {}}))
+    checkpoint.save(checkpoint.path(str(tmp_path), "any_main_agent_0"),
+                    checkpoint.Checkpoint(9, 0, 0, p_main, {}))
 
     game = poker.load_game("kuhn_poker")
     tables = [poker_policy.network_policy(game, network, p) for p in (p_main, p_a, p_b)]

@@ -26,7 +26,7 @@ import threading
 
 import pytest
 
-from experiments import nashconv, runners
+from experiments import launchers, nashconv
 from experiments.config import RunConfig, prepare_run_dir
 
 UNIFORM_KUHN = 11 / 12
@@ -43,7 +43,7 @@ def train_and_measure(root, game: str, minutes: float) -> dict:
                                 minutes=minutes, dashboard_port=-1, progress_every_seconds=30.0)
     prepare_run_dir(config)
     with open(os.path.join(root, "league.log"), "w") as log:
-        runners.run_inprocess(config, stop_event=threading.Event(), out=log)
+        launchers.run_inprocess(config, stop_event=threading.Event(), out=log)
     reader = nashconv.RunReader(run_dir)
     return {"nash": reader.measure("nash"), "main": reader.measure("main"),
             "games": reader.history().game_count()}

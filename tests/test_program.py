@@ -28,21 +28,18 @@ def config(tmp_path, **overrides) -> RunConfig:
 
 
 def learner_versions(run_dir):
-    from flax import serialization
+    from learners import checkpoint
 
-    versions = {}
-    for agent in sorted(os.listdir(os.path.join(run_dir, "learners"))):
-        with open(os.path.join(run_dir, "learners", agent, "checkpoint.msgpack"), "rb") as f:
-            versions[agent] = int(serialization.msgpack_restore(f.read())["version"])
-    return versions
+    return {agent: checkpoint.read_params(run_dir, agent)[0]
+            for agent in sorted(os.listdir(os.path.join(run_dir, "learners")))}
 
 
 def run(cfg, runner=None, **kwargs):
-    from experiments.runners import RUNNERS
+    from experiments.launchers import LAUNCHERS
 
     prepare_run_dir(cfg)
     out = io.StringIO()
-    supervisor = RUNNERS[runner or cfg.runner](cfg, out=out, **kwargs)
+    supervisor = LAUNCHERS[runner or cfg.runner](cfg, out=out, **kwargs)
     return supervisor, out.getvalue()
 
 
@@ -98,9 +95,27 @@ def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     assert all(v > 0 for v in learner_versions(student.run_dir).values())
 
 
+def kill_after(seconds, node, log):
+    """An `on_launch` hook: kill -9 the process of `node` after `seconds`."""
+    import signal
+    import threading
+
+    def on_launch(handles):
+        def kill():
+            pid = handles[node].pid()
+            log.append(f"killing the actor process {pid}")
+            os.kill(pid, signal.SIGKILL)
+
+        threading.Timer(seconds, kill).start()
+
+    return on_launch
+
+
 def test_ray_runner_survives_a_killed_actor_process(tmp_path):
     cfg = config(tmp_path, runner="ray", minutes=1.0, evaluators=0)
-    supervisor, out = run(cfg, kill_actor_after=25.0)
+    killed = []
+    supervisor, out = run(cfg, on_launch=kill_after(25.0, "actors", killed))
+    out = "\n".join(killed) + out
     assert "killing the actor process" in out, out
     assert supervisor.restarts >= 1, out
     history = LeagueHistory(cfg.run_dir, readonly=True)

@@ -1,0 +1,105 @@
+"""Learner checkpoints: the one home of their path, format, writing and reading.
+
+A learning agent's checkpoint is `<run_dir>/learners/<agent_id>/checkpoint.msgpack`, flax
+msgpack of
+
+    {"format": FORMAT, "version": int, "steps": int, "num_skipped": int,
+     "params": state dict, "opt_state": state dict}
+
+written to a temporary file and `os.replace`d, so a kill leaves the old file or the new one,
+never half of one. `version` counts applied updates (+1 per reset), `steps` the agent steps
+learnt on. Everyone reads and writes it through these functions: the learner (`save`,
+`restore`), the league's tools (`read_params`), the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from flax import serialization
+
+FORMAT = 1
+FILENAME = "checkpoint.msgpack"
+PyTree = Any
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint exists but cannot be restored; the file is left untouched."""
+
+
+class Checkpoint(NamedTuple):
+    version: int
+    steps: int
+    num_skipped: int
+    params: PyTree
+    opt_state: PyTree
+
+
+def directory(run_dir: str, agent_id: str) -> str:
+    """`<run_dir>/learners/<agent_id>`: the learner's own files."""
+    return os.path.join(run_dir, "learners", agent_id)
+
+
+def path(run_dir: str, agent_id: str) -> str:
+    return os.path.join(directory(run_dir, agent_id), FILENAME)
+
+
+def save(file: str, checkpoint: Checkpoint) -> str:
+    """Writes `checkpoint` to `file` atomically; returns `file`."""
+    payload = {
+        "format": FORMAT, "version": int(checkpoint.version), "steps": int(checkpoint.steps),
+        "num_skipped": int(checkpoint.num_skipped),
+        "params": serialization.to_state_dict(jax.device_get(checkpoint.params)),
+        "opt_state": serialization.to_state_dict(jax.device_get(checkpoint.opt_state))}
+    data = serialization.msgpack_serialize(payload)
+    os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
+    tmp = f"{file}.tmp.{os.getpid()}.{threading.get_ident()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, file)
+    return file
+
+
+def _payload(file: str) -> dict:
+    with open(file, "rb") as f:
+        payload = serialization.msgpack_restore(f.read())
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ValueError(f"not a learner checkpoint of format {FORMAT}")
+    return payload
+
+
+def restore(file: str, params_like: PyTree, opt_state_like: PyTree) -> Checkpoint:
+    """The checkpoint in `file`, its params and optimiser state shaped like the templates
+    (e.g. the network's initial parameters and `jax.eval_shape(optimizer.init, params)`).
+    CheckpointError (file untouched, the fix in the message) if it cannot be restored."""
+    advice = ("The file was left as it is. Move it aside (or delete it) to start this "
+              "learner from its initial parameters, or put back a good copy to resume.")
+    try:
+        payload = _payload(file)
+        params = serialization.from_state_dict(params_like, payload["params"])
+        opt_state = serialization.from_state_dict(opt_state_like, payload["opt_state"])
+        for got, want in zip(jax.tree_util.tree_leaves((params, opt_state)),
+                             jax.tree_util.tree_leaves((params_like, opt_state_like))):
+            if np.shape(got) != np.shape(want):
+                raise ValueError(f"shape {np.shape(got)} where the network has {np.shape(want)}")
+        return Checkpoint(int(payload["version"]), int(payload["steps"]),
+                          int(payload["num_skipped"]), params, opt_state)
+    except Exception as e:
+        raise CheckpointError(
+            f"cannot restore learner checkpoint {file}: {type(e).__name__}: {e}. {advice}") from e
+
+
+def read_params(run_dir: str, agent_id: str) -> tuple[int, PyTree] | None:
+    """(version, params as nested dicts) of a learning agent's checkpoint, or None if the run
+    has written none (it is written when a run stops and every `checkpoint_every_seconds`)."""
+    file = path(run_dir, agent_id)
+    if not os.path.exists(file):
+        return None
+    payload = _payload(file)
+    return int(payload["version"]), payload["params"]
