@@ -5,8 +5,9 @@ A synthetic history of a three-race league grown to 1,000 players is written thr
 snapshot, Nash and ratings at 200 times, learner metrics). Measured, cold (a new server
 and cache each time, the browser already started):
 - build: `DashboardData.json_bytes()` in Python;
-- render: from navigating to the page until every chart is drawn in headless Chromium
-  (page load, plotly.js parse, data.json fetch and build, decode, all Plotly draws).
+- render: from navigating to the page until every chart is drawn in headless Chromium,
+  driven by Playwright (tests/browser.py) (page load, plotly.js parse, data.json fetch and
+  build, decode, all Plotly draws).
 Target on this machine: render < 3 s.
 
     python -m benchmarks.dashboard_bench [--players=1000] [--repeats=3]
@@ -26,8 +27,8 @@ import numpy as np
 
 from coordinator.history import LeagueHistory
 from experiments.dashboard import DashboardData, serve
-from experiments.dashboard_browser import Chromium
 from league.players import HISTORICAL, LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_EXPLOITER
+from tests.browser import Tab, chromium
 
 LIMIT_S = 3.0
 RACES = ("terran", "protoss", "zerg")
@@ -109,21 +110,21 @@ def _parent_weights(learners) -> np.ndarray:
     return w / w.sum()
 
 
-def measure_render(run_dir: str, browser: Chromium) -> tuple[float, dict]:
+def measure_render(run_dir: str, tab: Tab) -> tuple[float, dict]:
     """Seconds from navigating to a fresh server (cold cache) until every chart is drawn."""
     server, url = serve(run_dir, 0)
     try:
-        browser.navigate("about:blank")
+        tab.page.goto("about:blank")
         start = time.perf_counter()
-        browser.navigate(url)
-        browser.wait_for("window.dashboardRendered === true", timeout=120, interval=0.01)
+        tab.page.goto(url, wait_until="commit")
+        tab.wait_for("window.dashboardRendered === true", timeout_s=120, polling_ms=10)
         elapsed = time.perf_counter() - start
-        timings = browser.evaluate("window.dashboardTimings")
+        timings = tab.page.evaluate("window.dashboardTimings")
     finally:
         server.shutdown()
         server.server_close()
-    if browser.console_errors:
-        raise RuntimeError(f"console errors while rendering: {browser.console_errors}")
+    if tab.console_errors:
+        raise RuntimeError(f"console errors while rendering: {tab.console_errors}")
     return elapsed, timings
 
 
@@ -148,9 +149,9 @@ def main() -> None:
             builds.append(time.perf_counter() - t)
         print(f"JSON build (cold): median {statistics.median(builds):.3f} s, {len(payload) / 1e6:.1f} MB")
         renders = []
-        with Chromium(width=1400, height=1000) as browser:
+        with chromium() as browser, Tab(browser, width=1400, height=1000) as tab:
             for k in range(args.repeats):
-                elapsed, timings = measure_render(run_dir, browser)
+                elapsed, timings = measure_render(run_dir, tab)
                 renders.append(elapsed)
                 phases = ", ".join(f"{key} {value:.0f}" for key, value in timings.items())
                 print(f"render {k}: {elapsed:.3f} s  (in the page, ms: {phases})")

@@ -28,13 +28,14 @@ readers work while the league writes. Schema (times are Unix seconds):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -127,6 +128,7 @@ class LeagueHistory:
             self._add_missing_columns()
             self._db.commit()
         self._lock = threading.Lock()
+        self.readonly = readonly
         # Read-only histories written before a column existed lack it (writers add it above).
         self._has_score = self._has_column("games", "score")
         self._has_races = self._has_column("games", "home_race")
@@ -290,3 +292,97 @@ class LeagueHistory:
 
     def learner_metrics(self) -> list[tuple[float, str, str, float]]:
         return self._read("SELECT time, agent_id, name, value FROM learner_metrics ORDER BY time, id")
+
+    # -- reading for the dashboard ----------------------------------------------
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[LeagueHistory]:
+        """One consistent view of the history for every read inside the block (one read
+        transaction: rows the league writes meanwhile are not seen). Read-only histories only."""
+        if not self.readonly:
+            raise ValueError("snapshot() is for read-only histories (LeagueHistory(path, readonly=True))")
+        with self._lock:
+            self._db.execute("BEGIN")
+            self._db.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the view starts here, not at the first read
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._db.rollback()
+
+    def data_version(self) -> tuple[int, ...]:
+        """Changes whenever a row is added to any table but league_state: the number of
+        players and the largest id of games, events, payoff snapshots, Nash, ratings and
+        learner metrics (0 for an empty table)."""
+        row = self._read(
+            "SELECT (SELECT count(*) FROM players), (SELECT max(id) FROM games), (SELECT max(id) FROM events),"
+            " (SELECT max(id) FROM payoff_snapshots), (SELECT max(id) FROM nash), (SELECT max(id) FROM ratings),"
+            " (SELECT max(id) FROM learner_metrics)"
+        )[0]
+        return tuple(v or 0 for v in row)
+
+    def game_columns(self, after_id: int = 0, upto_id: int | None = None) -> tuple[list[str], list[str], list[str]]:
+        """(home, away, outcome) of the games with after_id < id <= upto_id, as three
+        aligned columns: each fetched as one joined string and split here, several times
+        faster than SQLite's GROUP BY over text or one Python tuple per game."""
+        if upto_id is None:
+            upto_id = self.last_game_id()
+        columns = self._read(
+            "SELECT group_concat(home, char(31)), group_concat(away, char(31)), group_concat(outcome, char(31))"
+            " FROM games WHERE id > ? AND id <= ?", (after_id, upto_id),
+        )[0]
+        if not columns[0]:
+            return [], [], []
+        homes, aways, outcomes = (column.split("\x1f") for column in columns)
+        return homes, aways, outcomes
+
+    def nash_times(self) -> list[float]:
+        """The distinct times of the Nash distributions, oldest first."""
+        return [t for (t,) in self._read("SELECT DISTINCT time FROM nash ORDER BY time")]
+
+    def nash_at(self, times: list[float]) -> list[tuple[float, str, float]]:
+        """(time, player_id, weight) of the Nash distributions at `times`."""
+        if not times:
+            return []
+        marks = ",".join("?" * len(times))
+        return self._read(f"SELECT time, player_id, weight FROM nash WHERE time IN ({marks}) ORDER BY time, id",
+                          tuple(times))
+
+    def rating_times(self) -> list[float]:
+        """The distinct times at which ratings were recorded, oldest first."""
+        return [t for (t,) in self._read("SELECT DISTINCT time FROM ratings ORDER BY time")]
+
+    def rating_count(self) -> int:
+        """The number of rating rows (one per player and time)."""
+        return self._read("SELECT count(*) FROM ratings")[0][0]
+
+    def ratings_at(self, times: list[float]) -> list[tuple[float, str, float, float, float]]:
+        """(time, player_id, elo, trueskill_mu, trueskill_sigma) at `times`."""
+        if not times:
+            return []
+        marks = ",".join("?" * len(times))
+        return self._read(
+            f"SELECT time, player_id, elo, trueskill_mu, trueskill_sigma FROM ratings WHERE time IN ({marks})"
+            " ORDER BY time, id", tuple(times))
+
+    def learner_metric_means(self, buckets: int) -> list[tuple[str, str, float, float]]:
+        """(name, agent_id, last time, mean value) per metric, learner and time bucket: the
+        span from the first to the last learner metric cut into `buckets` equal buckets.
+        Ordered by name, agent and time."""
+        start, end = self._read("SELECT min(time), max(time) FROM learner_metrics")[0]
+        if start is None:
+            return []
+        width = max((end - start) / buckets, 1e-9)
+        return self._read(
+            "SELECT name, agent_id, max(time), avg(value) FROM learner_metrics"
+            " GROUP BY name, agent_id, min(CAST((time - ?) / ? AS INTEGER), ?) ORDER BY name, agent_id, 3",
+            (start, width, buckets - 1),
+        )
+
+    def last_activity_time(self) -> float | None:
+        """The time of the newest event, payoff snapshot, game or learner metric."""
+        return self._read(
+            "SELECT max(t) FROM (SELECT max(time) AS t FROM events UNION ALL SELECT max(time) FROM payoff_snapshots"
+            " UNION ALL SELECT time FROM (SELECT time FROM games ORDER BY id DESC LIMIT 1)"
+            " UNION ALL SELECT time FROM (SELECT time FROM learner_metrics ORDER BY id DESC LIMIT 1))"
+        )[0][0]

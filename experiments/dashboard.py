@@ -1,12 +1,15 @@
 """The league dashboard: payoff matrix, Nash distribution, ratings and learning health, live.
 
-Reads the run's SQLite history (`coordinator/history.py`, `<run_dir>/league.db`) and
-nothing else, read-only, one short read transaction per refresh: it never blocks the
-league and keeps working after the run is gone. One page of plotly charts fetches
-`data.json` every few seconds (less often when the league is large) and redraws; the
-figures follow AlphaStar's: the payoff matrix by agent type (Extended Data Fig. 8),
-ratings of every player over training (Fig. 4a), the Nash distribution over players as
-training progresses (Fig. 4c); plus OpenAI Five's data-quality metrics per learner.
+Reads the run's SQLite history through `coordinator.history.LeagueHistory`'s readers
+(`<run_dir>/league.db`) and nothing else, read-only, one short read transaction per
+refresh: it never blocks the league and keeps working after the run is gone. The page is
+static files (`dashboard_static/`: index.html, dashboard.js, dashboard.css and plotly.js);
+it fetches `data.json` every few seconds (less often when the league is large) with the
+ETag it drew last in If-None-Match, answered with 304 Not Modified until the history
+changes, and redraws. The figures follow AlphaStar's: the payoff matrix by agent type
+(Extended Data Fig. 8), ratings of every player over training (Fig. 4a), the Nash
+distribution over players as training progresses (Fig. 4c); plus OpenAI Five's
+data-quality metrics per learner.
 
     python -m experiments.dashboard --run_dir=runs/x [--port=8050] [--host=127.0.0.1]
     python -m experiments.dashboard --run_dir=runs/x --export=report.html   # one file, offline
@@ -17,30 +20,31 @@ From the league program: `server, url = serve(run_dir, port)` (a daemon thread).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
+import re
+import secrets
 import sqlite3
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
 import numpy as np
 
-from coordinator.history import DB_NAME, HistoryError, LeagueHistory, unpack_array
-from experiments.dashboard_page import page_html
+from coordinator.history import DB_NAME, HistoryError, LeagueHistory
+from league.payoff import Payoff
 from league.players import HISTORICAL, LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_EXPLOITER
 
+STATIC = os.path.join(os.path.dirname(__file__), "dashboard_static")
+VENDORED_PLOTLY = os.path.join(STATIC, "plotly-cartesian-4.1.1.min.js")
 # Display order of players within a race: the learning agents, then their snapshots.
 ROLE_GROUPS = (MAIN_AGENT, MAIN_EXPLOITER, LEAGUE_EXPLOITER)
 # Time series are thinned to at most this many time points (per learner and metric).
 MAX_TIME_POINTS = 300
 MAX_RATING_POINTS = 15_000
-# The page refreshes every REFRESH_S, or every REFRESH_LOAD_FACTOR x (build + render)
-# time if that is longer, so a large league costs the machine at most ~5% of a core.
-REFRESH_S = 5.0
-REFRESH_LOAD_FACTOR = 20.0
 GAMES_PER_READ = 200_000
 LEARNER_METRIC_ORDER = (
     "updates_per_s", "frames_per_s", "loss", "policy_loss", "value_loss", "upgo_loss",
@@ -93,6 +97,9 @@ def display_order(players: list[dict]) -> list[int]:
 class DashboardData:
     """Builds the page's JSON from one run's history; caches it until the history changes.
 
+    `response(if_none_match)` gives (status, ETag, body): the ETag names this instance
+    and the history's version (`LeagueHistory.data_version`), so a client that has it
+    gets 304 and nothing is built; the JSON is rebuilt only when the version changed.
     Game counts per pair are aggregated incrementally (only games newer than the last
     build are read), so refreshing a long run stays cheap.
     """
@@ -105,74 +112,65 @@ class DashboardData:
         self._wins = self._draws = self._self_losses = None
         self._games = 0
         self._last_game_id = 0
-        self._cached_version: str | None = None
+        self._cached_etag: str | None = None
         self._cached: bytes | None = None
+        # ETags: this instance's tag and the history's version, so that a page that outlives
+        # its server (restarted, or now serving another run) gets the data afresh.
+        self._etag_prefix = secrets.token_hex(4)
 
-    def _connect(self) -> sqlite3.Connection:
-        LeagueHistory(self.path, readonly=True).close()  # clear errors for a missing or foreign file
-        return sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, timeout=30, check_same_thread=False)
-
-    def json_bytes(self, have: str | None = None) -> bytes:
-        """The page's data as JSON; `{"status": "unchanged"}` if the client `have`s this version."""
+    def response(self, if_none_match: str | None = None) -> tuple[int, str | None, bytes]:
+        """(HTTP status, ETag or None, body): 304 with no body if `if_none_match` (the
+        request's If-None-Match header) names the current version; else 200 and the data,
+        with an ETag when they are the league's (`status` "ok"; not while "waiting" for
+        the league to start, nor on an "error")."""
         with self._lock:
             try:
-                db = self._connect()
+                history = LeagueHistory(self.path, readonly=True)
             except HistoryError as e:
-                return json.dumps({"status": "waiting", "message": f"waiting for the league to start ({e})"}).encode()
+                return 200, None, _message("waiting", f"waiting for the league to start ({e})")
             try:
-                db.execute("BEGIN")  # one consistent snapshot of the history for the whole build
-                version = self._version(db)
-                if have is not None and have == version:
-                    return b'{"status": "unchanged", "version": "' + version.encode() + b'"}'
-                if version != self._cached_version:
-                    start = time.perf_counter()
-                    data = self._build(db)
-                    data.update(status="ok", version=version, build_s=round(time.perf_counter() - start, 4))
-                    self._cached, self._cached_version = json.dumps(data, separators=(",", ":")).encode(), version
-                return self._cached
+                with history.snapshot():  # one consistent view of the history for the whole build
+                    etag = f'"{self._etag_prefix}-' + "-".join(map(str, history.data_version())) + '"'
+                    if etag_matches(if_none_match, etag):
+                        return 304, etag, b""
+                    if etag != self._cached_etag:
+                        start = time.perf_counter()
+                        data = self._build(history)
+                        data.update(status="ok", build_s=round(time.perf_counter() - start, 4))
+                        self._cached, self._cached_etag = json.dumps(data, separators=(",", ":")).encode(), etag
+                    return 200, etag, self._cached
             except sqlite3.DatabaseError as e:
-                return json.dumps({"status": "error", "message": f"cannot read {self.path}: {e}"}).encode()
+                return 200, None, _message("error", f"cannot read {self.path}: {e}")
             finally:
-                db.close()
+                history.close()
+
+    def json_bytes(self) -> bytes:
+        return self.response()[2]
 
     def data(self) -> dict:
         return json.loads(self.json_bytes())
 
-    @staticmethod
-    def _version(db: sqlite3.Connection) -> str:
-        row = db.execute(
-            "SELECT (SELECT count(*) FROM players), (SELECT max(id) FROM games), (SELECT max(id) FROM events),"
-            " (SELECT max(id) FROM payoff_snapshots), (SELECT max(id) FROM nash), (SELECT max(id) FROM ratings),"
-            " (SELECT max(id) FROM learner_metrics)"
-        ).fetchone()
-        return "-".join(str(v or 0) for v in row)
-
     # -- the build -----------------------------------------------------------------
 
-    def _build(self, db: sqlite3.Connection) -> dict:
-        rows = db.execute("SELECT player_id, role, race, parent, step, wall_time FROM players").fetchall()
-        players = [dict(zip(("player_id", "role", "race", "parent", "step", "wall_time"), r)) for r in rows]
+    def _build(self, history: LeagueHistory) -> dict:
+        players = history.players()
         players = [players[i] for i in display_order(players)]
         ids = [p["player_id"] for p in players]
         index = {p: i for i, p in enumerate(ids)}
         role_of = {p["player_id"]: p["role"] for p in players}
 
-        games, wins, draws, self_losses = self._game_counts(db, ids)
+        games, wins, draws, self_losses = self._game_counts(history, ids)
         payoff = {"n": len(ids), "wins": _counts(wins), "draws": _counts(draws), "self_losses": self_losses.tolist(),
                   "decayed": None, "decayed_time": None}
-        latest = db.execute("SELECT time, players, wins, draws FROM payoff_snapshots ORDER BY id DESC LIMIT 1").fetchone()
+        latest = history.latest_payoff()
         if latest:
-            payoff["decayed"], payoff["decayed_time"] = _b64(self._decayed_win_rates(latest, index)), latest[0]
+            payoff["decayed"], payoff["decayed_time"] = _b64(_decayed_win_rates(latest, index)), latest[0]
 
-        nash = self._nash(db, index)
+        nash = self._nash(history, index)
         top = max(nash["latest"], key=lambda pw: pw[1]) if nash["latest"] else None
-        events = db.execute("SELECT time, kind, agent_id, player_id, step, reason FROM events ORDER BY id").fetchall()
-        times = [p["wall_time"] for p in players] + [e[0] for e in events]
-        last = db.execute(
-            "SELECT max(t) FROM (SELECT max(time) AS t FROM events UNION ALL SELECT max(time) FROM payoff_snapshots"
-            " UNION ALL SELECT time FROM (SELECT time FROM games ORDER BY id DESC LIMIT 1)"
-            " UNION ALL SELECT time FROM (SELECT time FROM learner_metrics ORDER BY id DESC LIMIT 1))"
-        ).fetchone()[0]
+        events = history.events()
+        times = [p["wall_time"] for p in players] + [e["time"] for e in events]
+        last = history.last_activity_time()
         return {
             "run_dir": os.path.abspath(self.run_dir),
             "generated": time.time(),
@@ -180,8 +178,8 @@ class DashboardData:
                 "games": games,
                 "players": len(ids),
                 "learning_agents": sum(p["role"] != HISTORICAL for p in players),
-                "snapshots": sum(e[1] == "snapshot" for e in events),
-                "resets": sum(e[1] == "reset" for e in events),
+                "snapshots": sum(e["kind"] == "snapshot" for e in events),
+                "resets": sum(e["kind"] == "reset" for e in events),
                 "top_nash_weight": top[1] if top else None,
                 "top_nash_player": ids[top[0]] if top else None,
                 "nash_time": nash["times"][-1] if nash["times"] else None,
@@ -199,34 +197,31 @@ class DashboardData:
             },
             "payoff": payoff,
             "nash": nash,
-            "ratings": self._ratings(db, index),
-            "events": {k: [e[i] for e in events] for i, k in enumerate(("time", "kind", "agent", "player", "step", "reason"))},
-            "learners": self._learner_metrics(db),
+            "ratings": self._ratings(history, index),
+            "events": {k: [e[c] for e in events] for k, c in (("time", "time"), ("kind", "kind"), ("agent", "agent_id"),
+                                                               ("player", "player_id"), ("step", "step"), ("reason", "reason"))},
+            "learners": self._learner_metrics(history),
         }
 
-    def _game_counts(self, db, ids: list[str]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    def _game_counts(self, history: LeagueHistory, ids: list[str]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         """All games: their number, and in display order a's wins over b and the draws between
         them ([n, n]), and each player's losses in self-play (home == away) ([n]).
 
-        Counts per ordered pair are kept between builds in a stable order of first sight and
-        only games newer than the last build are read.
+        Plain counts of every game, kept between builds in a stable order of first sight;
+        only games newer than the last build are read. (Not a `Payoff`: its update is one
+        game at a time, seconds for 500k games, and it folds a self-play loss into the
+        wins; the page shows self-play from home's side.)
         """
-        last = db.execute("SELECT coalesce(max(id), 0) FROM games").fetchone()[0]
+        last = history.last_game_id()
         if last < self._last_game_id:  # a different history under the same path
             self._slot, self._wins, self._draws, self._self_losses, self._last_game_id = {}, None, None, None, 0
         slot = self._slot
         for name in ids:
             slot.setdefault(name, len(slot))
-        # One string per chunk of games, split and counted here: several times faster than
-        # SQLite's GROUP BY over text or fetching one Python tuple per game.
         for lo in range(self._last_game_id, last, GAMES_PER_READ):
-            columns = db.execute(
-                "SELECT group_concat(home, char(31)), group_concat(away, char(31)), group_concat(outcome, char(31))"
-                " FROM games WHERE id > ? AND id <= ?", (lo, min(lo + GAMES_PER_READ, last)),
-            ).fetchone()
-            if not columns[0]:
+            homes, aways, outcomes = history.game_columns(lo, min(lo + GAMES_PER_READ, last))
+            if not homes:
                 continue
-            homes, aways, outcomes = (column.split("\x1f") for column in columns)
             for name in set(homes) | set(aways):
                 slot.setdefault(name, len(slot))
             home = np.fromiter(map(slot.__getitem__, homes), np.int64, len(homes))
@@ -260,31 +255,12 @@ class DashboardData:
         self._self_losses = np.concatenate([self._self_losses, np.zeros(size - len(self._self_losses), np.int64)])
 
     @staticmethod
-    def _decayed_win_rates(latest, index: dict[str, int]) -> np.ndarray:
-        """The league's own payoff (decayed counts): (wins + draws/2) / games, as uint16."""
-        _, snapshot_ids, wins_blob, draws_blob = latest
-        snapshot_ids = json.loads(snapshot_ids)
-        m = len(snapshot_ids)
-        w, d = unpack_array(wins_blob, m).astype(np.float64), unpack_array(draws_blob, m).astype(np.float64)
-        g = w + w.T + d
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rate = np.where(g > 0, (w + d / 2) / g, np.nan)
-        n = len(index)
-        out = np.full((n, n), 65535, np.uint16)  # win rate * 65534, 65535: never played
-        pos = np.array([index.get(p, -1) for p in snapshot_ids])
-        keep = np.flatnonzero(pos >= 0)
-        out[np.ix_(pos[keep], pos[keep])] = np.where(np.isnan(rate), 65535, np.round(rate * 65534))[np.ix_(keep, keep)]
-        return out
-
-    @staticmethod
-    def _nash(db, index: dict[str, int]) -> dict:
+    def _nash(history: LeagueHistory, index: dict[str, int]) -> dict:
         """Nash weights per player over (thinned) time, players in the support at any time."""
-        all_times = [t for (t,) in db.execute("SELECT DISTINCT time FROM nash ORDER BY time")]
-        times = _thin(all_times)
+        times = _thin(history.nash_times())
         if not times:
             return {"times": [], "players": [], "weights": [], "latest": []}
-        marks = ",".join("?" * len(times))
-        rows = db.execute(f"SELECT time, player_id, weight FROM nash WHERE time IN ({marks})", times).fetchall()
+        rows = history.nash_at(times)
         column = {t: k for k, t in enumerate(times)}
         support = sorted({index[p] for _, p, _ in rows if p in index})
         row_of = {i: r for r, i in enumerate(support)}
@@ -296,7 +272,7 @@ class DashboardData:
         return {"times": times, "players": support, "weights": np.round(weights, 6).tolist(), "latest": latest}
 
     @staticmethod
-    def _ratings(db, index: dict[str, int]) -> dict:
+    def _ratings(history: LeagueHistory, index: dict[str, int]) -> dict:
         """Elo and TrueSkill per player at (thinned) times, rows sorted by player then time.
 
         Times are thinned to about MAX_RATING_POINTS points in all (at least 20 times):
@@ -305,15 +281,11 @@ class DashboardData:
         Columns as base64 arrays: player (display index, int32), t (index into `times`,
         int32), elo, mu, sigma (float32, NaN if missing).
         """
-        all_times = [t for (t,) in db.execute("SELECT DISTINCT time FROM ratings ORDER BY time")]
-        per_time = db.execute("SELECT count(*) FROM ratings").fetchone()[0] / max(1, len(all_times))
+        all_times = history.rating_times()
+        per_time = history.rating_count() / max(1, len(all_times))
         times = _thin(all_times, int(np.clip(MAX_RATING_POINTS / max(per_time, 1), 20, MAX_TIME_POINTS)))
-        marks = ",".join("?" * len(times))
-        rows = db.execute(
-            f"SELECT time, player_id, elo, trueskill_mu, trueskill_sigma FROM ratings WHERE time IN ({marks})", times
-        ).fetchall() if times else []
         column = {t: k for k, t in enumerate(times)}
-        rows = [r for r in rows if r[1] in index]
+        rows = [r for r in history.ratings_at(times) if r[1] in index]
         player = np.fromiter((index[r[1]] for r in rows), np.int32, len(rows))
         t = np.fromiter((column[r[0]] for r in rows), np.int32, len(rows))
         values = np.array([r[2:] for r in rows], np.float64).reshape(len(rows), 3)  # None -> NaN
@@ -324,19 +296,10 @@ class DashboardData:
         return out
 
     @staticmethod
-    def _learner_metrics(db) -> dict:
+    def _learner_metrics(history: LeagueHistory) -> dict:
         """Per metric name, per learner: the mean value in each of MAX_TIME_POINTS time buckets."""
-        start, end = db.execute("SELECT min(time), max(time) FROM learner_metrics").fetchone()
-        if start is None:
-            return {"names": [], "series": {}}
-        bucket = max((end - start) / MAX_TIME_POINTS, 1e-9)
-        rows = db.execute(
-            "SELECT name, agent_id, max(time), avg(value) FROM learner_metrics"
-            " GROUP BY name, agent_id, CAST((time - ?) / ? AS INTEGER) ORDER BY name, agent_id, 3",
-            (start, bucket),
-        ).fetchall()
         series: dict[str, dict[str, dict]] = {}
-        for name, agent, t, v in rows:
+        for name, agent, t, v in history.learner_metric_means(MAX_TIME_POINTS):
             s = series.setdefault(name, {}).setdefault(agent, {"t": [], "v": []})
             s["t"].append(t)
             s["v"].append(v)
@@ -344,10 +307,37 @@ class DashboardData:
         return {"names": known + sorted(set(series) - set(known)), "series": series}
 
 
+def _message(status: str, message: str) -> bytes:
+    return json.dumps({"status": status, "message": message}).encode()
+
+
+def etag_matches(if_none_match: str | None, etag: str) -> bool:
+    """Whether an If-None-Match header names `etag` (RFC 9110 13.1.2: a list of entity tags
+    or "*", compared weakly)."""
+    if not if_none_match:
+        return False
+    tags = [t.strip() for t in if_none_match.split(",")]
+    return any(t == "*" or t.removeprefix("W/") == etag for t in tags)
+
+
+def _decayed_win_rates(latest, index: dict[str, int]) -> np.ndarray:
+    """The league's own payoff (the decayed counts of the latest payoff snapshot) as
+    `Payoff.win_rate_matrix` computes it, in display order, as uint16: win rate * 65534,
+    65535 for a pair never played (or a player not in the snapshot)."""
+    _, snapshot_ids, wins, draws, _ = latest
+    payoff = Payoff.from_state({"decay": 1.0, "players": snapshot_ids, "wins": wins, "draws": draws})
+    rate = payoff.win_rate_matrix()
+    played = sum(payoff.count_matrices()) > 0  # wins + draws + losses
+    n = len(index)
+    out = np.full((n, n), 65535, np.uint16)
+    pos = np.array([index.get(p, -1) for p in snapshot_ids], np.int64)
+    keep = np.flatnonzero(pos >= 0)
+    grid = np.ix_(keep, keep)
+    out[np.ix_(pos[keep], pos[keep])] = np.where(played[grid], np.round(rate[grid] * 65534), 65535)
+    return out
+
+
 # -- the page and the server -------------------------------------------------------------
-
-
-VENDORED_PLOTLY = os.path.join(os.path.dirname(__file__), "dashboard_static", "plotly-cartesian-4.1.1.min.js")
 
 
 def plotly_js() -> str:
@@ -361,45 +351,85 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
+def _static(name: str) -> str:
+    with open(os.path.join(STATIC, name), encoding="utf-8") as f:
+        return f.read()
+
+
+# The files of the page as the server sends them: URL path -> (file, content type, Cache-Control).
+PAGE_FILES = {
+    "/index.html": ("index.html", "text/html; charset=utf-8", "no-cache"),
+    "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8", "no-cache"),
+    "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8", "no-cache"),
+    "/plotly.min.js": (None, "text/javascript; charset=utf-8", "max-age=86400"),  # plotly_js()
+}
+
+
+def page_html(data_json: str) -> str:
+    """index.html with its style sheet, scripts and `data_json` inlined: one file that
+    loads nothing from elsewhere."""
+    def element(tag: str, text: str) -> str:
+        if f"</{tag}" in text.lower():
+            raise ValueError(f"cannot inline text holding '</{tag}' in a <{tag}> element")
+        return f"<{tag}>\n{text}</{tag}>"
+
+    # "</" would end the script element early; "<\/" is the same string in JSON.
+    data = '<script id="dashboard-data" type="application/json">' + data_json.replace("</", "<\\/") + "</script>"
+    inline = {
+        '<link rel="stylesheet" href="dashboard.css">': lambda: element("style", _static("dashboard.css")),
+        '<script src="dashboard.js"></script>': lambda: data + "\n" + element("script", _static("dashboard.js")),
+        '<script src="plotly.min.js"></script>': lambda: element("script", plotly_js()),
+    }
+    html = _static("index.html")
+    for tag in inline:
+        if html.count(tag) != 1:
+            raise RuntimeError(f"{STATIC}/index.html must hold {tag} exactly once")
+    return re.sub("|".join(map(re.escape, inline)), lambda m: inline[m.group()](), html)
+
+
 def export(run_dir: str, path: str) -> str:
-    """Writes one self-contained HTML file (plotly.js and the data inlined); returns its path."""
-    data = DashboardData(run_dir)
-    payload = data.json_bytes().decode()
-    status = json.loads(payload).get("status")
-    if status != "ok":
-        raise HistoryError(json.loads(payload).get("message", f"no league history in {run_dir}"))
-    html = page_html(plotly_inline=plotly_js(), data_json=payload, refresh_s=REFRESH_S, load_factor=REFRESH_LOAD_FACTOR)
+    """Writes one self-contained HTML file (page, plotly.js and the data inlined); returns its path."""
+    payload = DashboardData(run_dir).json_bytes().decode()
+    data = json.loads(payload)
+    if data.get("status") != "ok":
+        raise HistoryError(data.get("message", f"no league history in {run_dir}"))
     with open(path, "w", encoding="utf-8") as f:
-        f.write(html)
+        f.write(page_html(payload))
     return path
 
 
 class _Handler(BaseHTTPRequestHandler):
     server_version = "LeagueDashboard"
     data: DashboardData  # set on the subclass made by `serve`
-    _page: bytes = b""
-    _plotly: bytes = b""
+    files: dict[str, tuple[bytes, str, str, str]] = {}  # URL path -> (body, content type, Cache-Control, ETag)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        url = urlparse(self.path)
-        if url.path in ("/", "/index.html"):
-            self._send(200, self._page, "text/html; charset=utf-8")
-        elif url.path == "/data.json":
-            have = parse_qs(url.query).get("have", [None])[0]
-            self._send(200, self.data.json_bytes(have), "application/json", cache="no-store")
-        elif url.path == "/plotly.min.js":
-            self._send(200, self._plotly, "application/javascript; charset=utf-8", cache="max-age=86400")
+        path = urlparse(self.path).path
+        path = "/index.html" if path == "/" else path
+        if path == "/data.json":
+            status, etag, body = self.data.response(self.headers.get("If-None-Match"))
+            self._send(status, body, "application/json", "no-cache" if etag else "no-store", etag)
+        elif path in self.files:
+            body, content_type, cache, etag = self.files[path]
+            if etag_matches(self.headers.get("If-None-Match"), etag):
+                self._send(304, b"", content_type, cache, etag)
+            else:
+                self._send(200, body, content_type, cache, etag)
         else:
-            self._send(404, b"not found", "text/plain")
+            self._send(404, b"not found", "text/plain", "no-store")
 
-    def _send(self, code: int, body: bytes, content_type: str, cache: str = "no-cache") -> None:
+    def _send(self, code: int, body: bytes, content_type: str, cache: str, etag: str | None = None) -> None:
         try:
             self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
+            if etag:
+                self.send_header("ETag", etag)
             self.send_header("Cache-Control", cache)
+            if code != 304:  # a 304 has no body and no content headers
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if code != 304:
+                self.wfile.write(body)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the browser went away mid-response
 
@@ -414,11 +444,11 @@ def serve(run_dir: str, port: int, host: str = "127.0.0.1") -> tuple[ThreadingHT
     has written `league.db` (the page then says it is waiting). `port=0` picks a free
     port. Stop with `server.shutdown(); server.server_close()`.
     """
-    handler = type("DashboardHandler", (_Handler,), {
-        "data": DashboardData(run_dir),
-        "_page": page_html(plotly_src="plotly.min.js", refresh_s=REFRESH_S, load_factor=REFRESH_LOAD_FACTOR).encode(),
-        "_plotly": plotly_js().encode(),
-    })
+    files = {}
+    for url_path, (name, content_type, cache) in PAGE_FILES.items():
+        body = (_static(name) if name else plotly_js()).encode()
+        files[url_path] = (body, content_type, cache, '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
+    handler = type("DashboardHandler", (_Handler,), {"data": DashboardData(run_dir), "files": files})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="dashboard", daemon=True)

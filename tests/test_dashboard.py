@@ -1,8 +1,8 @@
 """The dashboard end to end: a real league run, the real server, a real headless Chromium.
 
 The league is the matrix league (a few seconds), its history the coordinator's SQLite;
-the browser is Debian's `chromium` (`apt-get install -y chromium`), driven over the
-DevTools protocol. Every number checked against the page is computed here from SQL,
+the browser is Debian's `chromium` (`apt-get install -y chromium`), driven by Playwright
+(tests/browser.py). Every number checked against the page is computed here from SQL,
 not with the dashboard's code.
 """
 
@@ -14,13 +14,16 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+import zlib
 
+import numpy as np
 import pytest
 
 from coordinator.history import LeagueHistory
 from experiments.dashboard import serve
-from experiments.dashboard_browser import BrowserMissing, Chromium, find_chromium
+from tests.browser import BrowserMissing, Tab, chromium, find_chromium
 
 CHARTS = ("chart-payoff", "chart-nash-now", "chart-nash-time", "chart-elo", "chart-trueskill",
           "chart-composition", "chart-events")
@@ -55,8 +58,14 @@ def browser():
         find_chromium()
     except BrowserMissing as e:
         pytest.fail(str(e))  # the browser tests are part of CI: a missing browser is a failure
-    with Chromium(width=1400, height=1000) as chromium:
-        yield chromium
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def tab(browser):
+    with Tab(browser, width=1400, height=1000) as t:
+        yield t
 
 
 @pytest.fixture(scope="module")
@@ -75,52 +84,60 @@ def sql(run_dir, query, args=()):
         db.close()
 
 
-def load(browser, url):
-    browser.blank()
-    browser.navigate(url)
-    browser.wait_for("window.dashboardRendered === true", timeout=30)
+def get(url, headers=None):
+    """(status, headers, body) of a GET; a 304 is an answer, not an error."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=30) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
 
 
-def text(browser, element_id):
-    return browser.evaluate(f"document.getElementById({element_id!r}).textContent")
-
-
-def test_page_draws_every_chart_without_console_errors(browser, dashboard):
-    load(browser, dashboard)
+def test_page_draws_every_chart_without_console_errors(tab, dashboard):
+    tab.load(dashboard)
     for chart in CHARTS:
-        drawn = browser.evaluate(
+        drawn = tab.page.evaluate(
             f"(() => {{ const gd = document.getElementById({chart!r});"
             " return !!gd.querySelector('.main-svg') && Array.isArray(gd.data) && gd.data.length > 0; })()"
         )
         assert drawn, f"{chart} is not drawn"
-    learner_charts = browser.evaluate("[...document.querySelectorAll('.learner-chart')].map((d) => d.id + ':' + d.data.length)")
+    learner_charts = tab.page.evaluate("[...document.querySelectorAll('.learner-chart')].map((d) => d.id + ':' + d.data.length)")
     assert sorted(learner_charts) == sorted(f"chart-learner-{name}:2" for name in LEARNER_METRICS)
-    assert browser.evaluate("document.querySelectorAll('.main-svg').length") > len(CHARTS)
-    assert "live" in text(browser, "status")
-    assert browser.console_errors == []
+    assert tab.page.evaluate("document.querySelectorAll('.main-svg').length") > len(CHARTS)
+    assert "live" in tab.text("status")
+    # The page is the static files: style sheet applied, each file fetched once.
+    assert tab.page.evaluate("getComputedStyle(document.querySelector('header')).display") == "flex"
+    asked = [u.removeprefix(dashboard) for u in tab.requests]
+    assert sorted(a for a in asked if a != "data.json") == ["", "dashboard.css", "dashboard.js", "plotly.min.js"]
+    assert "data.json" in asked
+    assert tab.console_errors == []
 
 
-def test_headline_numbers_equal_the_database(browser, dashboard, run_dir):
-    load(browser, dashboard)
+def test_headline_numbers_equal_the_database(tab, dashboard, run_dir):
+    tab.load(dashboard)
     (games,), = sql(run_dir, "SELECT count(*) FROM games")
     (players,), = sql(run_dir, "SELECT count(*) FROM players")
+    (learning,), = sql(run_dir, "SELECT count(*) FROM players WHERE role != 'historical'")
     (snapshots,), = sql(run_dir, "SELECT count(*) FROM events WHERE kind = 'snapshot'")
-    assert games > 0 and int(text(browser, "games-played").replace(",", "")) == games
-    assert int(text(browser, "players")) == players
-    assert int(text(browser, "snapshots")) == snapshots
+    (resets,), = sql(run_dir, "SELECT count(*) FROM events WHERE kind = 'reset'")
+    assert games > 0 and int(tab.text("games-played").replace(",", "")) == games
+    assert int(tab.text("players")) == players
+    assert int(tab.text("learning-agents")) == learning
+    assert int(tab.text("snapshots")) == snapshots
+    assert int(tab.text("resets")) == resets
     # The Nash distribution now: the latest time's rows.
     (latest,), = sql(run_dir, "SELECT max(time) FROM nash")
     rows = sql(run_dir, "SELECT player_id, weight FROM nash WHERE time = ?", (latest,))
     top_weight = max(w for _, w in rows)
-    assert text(browser, "top-nash-weight") == f"{top_weight:.3f}"
-    shown = float(browser.evaluate("document.getElementById('top-nash-weight').dataset.value"))
+    assert tab.text("top-nash-weight") == f"{top_weight:.3f}"
+    shown = float(tab.page.evaluate("document.getElementById('top-nash-weight').dataset.value"))
     assert shown == pytest.approx(top_weight, abs=1e-6)
-    assert text(browser, "top-nash-player") in {p for p, w in rows if w == top_weight}
-    assert browser.console_errors == []
+    assert tab.text("top-nash-player") in {p for p, w in rows if w == top_weight}
+    assert tab.console_errors == []
 
 
-def test_payoff_hover_shows_the_win_rate_and_results_of_the_database(browser, dashboard, run_dir):
-    load(browser, dashboard)
+def test_payoff_hover_shows_the_win_rate_and_results_of_the_database(tab, dashboard, run_dir):
+    tab.load(dashboard)
     # The pair of distinct players with the most games, counted in both seatings.
     rows = sql(run_dir, """
         SELECT home, away, sum(outcome = 'win'), sum(outcome = 'draw'), sum(outcome = 'loss') FROM games
@@ -136,7 +153,7 @@ def test_payoff_hover_shows_the_win_rate_and_results_of_the_database(browser, da
     (a, b), (wins, draws, losses) = max(results.items(), key=lambda kv: sum(kv[1]))
     played = wins + draws + losses
     rate = (wins + draws / 2) / played
-    position = browser.evaluate(f"""(() => {{
+    position = tab.page.evaluate(f"""(() => {{
         const gd = document.getElementById('chart-payoff'), ids = gd.data[0].customdata.map((r) => r[0][4]);
         const row = ids.indexOf({a!r}), col = gd.data[0].customdata[0].map((c) => c[5]).indexOf({b!r});
         const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
@@ -145,52 +162,135 @@ def test_payoff_hover_shows_the_win_rate_and_results_of_the_database(browser, da
     }})()""")
     assert position["row"] >= 0 and position["col"] >= 0
     assert position["z"] == pytest.approx(rate, abs=1e-12)
-    browser.hover(position["x"], position["y"])
-    hover = browser.wait_for(
+    tab.page.mouse.move(position["x"], position["y"])
+    hover = tab.wait_for(
         "(() => { const t = document.querySelector('#chart-payoff .hoverlayer .hovertext'); return t && t.textContent; })()",
-        timeout=5,
+        timeout_s=5,
     )
     assert f"{a} vs {b}" in hover
     assert f"win rate {rate:.3f}" in hover
     assert f"games {played}: W {wins} / D {draws} / L {losses}" in hover
-    assert browser.console_errors == []
+    assert tab.console_errors == []
 
 
-def test_race_filter_and_decayed_payoff_redraw(browser, dashboard):
-    load(browser, dashboard)
-    options = browser.evaluate("[...document.getElementById('race-filter').options].map((o) => o.value)")
+def test_filters_and_decayed_payoff_redraw_with_the_leagues_own_win_rates(tab, dashboard, run_dir):
+    tab.load(dashboard)
+    options = tab.page.evaluate("[...document.getElementById('race-filter').options].map((o) => o.value)")
     assert options == ["all", "any|any"]  # the matrix league has one race
-    size = browser.evaluate("""(() => {
-        const f = document.getElementById('race-filter'); f.value = 'any|any'; f.dispatchEvent(new Event('change'));
-        const s = document.getElementById('payoff-source'); s.value = 'decayed'; s.dispatchEvent(new Event('change'));
-        const gd = document.getElementById('chart-payoff');
-        return [gd.data[0].z.length, gd.data[0].z.flat().filter((v) => v !== null).length];
-    })()""")
-    n = len(browser.evaluate("current.players.id"))
-    assert size[0] == n and size[1] > 0
-    assert browser.console_errors == []
+    ids = tab.page.evaluate("current.players.id")
+    roles = dict(sql(run_dir, "SELECT player_id, role FROM players"))
+    tab.page.select_option("#race-filter", "any|any")
+    tab.page.select_option("#payoff-source", "decayed")
+
+    def matrix():
+        return tab.page.evaluate("""(() => {
+            const t = document.getElementById('chart-payoff').data[0];
+            return {rows: t.customdata.map((r) => r[0][4]), cols: t.customdata[0].map((c) => c[5]), z: t.z};
+        })()""")
+
+    shown = matrix()
+    assert shown["rows"] == ids and shown["cols"] == ids
+    # The league's decayed payoff, from the latest snapshot's raw blobs: (w + d/2) / games,
+    # blank where never played; the page has it to 1/65534.
+    (players, wins_blob, draws_blob), = sql(run_dir, "SELECT players, wins, draws FROM payoff_snapshots ORDER BY id DESC LIMIT 1")
+    snapshot = json.loads(players)
+    m = len(snapshot)
+    w = np.frombuffer(zlib.decompress(wins_blob), np.float32).reshape(m, m).astype(np.float64)
+    d = np.frombuffer(zlib.decompress(draws_blob), np.float32).reshape(m, m).astype(np.float64)
+    position = {p: k for k, p in enumerate(snapshot)}
+    checked = 0
+    for r, row in enumerate(shown["rows"]):
+        for c, col in enumerate(shown["cols"]):
+            i, j = position.get(row), position.get(col)
+            games = 0.0 if i is None or j is None else w[i, j] + w[j, i] + d[i, j]
+            if games == 0:
+                assert shown["z"][r][c] is None, (row, col)
+            else:
+                assert shown["z"][r][c] == pytest.approx((w[i, j] + d[i, j] / 2) / games, abs=1 / 65534), (row, col)
+                checked += 1
+    assert checked > 0
+    # Rows: learning agents only; columns stay every player.
+    tab.page.select_option("#payoff-rows", "learning")
+    shown = matrix()
+    assert shown["rows"] == [p for p in ids if roles[p] != "historical"] and shown["cols"] == ids
+    assert tab.console_errors == []
 
 
-def test_waits_for_the_league_then_draws_it_live(browser, run_dir, tmp_path):
+def test_waits_for_the_league_then_draws_it_live_asking_with_its_etag(tab, run_dir, tmp_path):
     empty = tmp_path / "not_started"
     empty.mkdir()
     server, url = serve(str(empty), 0)  # before the league has written league.db
     try:
-        browser.blank()
-        browser.navigate(url + "?refresh=0.3")
-        browser.wait_for("document.getElementById('status').textContent.includes('waiting for the league to start')")
-        assert browser.evaluate("window.dashboardRendered") is False
+        tab.page.goto(url + "?refresh=0.3")
+        tab.wait_for("document.getElementById('status').textContent.includes('waiting for the league to start')")
+        assert tab.page.evaluate("window.dashboardRendered") is False
         shutil.copy(os.path.join(run_dir, "league.db"), empty / "league.db")
-        browser.wait_for("window.dashboardRendered === true", timeout=20)
+        tab.wait_for("window.dashboardRendered === true", timeout_s=20)
         (games,), = sql(run_dir, "SELECT count(*) FROM games")
-        assert int(text(browser, "games-played").replace(",", "")) == games
-        assert browser.console_errors == []
+        assert int(tab.text("games-played").replace(",", "")) == games
+        # Unchanged history: the page asks with If-None-Match and gets 304 Not Modified.
+        tab.wait_for("document.getElementById('status').textContent.includes('no new data')", timeout_s=10)
+        data = [status for u, status in tab.responses if u.startswith(url + "data.json")]
+        assert 200 in data and 304 in data and set(data) <= {200, 304}
+        # The league plays on: the next answer is 200 with the new data, drawn.
+        history = LeagueHistory(str(empty))
+        history.add_games([{"home": "any_main_agent_0", "away": "any_main_exploiter_0", "outcome": "win"}] * 3)
+        history.close()
+        tab.wait_for(f"document.getElementById('games-played').dataset.value === '{games + 3}'", timeout_s=10)
+        assert tab.console_errors == []
     finally:
         server.shutdown()
         server.server_close()
 
 
-def test_export_is_one_offline_file_with_the_data(browser, run_dir, tmp_path):
+def test_data_answers_304_to_its_etag_and_200_with_a_new_etag_after_the_db_changes(run_dir, tmp_path):
+    shutil.copy(os.path.join(run_dir, "league.db"), tmp_path / "league.db")
+    server, url = serve(str(tmp_path), 0)
+    try:
+        status, headers, body = get(url + "data.json")
+        etag = headers["ETag"]
+        assert status == 200 and re.fullmatch(r'"[0-9a-f]{8}(-[0-9]+){7}"', etag) and headers["Cache-Control"] == "no-cache"
+        data = json.loads(body)
+        (games,), = sql(str(tmp_path), "SELECT count(*) FROM games")
+        assert data["status"] == "ok" and data["headline"]["games"] == games
+        # A matching If-None-Match (alone, in a list, weak or "*"): 304, no body.
+        for tags in (etag, f'"x", {etag}', f"W/{etag}", "*"):
+            status, headers, body = get(url + "data.json", {"If-None-Match": tags})
+            assert (status, headers["ETag"], body) == (304, etag, b""), tags
+        # Unchanged, asked for without a tag: the same bytes, not rebuilt.
+        assert get(url + "data.json")[2] == get(url + "data.json")[2]
+        assert json.loads(get(url + "data.json")[2])["generated"] == data["generated"]
+        # The db changes: 200, a new ETag, the new data; the new ETag then gets 304.
+        history = LeagueHistory(str(tmp_path))
+        history.add_games([{"home": "any_main_agent_0", "away": "any_main_exploiter_0", "outcome": "draw"}])
+        history.close()
+        status, headers, body = get(url + "data.json", {"If-None-Match": etag})
+        assert status == 200 and headers["ETag"] != etag
+        assert json.loads(body)["headline"]["games"] == games + 1
+        assert get(url + "data.json", {"If-None-Match": headers["ETag"]})[0] == 304
+        # The page's files have ETags too.
+        for path in ("", "dashboard.js", "dashboard.css", "plotly.min.js"):
+            status, headers, body = get(url + path)
+            assert status == 200 and body and headers["ETag"], path
+            assert get(url + path, {"If-None-Match": headers["ETag"]})[:1] == (304,), path
+        assert get(url + "nothing.js")[0] == 404
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_data_while_waiting_has_no_etag(tmp_path):
+    server, url = serve(str(tmp_path), 0)
+    try:
+        status, headers, body = get(url + "data.json", {"If-None-Match": "*"})
+        assert status == 200 and headers["ETag"] is None and headers["Cache-Control"] == "no-store"
+        assert json.loads(body)["status"] == "waiting"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_export_is_one_offline_file_with_the_data(tab, run_dir, tmp_path):
     report = tmp_path / "report.html"
     done = run_module("experiments.dashboard", f"--run_dir={run_dir}", f"--export={report}")
     assert done.returncode == 0, done.stderr
@@ -199,16 +299,19 @@ def test_export_is_one_offline_file_with_the_data(browser, run_dir, tmp_path):
     data = json.loads(html.split('<script id="dashboard-data" type="application/json">', 1)[1].split("</script>", 1)[0])
     assert data["headline"]["games"] == games
     assert "any_main_agent_0" in html
-    # No element loads anything from elsewhere (plotly.js is inline) ...
+    # No element loads anything from elsewhere (style sheet, scripts and plotly.js are inline) ...
     assert re.findall(r"<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=\s*[\"']?(?!data:)[^\"' >]+", html) == []
-    assert html.count("<script") == 3  # plotly.js, the data, the page's script
-    browser.blank()
-    browser.navigate(report.as_uri())
-    browser.wait_for("window.dashboardRendered === true", timeout=30)
-    assert int(text(browser, "games-played").replace(",", "")) == games
+    assert html.count("<script") == 3  # the data, the page's script, plotly.js
+    assert html.count("<style>") == 1
+    tab.page.goto(report.as_uri())
+    tab.wait_for("window.dashboardRendered === true", timeout_s=30)
+    assert int(tab.text("games-played").replace(",", "")) == games
+    assert "report exported" in tab.text("status")
+    for chart in CHARTS:
+        assert tab.page.evaluate(f"document.getElementById({chart!r}).data.length > 0"), chart
     # ... and the browser asked for nothing but the file itself.
-    assert [u for u in browser.requests if not u.startswith(("file:", "data:"))] == []
-    assert browser.console_errors == []
+    assert [u for u in tab.requests if not u.startswith(("file:", "data:"))] == []
+    assert tab.console_errors == []
 
 
 def test_cli_rejects_a_run_dir_without_history(tmp_path):
@@ -233,3 +336,47 @@ def test_cli_serves_and_prints_the_url(run_dir):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_history_readers_of_the_dashboard_equal_sql(run_dir, tmp_path):
+    shutil.copy(os.path.join(run_dir, "league.db"), tmp_path / "league.db")
+    history = LeagueHistory(str(tmp_path), readonly=True)
+    try:
+        games = sql(str(tmp_path), "SELECT id, home, away, outcome FROM games ORDER BY id")
+        homes, aways, outcomes = history.game_columns(3, 10)
+        assert list(zip(homes, aways, outcomes)) == [g[1:] for g in games if 3 < g[0] <= 10]
+        assert history.game_columns(games[-1][0]) == ([], [], [])
+        times = sql(str(tmp_path), "SELECT DISTINCT time FROM nash ORDER BY time")
+        assert history.nash_times() == [t for (t,) in times]
+        picked = [times[0][0], times[-1][0]]
+        assert history.nash_at(picked) == sql(str(tmp_path), "SELECT time, player_id, weight FROM nash"
+                                              " WHERE time IN (?, ?) ORDER BY time, id", tuple(picked))
+        times = [t for (t,) in sql(str(tmp_path), "SELECT DISTINCT time FROM ratings ORDER BY time")]
+        assert history.rating_times() == times and history.rating_count() == sql(str(tmp_path), "SELECT count(*) FROM ratings")[0][0]
+        assert history.ratings_at(times[-1:]) == sql(str(tmp_path), "SELECT time, player_id, elo, trueskill_mu,"
+                                                     " trueskill_sigma FROM ratings WHERE time = ? ORDER BY id", (times[-1],))
+        # Learner metrics: 5 times per learner; in 300 buckets each time is its own bucket.
+        means = history.learner_metric_means(300)
+        assert len(means) == 5 * 2 * len(LEARNER_METRICS)
+        loss = [(agent, v) for name, agent, _, v in means if name == "loss"]
+        assert loss == [(agent, pytest.approx(0.7 * (1 + 0.1 * k))) for agent in ("any_main_agent_0", "any_main_exploiter_0")
+                        for k in range(5)]
+        # One bucket: the mean over all times.
+        one = {(name, agent): v for name, agent, _, v in history.learner_metric_means(1)}
+        assert one["loss", "any_main_agent_0"] == pytest.approx(0.7 * 1.2)
+        # A snapshot does not see rows written meanwhile; data_version does after it.
+        version = history.data_version()
+        with history.snapshot():
+            writer = LeagueHistory(str(tmp_path))
+            writer.add_games([{"home": "any_main_agent_0", "away": "any_main_agent_0", "outcome": "loss"}])
+            writer.close()
+            assert history.data_version() == version
+        assert history.data_version()[1] == version[1] + 1
+        assert history.last_activity_time() == max(
+            sql(str(tmp_path), "SELECT max(time) FROM games")[0][0], sql(str(tmp_path), "SELECT max(time) FROM events")[0][0] or 0,
+            sql(str(tmp_path), "SELECT max(time) FROM learner_metrics")[0][0], sql(str(tmp_path), "SELECT max(time) FROM payoff_snapshots")[0][0])
+    finally:
+        history.close()
+    with pytest.raises(ValueError, match="read-only"):
+        with LeagueHistory(str(tmp_path)).snapshot():
+            pass

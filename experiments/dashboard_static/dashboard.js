@@ -1,109 +1,25 @@
-"""The dashboard's one HTML page: layout, styles and the script that draws the charts.
-
-Kept as a Python string so that it ships with the package. The script fetches
-`data.json` (built by `experiments.dashboard.DashboardData`) and draws every chart with
-`Plotly.react`; in an exported report the data are inlined and fetched never.
-Headline numbers have stable element ids (`games-played`, `players`, `top-nash-weight`,
-`top-nash-player`, ...) with the exact value in `data-value`; `window.dashboardRendered`
-turns true after each complete draw (`window.dashboardTimings` holds its phases in ms).
-"""
-
-from __future__ import annotations
-
-import json
-
-_HEAD = r"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>League dashboard</title>
-<link rel="icon" href="data:,">
-<style>
-  body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; background: #f4f5f7; color: #222; }
-  header { background: #1f2937; color: #fff; padding: 10px 20px; display: flex; gap: 20px; align-items: baseline; flex-wrap: wrap; }
-  header h1 { font-size: 20px; margin: 0; }
-  header .muted { color: #cbd5e1; font-size: 13px; }
-  #status { margin-left: auto; font-size: 13px; }
-  #status.waiting, #status.error { color: #fbbf24; font-weight: 600; }
-  main { padding: 12px 20px 30px; }
-  #headline { display: flex; flex-wrap: wrap; gap: 12px; margin-bottom: 12px; }
-  .stat { background: #fff; border-radius: 6px; padding: 8px 14px; box-shadow: 0 1px 2px rgba(0,0,0,.08); min-width: 110px; }
-  .stat .label { font-size: 12px; color: #666; }
-  .stat .value { font-size: 22px; font-weight: 600; }
-  .stat .sub { font-size: 12px; color: #444; max-width: 260px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
-  .row { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; margin-bottom: 12px; }
-  .card { background: #fff; border-radius: 6px; padding: 8px 12px; box-shadow: 0 1px 2px rgba(0,0,0,.08); min-width: 0; }
-  .card h2 { font-size: 15px; margin: 4px 0 6px; }
-  .card .note { font-size: 12px; color: #666; margin: 0 0 4px; }
-  .controls { font-size: 13px; display: flex; gap: 16px; flex-wrap: wrap; margin-bottom: 4px; }
-  .chart { width: 100%; height: 360px; }
-  #learner-charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(420px, 1fr)); gap: 8px; }
-  #learner-charts .chart { height: 260px; }
-  .empty { color: #888; font-size: 13px; padding: 20px 0; }
-  @media (max-width: 1000px) { .row { grid-template-columns: 1fr; } }
-</style>
-"""
-
-_BODY = r"""</head>
-<body>
-<header>
-  <h1>League dashboard</h1>
-  <span class="muted" id="run-dir"></span>
-  <span id="status">loading…</span>
-</header>
-<main>
-<section id="headline">
-  <div class="stat"><div class="label">games played</div><div class="value" id="games-played">–</div></div>
-  <div class="stat"><div class="label">players</div><div class="value" id="players">–</div></div>
-  <div class="stat"><div class="label">learning agents</div><div class="value" id="learning-agents">–</div></div>
-  <div class="stat"><div class="label">snapshots / resets</div><div class="value"><span id="snapshots">–</span> / <span id="resets">–</span></div></div>
-  <div class="stat"><div class="label">top Nash weight</div><div class="value" id="top-nash-weight">–</div><div class="sub" id="top-nash-player"></div></div>
-  <div class="stat"><div class="label">run time</div><div class="value" id="run-time">–</div><div class="sub" id="last-update"></div></div>
-</section>
-
-<section class="card">
-  <h2>Payoff matrix: win rate of row against column</h2>
-  <div class="controls">
-    <label>race matchup <select id="race-filter"><option value="all">all races</option></select></label>
-    <label>rows <select id="payoff-rows">
-      <option value="all">all players</option>
-      <option value="learning">learning agents only</option>
-    </select></label>
-    <label>win rates from <select id="payoff-source">
-      <option value="games">all games played</option>
-      <option value="decayed">the league's payoff (decayed, as matchmaking sees it)</option>
-    </select></label>
-  </div>
-  <p class="note">Ordered by race; main agents, main exploiters, league exploiters, then their snapshots; then creation time. Blank: never played.</p>
-  <div id="chart-payoff" class="chart"></div>
-</section>
-
-<div class="row">
-  <section class="card"><h2>Nash distribution now</h2><div id="chart-nash-now" class="chart"></div></section>
-  <section class="card"><h2>Nash distribution over time</h2><div id="chart-nash-time" class="chart"></div></section>
-</div>
-<div class="row">
-  <section class="card"><h2>Elo of every player</h2><div id="chart-elo" class="chart"></div></section>
-  <section class="card"><h2>TrueSkill (μ) of every player</h2><div id="chart-trueskill" class="chart"></div></section>
-</div>
-<div class="row">
-  <section class="card"><h2>League composition</h2><div id="chart-composition" class="chart"></div></section>
-  <section class="card"><h2>Snapshots and resets</h2><div id="chart-events" class="chart"></div></section>
-</div>
-<section class="card">
-  <h2>Learning health per learner</h2>
-  <div id="learner-charts"><div class="empty" id="learner-empty">no learner metrics in this run yet</div></div>
-</section>
-</main>
-"""
-
-_SCRIPT = r"""
-<script>
+// The league dashboard's script (served by experiments/dashboard.py with index.html).
+//
+// Fetches data.json (built by experiments.dashboard.DashboardData) and draws every chart with
+// Plotly.react; asks again every few seconds with If-None-Match: <the ETag drawn last>, which
+// the server answers with 304 Not Modified until the league's history changes. In an exported
+// report the data are inlined (the element #dashboard-data) and nothing is fetched.
+// Headline numbers have stable element ids (games-played, players, top-nash-weight,
+// top-nash-player, ...) with the exact value in data-value; window.dashboardRendered turns
+// true after each complete draw (window.dashboardTimings holds its phases in ms).
 "use strict";
-const CONFIG = __CONFIG__;
-const PARAMS = new URLSearchParams(location.search);  // ?refresh=<seconds> overrides the refresh period
+// The page refreshes every refresh_s, or every load_factor x (build + render) time if that is
+// longer, so a large league costs the machine at most ~5% of a core.
+// ?refresh=<seconds> sets a fixed period.
+const CONFIG = {refresh_s: 5, load_factor: 20};
+const PARAMS = new URLSearchParams(location.search);
 if (PARAMS.has("refresh")) { CONFIG.refresh_s = Number(PARAMS.get("refresh")); CONFIG.load_factor = 0; }
+// This script runs in <head>, before plotly.js: the data are asked for at once (the server
+// builds them while the browser parses plotly.js) and drawn once the document has loaded.
+const EMBEDDED = document.getElementById("dashboard-data");
+let etag = null;      // the ETag of the data drawn last
+let firstData = EMBEDDED ? null : fetchData();
+if (firstData) firstData.catch(() => {});  // handled in poll(), which awaits it once the page has loaded
 const ROLE_COLORS = {main_agent: "#d62728", main_exploiter: "#1f77b4", league_exploiter: "#2ca02c", historical: "#9ca3af"};
 // Snapshots in a light shade of their parent's colour.
 const SNAPSHOT_COLORS = {main_agent: "#f2a0a0", main_exploiter: "#9cc3e6", league_exploiter: "#9fd69f"};
@@ -112,7 +28,6 @@ function kindOf(i) { const P = current.players; return P.role[i] === "historical
 function kindColor(kind) { return kind.startsWith("snap:") ? (SNAPSHOT_COLORS[kind.slice(5)] || ROLE_COLORS.historical) : ROLE_COLORS[kind]; }
 function kindLabel(kind) { return kind.startsWith("snap:") ? "snapshots" + (kind.length > 5 ? " of " + ROLE_LABELS[kind.slice(5)] : "") : ROLE_LABELS[kind]; }
 const ROLE_LABELS = {main_agent: "main agents", main_exploiter: "main exploiters", league_exploiter: "league exploiters", historical: "snapshots"};
-const ROLES = ["main_agent", "main_exploiter", "league_exploiter", "historical"];
 const PLOT_CONFIG = {responsive: true, displaylogo: false};
 const MARGIN = {l: 60, r: 20, t: 10, b: 40};
 let current = null;   // the data drawn last
@@ -138,7 +53,6 @@ function playerLabel(i) {
   const P = current.players;
   return P.role[i] === "historical" ? `${P.id[i]} (snapshot of ${P.parent[i]})` : `${P.id[i]} (${P.role[i].replace("_", " ")})`;
 }
-function roleOf(i) { return current.players.role[i]; }
 function duration(s) {
   if (s < 120) return `${Math.round(s)} s`;
   if (s < 7200) return `${Math.round(s / 60)} min`;
@@ -382,64 +296,58 @@ async function render(d) {
   return t3 - t0;
 }
 
+// The data, or {status: "unchanged"} when the server answers 304 to the ETag drawn last.
+async function fetchData() {
+  const response = await fetch("data.json", {cache: "no-store", headers: etag ? {"If-None-Match": etag} : {}});
+  const body = await response.text();  // read to its end, even when empty: an unread body aborts the request
+  if (response.status === 304) return {status: "unchanged"};
+  if (!response.ok) throw new Error(`data.json: HTTP ${response.status} ${body.slice(0, 200)}`);
+  const d = JSON.parse(body);
+  d.etag = response.headers.get("ETag");
+  return d;
+}
+
+function drawingFailed(e) {
+  console.error("dashboard: drawing failed:", e);
+  setStatus("drawing failed (" + e.message + ")", "error");
+}
+
 async function poll() {
-  let wait = CONFIG.refresh_s;
+  let wait = CONFIG.refresh_s, d = null;
   try {
     const t0 = performance.now();
-    let d;
-    if (window.firstData) { d = await window.firstData; window.firstData = null; }  // fetched while plotly.js loaded
-    else d = await (await fetch("data.json" + (current ? "?have=" + encodeURIComponent(current.version) : ""), {cache: "no-store"})).json();
+    if (firstData) { d = await firstData; firstData = null; }  // asked for while plotly.js loaded
+    else d = await fetchData();
     window.dashboardTimings.fetch_ms = performance.now() - t0;
-    if (d.status === "waiting") setStatus("waiting for the league to start", "waiting");
-    else if (d.status === "error") setStatus(d.message, "error");
-    else if (d.status === "unchanged") setStatus("live · no new data", "");
-    else {
+  } catch (e) {
+    firstData = null;
+    setStatus("dashboard server unreachable (" + e.message + "); retrying", "error");
+  }
+  if (d?.status === "waiting") setStatus("waiting for the league to start", "waiting");
+  else if (d?.status === "error") setStatus(d.message, "error");
+  else if (d?.status === "unchanged") setStatus("live · no new data", "");
+  else if (d) {
+    try {
       const renderMs = await render(d);
+      etag = d.etag;
       setStatus("live · refreshed " + new Date().toLocaleTimeString("en-GB"), "");
       wait = Math.max(wait, CONFIG.load_factor * (d.build_s + renderMs / 1000));
+    } catch (e) {
+      drawingFailed(e);
     }
-  } catch (e) {
-    setStatus("dashboard server unreachable (" + e.message + "); retrying", "error");
   }
   setTimeout(poll, wait * 1000);
 }
 
-function redrawPayoff() { if (current) drawPayoff(); }
-$("race-filter").addEventListener("change", redrawPayoff);
-$("payoff-source").addEventListener("change", redrawPayoff);
-$("payoff-rows").addEventListener("change", redrawPayoff);
-
-const embedded = document.getElementById("dashboard-data");
-if (embedded) {
-  render(JSON.parse(embedded.textContent)).then(() => setStatus("report exported " + new Date(ms(current.generated)).toLocaleString("en-GB"), ""));
-} else {
-  poll();
+function start() {
+  const redrawPayoff = () => { if (current) drawPayoff(); };
+  for (const id of ["race-filter", "payoff-source", "payoff-rows"]) $(id).addEventListener("change", redrawPayoff);
+  if (EMBEDDED) {
+    render(JSON.parse(EMBEDDED.textContent))
+      .then(() => setStatus("report exported " + new Date(ms(current.generated)).toLocaleString("en-GB"), ""), drawingFailed);
+  } else {
+    poll();
+  }
 }
-</script>
-</body>
-</html>
-"""
 
-
-def page_html(
-    plotly_src: str | None = None,
-    plotly_inline: str | None = None,
-    data_json: str | None = None,
-    refresh_s: float = 5.0,
-    load_factor: float = 20.0,
-) -> str:
-    """The page: plotly.js loaded from `plotly_src` or inlined; data fetched live or inlined."""
-    if (plotly_src is None) == (plotly_inline is None):
-        raise ValueError("give exactly one of plotly_src and plotly_inline")
-    if plotly_src:
-        # Ask for the data first: the server builds them while the browser parses plotly.js.
-        plotly = ('<script>window.firstData = fetch("data.json", {cache: "no-store"}).then((r) => r.json());</script>\n'
-                  f'<script src="{plotly_src}"></script>\n')
-    else:
-        plotly = f"<script>{plotly_inline}</script>\n"
-    data = ""
-    if data_json is not None:
-        # "</" would end the script element early; "<\/" is the same string in JSON.
-        data = '<script id="dashboard-data" type="application/json">' + data_json.replace("</", "<\\/") + "</script>\n"
-    config = json.dumps({"refresh_s": refresh_s, "load_factor": load_factor})
-    return _HEAD + plotly + _BODY + data + _SCRIPT.replace("__CONFIG__", config)
+document.addEventListener("DOMContentLoaded", start);
