@@ -82,7 +82,7 @@ HEURISTIC = "heuristic"
 def arm_config(arm: str, seed: int, minutes: float, run_dir: str):
     from experiments.config import RunConfig
 
-    return RunConfig(run_dir=run_dir, minutes=minutes, seed=seed, **COMMON, **ARMS[arm])
+    return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, **COMMON, **ARMS[arm])
 
 
 # ---------------------------------------------------------------------------------------------

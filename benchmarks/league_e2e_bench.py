@@ -57,7 +57,7 @@ def e2e_config(run_dir: str) -> RunConfig:
     overrides = {name: getattr(FLAGS, name) for name in
                  ("batch_size", "learner_batch_size", "unroll_length", "samples_per_insert",
                   "param_refresh_seconds") if getattr(FLAGS, name) is not None}
-    return RunConfig(game=FLAGS.game, races=1, runner="ray", run_dir=run_dir,
+    return RunConfig.make(game=FLAGS.game, races=1, runner="ray", run_dir=run_dir,
                      main_exploiters_per_race=0, league_exploiters_per_race=0, evaluators=0,
                      dashboard_port=-1, progress_every_seconds=3.0, **overrides)
 
@@ -138,24 +138,24 @@ class Limit:
 
         self.config = config
         agent = next(iter(agent_indices(config)))
-        game = nodes.make_game(config, config.batch_size)
+        game = nodes.make_game(config, config.actor.batch_size)
         self.network = nodes.make_network(config, game.spec)
         params = nodes.initial_params(self.network, game.spec, 0, config.seed)
-        example = example_unroll(game.spec, self.network, config.unroll_length)
+        example = example_unroll(game.spec, self.network, config.learner.unroll_length)
         self.learner = Learner(self.network, params, LearnerConfig(
-            batch_size=config.learner_batch_size, unroll_length=config.unroll_length,
-            learning_rate=config.learning_rate), example)
+            batch_size=config.learner.batch_size, unroll_length=config.learner.unroll_length,
+            learning_rate=config.learner.learning_rate), example)
         self.actor = Actor("limit", agent, game, self.network,
                            _SelfPlay(agent, config.race_names[0]), _FixedParams(params), None,
-                           agent, ActorConfig(unroll_length=config.unroll_length,
-                                              episodes_per_match=config.episodes_per_match,
+                           agent, ActorConfig(unroll_length=config.learner.unroll_length,
+                                              episodes_per_match=config.actor.episodes_per_match,
                                               refresh_seconds=3600.0,
                                               reward_plugin=config.reward_plugin))
-        self.inline = _InlineLearner(self.learner, config.learner_batch_size,
-                                     config.samples_per_insert)
+        self.inline = _InlineLearner(self.learner, config.learner.batch_size,
+                                     config.learner.replay.samples_per_insert)
         self.actor._writer = self.inline  # the actor hands its unrolls straight to the learner
-        self.steps_per_update = config.learner_batch_size * (config.unroll_length - 1)
-        self.actor.run(num_steps=3 * config.unroll_length)  # compile both, fill the pool
+        self.steps_per_update = config.learner.batch_size * (config.learner.unroll_length - 1)
+        self.actor.run(num_steps=3 * config.learner.unroll_length)  # compile both, fill the pool
         self.learner.version()
 
     def _timed(self, seconds: float, learn: bool = True) -> tuple[float, float]:
@@ -164,7 +164,7 @@ class Limit:
         u0, e0 = self.inline.updates, self.actor.metrics()["env_steps"]
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:
-            self.actor.run(num_steps=self.config.unroll_length - 1)
+            self.actor.run(num_steps=self.config.learner.unroll_length - 1)
         self.learner.version()  # waits for the last update
         elapsed = time.perf_counter() - start
         self.inline.learn = True
@@ -180,7 +180,7 @@ class Limit:
     def learn_only(self, seconds: float) -> float:
         import jax
 
-        batch = self.inline._tree_map(lambda x: x[: self.config.learner_batch_size], self.inline.pool)
+        batch = self.inline._tree_map(lambda x: x[: self.config.learner.batch_size], self.inline.pool)
         batch = jax.device_put(batch, self.learner._batch_sharding)
         n, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
@@ -377,10 +377,10 @@ def main(argv):
     began = time.perf_counter()
     root = tempfile.mkdtemp(prefix="league_e2e_bench_")
     config = e2e_config(os.path.join(root, "run"))
-    print(f"game={config.game} actor batch={config.batch_size} learner batch="
-          f"{config.learner_batch_size} T={config.unroll_length} samples_per_insert="
-          f"{config.samples_per_insert} refresh={config.param_refresh_seconds}s "
-          f"hidden={config.hidden_size} core={config.core_size} devices={jax.devices()}  "
+    print(f"game={config.game} actor batch={config.actor.batch_size} learner batch="
+          f"{config.learner.batch_size} T={config.learner.unroll_length} samples_per_insert="
+          f"{config.learner.replay.samples_per_insert} refresh={config.actor.param_refresh_seconds}s "
+          f"hidden={config.network.hidden_size} core={config.network.core_size} devices={jax.devices()}  "
           f"({os.cpu_count()} cores, {_load()})", flush=True)
 
     # The limit is built (and compiled) on a thread while the program starts up on Ray; the
@@ -434,7 +434,7 @@ def main(argv):
 
     limit_rate = (before + after) / 2
     ratio = e2e["steps_per_s"] / limit_rate
-    T = config.unroll_length
+    T = config.learner.unroll_length
     produced = e2e["inserted_items_per_s"] * (T - 1)
     print()
     print("| what | figure |")

@@ -1,42 +1,99 @@
-"""One typed configuration per run, validated at start and written to `<run_dir>/config.json`.
+"""One typed, nested configuration per run, validated at start and written to
+`<run_dir>/config.json`.
 
-Rerunning with the same `--run_dir` resumes the run; the configuration must then be the
-same (a different one is refused, naming the fields that differ) except for how long to
-run and where the dashboard listens.
+    RunConfig                 the run: game, races, runner, how long, where, ...
+      .network                NetworkSettings       sizes of the agents' network
+      .league                 league.players.LeagueConfig (.matchmaking, .snapshots)
+      .learner                learners.config.LearnerConfig (.loss: LossConfig, .replay: ReplayConfig)
+      .actor                  ActorSettings
+      .evaluator              EvaluatorSettings
+
+Every leaf field is a command-line flag named by its path (`--learner.loss.entropy_weight`,
+`--league.snapshots.main_agent_snapshot_steps`, ...; `fields()` lists them, with help text
+from each field's comment), and the short names of earlier versions stay as aliases
+(`ALIASES`: `--batch_size` is `--actor.batch_size`). `RunConfig.make(**values)` takes either
+spelling, applies the game's measured defaults (`GAME_DEFAULTS`) under them, and a PPO preset
+when `learner.loss.policy_loss` is "ppo". config.json holds the nested dict; `from_dict`
+round-trips it (and reads the flat config.json of earlier versions). Rerunning with the same
+`--run_dir` resumes the run; the configuration must then be the same (a different one is
+refused, naming the fields that differ) except for `RESUMABLE_CHANGES`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
-from league.players import LeagueConfig, MatchmakingConfig, SnapshotConfig
+from league.players import LeagueConfig, SnapshotConfig
 
 RACES = ("terran", "protoss", "zerg")
 MATRIX_GAMES = ("matrix_rps", "matrix_disc", "matrix_blotto", "matrix_random")
 POKER_GAMES = ("kuhn_poker", "leduc_poker")
 GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
 RUNNERS = ("inprocess", "ray")
+COLOCATIONS = ("all", "race", "agent")
+BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "learner_groups", "actor_groups")
+# Leaves that are not settings: the league's races come from --game/--races, each learner's
+# table is named after its agent.
+DERIVED = ("league.races", "learner.replay.table")
 
-
-BUILTIN_REWARDS = ("outcome", "game", "openai_five")
-
-
-# Per-game values that differ from RunConfig's defaults, measured on this machine
-# (BENCHMARKS.md, "Poker"): the command line applies them to every flag not given, and
-# `RunConfig.for_game` to every field not given. Leduc: learning rate 3e-4 -> 2e-3 and 32
-# unrolls per update roughly halve the NashConv reached in 4 minutes; snapshots every 20k
-# steps keep the league at tens of players, not hundreds.
+# Per-game values that differ from the defaults, measured on this machine (BENCHMARKS.md,
+# "Poker"): applied to every field not given. Poker: entropy 0.1 (at 0.01 the policies
+# saturate on "always bet/call" within ~100 updates). Leduc: learning rate 2e-3 and 32 unrolls
+# per update roughly halve the NashConv reached in 4 minutes; snapshots every 20k steps keep
+# the league at tens of players, not hundreds.
 GAME_DEFAULTS = {
-    "kuhn_poker": dict(learning_rate=1e-3),
-    "leduc_poker": dict(learning_rate=2e-3, learner_batch_size=32,
-                        main_agent_snapshot_steps=20_000, exploiter_min_steps=20_000,
-                        main_exploiter_timeout_steps=40_000, league_exploiter_timeout_steps=20_000),
+    "kuhn_poker": {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0.1},
+    "leduc_poker": {"learner.learning_rate": 2e-3, "learner.batch_size": 32,
+                    "learner.loss.entropy_weight": 0.1,
+                    "league.snapshots.main_agent_snapshot_steps": 20_000,
+                    "league.snapshots.exploiter_min_steps": 20_000,
+                    "league.snapshots.main_exploiter_timeout_steps": 40_000,
+                    "league.snapshots.league_exploiter_timeout_steps": 20_000},
+}
+
+# The flat names of earlier versions (and of the README's commands) -> field paths.
+ALIASES = {
+    "main_agents_per_race": "league.main_agents_per_race",
+    "main_exploiters_per_race": "league.main_exploiters_per_race",
+    "league_exploiters_per_race": "league.league_exploiters_per_race",
+    "main_agent_matchmaker": "league.main_agent_matchmaker",
+    "initial_snapshots": "league.initial_snapshots",
+    "main_pfsp_weighting": "league.matchmaking.main_pfsp_weighting",
+    "league_exploiter_weighting": "league.matchmaking.league_exploiter_weighting",
+    "pfsp_hard_exponent": "league.matchmaking.pfsp_hard_exponent",
+    "main_agent_snapshot_steps": "league.snapshots.main_agent_snapshot_steps",
+    "exploiter_min_steps": "league.snapshots.exploiter_min_steps",
+    "main_exploiter_timeout_steps": "league.snapshots.main_exploiter_timeout_steps",
+    "league_exploiter_timeout_steps": "league.snapshots.league_exploiter_timeout_steps",
+    "actors_per_learner": "actor.per_learner",
+    "batch_size": "actor.batch_size",
+    "episodes_per_match": "actor.episodes_per_match",
+    "param_refresh_seconds": "actor.param_refresh_seconds",
+    "reward_plugin": "actor.reward_plugin",
+    "learner_batch_size": "learner.batch_size",
+    "unroll_length": "learner.unroll_length",
+    "learning_rate": "learner.learning_rate",
+    "learner_sampler": "learner.sampler",
+    "entropy_cost": "learner.loss.entropy_weight",
+    "value_target": "learner.loss.value_target",
+    "upgo_cost": "learner.loss.upgo_weight",
+    "policy_loss": "learner.loss.policy_loss",
+    "kl_teacher_cost": "learner.loss.kl_teacher_weight",
+    "samples_per_insert": "learner.replay.samples_per_insert",
+    "replay_size": "learner.replay.max_size",
+    "hidden_size": "network.hidden_size",
+    "core_size": "network.core_size",
+    "evaluators": "evaluator.count",
+    "evaluation_games": "evaluator.games",
 }
 
 
@@ -45,82 +102,73 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
+class NetworkSettings:
+    hidden_size: int = 64  # network width (encoder / MLP)
+    core_size: int = 64  # recurrent core (LSTM) size
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    per_learner: int = 1  # actors per learning agent, each playing batch_size games at once
+    batch_size: int = 32  # games per actor, stepped as one batch with one jitted policy step
+    episodes_per_match: int = 32  # finished games before an actor asks for a new opponent
+    param_refresh_seconds: float = 10.0  # seconds between parameter refreshes (AlphaStar: 10)
+    # The training reward: None picks OpenAI Five's shaped, zero-sum reward for SMAX (with the
+    # outcome alone untrained SMAX leagues play ~99% draws), the chips for poker, the outcome
+    # for matrix games; or "outcome", "game", "openai_five", or the path of a .py plug-in.
+    reward_plugin: str | None = None
+    fused: bool = True  # JAX games: one jitted scan of policy and game steps per unroll
+
+
+@dataclass(frozen=True)
+class EvaluatorSettings:
+    count: int = 1  # evaluator nodes filling the payoff matrix for pairs with few games
+    games: int = 16  # games an evaluator plays per pair of players
+    greedy: bool = False  # most likely actions instead of sampled ones
+
+
+def _run_league() -> LeagueConfig:
+    # AlphaStar's snapshot steps (2e9) scaled to a laptop.
+    return LeagueConfig(snapshots=SnapshotConfig(
+        main_agent_snapshot_steps=4_000, exploiter_min_steps=4_000,
+        main_exploiter_timeout_steps=8_000, league_exploiter_timeout_steps=4_000))
+
+
+def _run_learner():
+    # 12 co-located learners share one process: small batches and tables (~160 KB per SMAX
+    # unroll) and Reverb's client sampler (0.4 GB less than 12 TF datasets, measured).
+    from learners.config import LearnerConfig, ReplayConfig
+
+    return LearnerConfig(batch_size=16, unroll_length=16, sampler="client",
+                         replay=ReplayConfig(max_size=256, samples_per_insert=2.0))
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    game: str = "smax_races"
-    races: int = 3
-    runner: str = "ray"
-    ray_address: str | None = None
-    run_dir: str = ""
-    minutes: float = 0.0  # 0: until Ctrl-C (or learner_steps)
-    learner_steps: int = 0  # stop once every learner has consumed this many agent steps; 0: no limit
-    seed: int = 0
-    # League composition per race (AlphaStar: 1 / 1 / 2).
-    main_agents_per_race: int = 1
-    main_exploiters_per_race: int = 1
-    league_exploiters_per_race: int = 2
-    main_agent_matchmaker: str = "alphastar"
-    # PFSP weightings (league/pfsp.py): main agents' PFSP branch and league exploiters; "hard"
-    # is (1 - x)^p with p = pfsp_hard_exponent (AlphaStar's "squared" is p = 2).
-    main_pfsp_weighting: str = "squared"
-    league_exploiter_weighting: str = "linear_capped"
-    pfsp_hard_exponent: float = 2.0
-    # AlphaStar's pseudocode: a frozen copy of every main agent's initial parameters joins the
-    # league at the start, so PFSP has opponents from the first match.
-    initial_snapshots: bool = True
-    # Snapshot rules, in agent steps (AlphaStar's 2e9 scaled to a laptop).
-    main_agent_snapshot_steps: int = 4_000
-    exploiter_min_steps: int = 4_000
-    main_exploiter_timeout_steps: int = 8_000
-    league_exploiter_timeout_steps: int = 4_000
+    game: str = "smax_races"  # the game: SMAX races, OpenSpiel Kuhn/Leduc poker or a matrix game
+    races: int = 3  # SMAX races: the first N of terran, protoss, zerg; other games have one
+    runner: str = "ray"  # ray (a local instance, or a cluster with ray_address) or inprocess
+    ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001")
+    run_dir: str = ""  # config.json, league.db, params/, learners/; rerun to resume
+    minutes: float = 0.0  # stop after this many minutes; 0: until Ctrl-C (or learner_steps)
+    learner_steps: int = 0  # stop once every learner has learnt this many agent steps; 0: no limit
+    seed: int = 0  # seed of the league, the initial parameters and the games
+    # The KL term's teacher (weight: learner.loss.kl_teacher_weight): "RUN_DIR:PLAYER_ID" (any
+    # saved player of a run) or a params .npz file; it keeps its own recurrent state.
+    teacher: str = ""
     # Co-location of the program's nodes (experiments/program.py): all learners in one node
     # (one process: a laptop), one node per race, or one per agent (a cluster); actors alike.
     learner_groups: str = "all"
     actor_groups: str = "all"
-    # Actors.
-    actors_per_learner: int = 1
-    batch_size: int = 32  # games per actor, stepped as one batch
-    episodes_per_match: int = 32  # a new opponent every this many finished games
-    param_refresh_seconds: float = 10.0  # AlphaStar: 10 s
-    # None: OpenAI Five's shaped, zero-sum reward for SMAX (damage, kills, deaths, win 5; with
-    # the outcome alone, untrained SMAX leagues play ~99% draws: no signal, measured), the
-    # game's payoff (chips) for poker, the outcome (+1/0/-1) for matrix games; or "outcome",
-    # "game", "openai_five" or the path of a .py file.
-    reward_plugin: str | None = None
-    # Learners.
-    learner_batch_size: int = 16
-    unroll_length: int = 16
-    learning_rate: float = 3e-4
-    # Weight of the entropy bonus; None: 0.1 for poker (at 0.01 the policies saturate on
-    # "always bet/call" within ~100 updates, measured), 0.01 otherwise (OpenAI Five).
-    entropy_cost: float | None = None
-    # Off-policy learning (AlphaStar Fig. 3i ablation): the value's target, "td_lambda"
-    # (AlphaStar, uncorrected) or "vtrace" (IMPALA, corrected); the UPGO term's weight.
-    value_target: str = "td_lambda"
-    upgo_cost: float = 1.0
-    # The policy loss: "vtrace" (AlphaStar: V-trace + UPGO + TD(lambda)) or "ppo" (OpenAI Five:
-    # PPO's clipped objective on GAE advantages, learners/losses.py `LossConfig.ppo`).
-    policy_loss: str = "vtrace"
-    # KL(teacher || policy) weight (AlphaStar's penalty for differing from the supervised
-    # policy) and the teacher: "RUN_DIR:PLAYER_ID" (any saved player of a run) or a params
-    # .npz file (coordinator/param_store.py format). The teacher keeps its own recurrent state.
-    kl_teacher_cost: float = 0.0
-    teacher: str = ""
-    samples_per_insert: float = 2.0  # AlphaStar replays each datum twice
-    # "client": each learner samples with Reverb's Client on a thread; "dataset": a TF
-    # TrajectoryDataset per learner (faster alone, ~0.4 GB more for 12 co-located learners).
-    learner_sampler: str = "client"
-    replay_size: int = 256  # unrolls per table; 12 tables of SMAX unrolls (~160 KB each) share one process
-    # Network sizes.
-    hidden_size: int = 64
-    core_size: int = 64
-    # Evaluators.
-    evaluators: int = 1
-    evaluation_games: int = 16
-    # Coordinator and dashboard.
-    dashboard_port: int = 0  # 0: any free port; -1: no dashboard
-    progress_every_seconds: float = 10.0
-    meta_game_every_seconds: float = 10.0
-    checkpoint_every_seconds: float = 30.0
+    dashboard_port: int = 0  # live dashboard on 127.0.0.1: 0 any free port, -1 none
+    progress_every_seconds: float = 10.0  # seconds between progress lines in the terminal
+    meta_game_every_seconds: float = 10.0  # seconds between payoff/Nash/ratings rows in league.db
+    checkpoint_every_seconds: float = 30.0  # seconds between league and learner checkpoints
+    network: NetworkSettings = field(default_factory=NetworkSettings)
+    league: LeagueConfig = field(default_factory=_run_league)
+    learner: Any = field(default_factory=_run_learner)  # learners.config.LearnerConfig
+    actor: ActorSettings = field(default_factory=ActorSettings)
+    evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
 
     def __post_init__(self):
         if self.game not in GAMES:
@@ -136,64 +184,88 @@ class RunConfig:
             raise ConfigError(f"--races must be 1, 2 or 3 (the first N of {', '.join(RACES)}); got {self.races}")
         if self.game != "smax_races" and self.races != 1:
             raise ConfigError(f"--game={self.game} has one race; pass --races=1 (or leave --races out)")
-        positive = ("actors_per_learner", "batch_size", "episodes_per_match", "learner_batch_size",
-                    "replay_size", "hidden_size", "core_size", "evaluation_games")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name} must be at least 1; got {getattr(self, name)}")
         for name in ("learner_groups", "actor_groups"):
-            if getattr(self, name) not in ("all", "race", "agent"):
+            if getattr(self, name) not in COLOCATIONS:
                 raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
-        if self.learner_sampler not in ("client", "dataset"):
-            raise ConfigError(f"--learner_sampler must be 'client' or 'dataset'; got {self.learner_sampler!r}")
-        if self.value_target not in ("td_lambda", "vtrace"):
-            raise ConfigError(f"--value_target must be 'td_lambda' or 'vtrace'; got {self.value_target!r}")
-        if self.upgo_cost < 0:
-            raise ConfigError(f"--upgo_cost must be >= 0; got {self.upgo_cost}")
-        if self.policy_loss not in ("vtrace", "ppo"):
-            raise ConfigError(f"--policy_loss must be 'vtrace' or 'ppo'; got {self.policy_loss!r}")
-        if self.kl_teacher_cost < 0:
-            raise ConfigError(f"--kl_teacher_cost must be >= 0; got {self.kl_teacher_cost}")
-        if bool(self.kl_teacher_cost) != bool(self.teacher):
-            raise ConfigError("--kl_teacher_cost and --teacher go together: pass both (e.g. "
-                              "--kl_teacher_cost=0.1 --teacher=RUN_DIR:PLAYER_ID) or neither")
-        if self.unroll_length < 2:
-            raise ConfigError(f"--unroll_length must be at least 2; got {self.unroll_length}")
-        for name in ("minutes", "learner_steps", "evaluators"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"--{name} must be >= 0; got {getattr(self, name)}")
-        if self.main_agents_per_race < 1:
-            raise ConfigError("a league needs at least one main agent per race (--main_agents_per_race >= 1)")
-        if self.reward_plugin and self.reward_plugin not in BUILTIN_REWARDS and not os.path.isfile(self.reward_plugin):
-            raise ConfigError(f"--reward_plugin {self.reward_plugin!r} is not a file; pass the path of a .py file defining get_reward(batch, contiguous)")
-        self.league_config()  # validates the league part
+        for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
+                     "network.hidden_size", "network.core_size", "evaluator.games"):
+            if self.get(name) < 1:
+                raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
+        for name in ("minutes", "learner_steps", "evaluator.count"):
+            if self.get(name) < 0:
+                raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
+        if self.league.main_agents_per_race < 1:
+            raise ConfigError("a league needs at least one main agent per race (--league.main_agents_per_race >= 1)")
+        kl = self.learner.loss.kl_teacher_weight
+        if bool(kl) != bool(self.teacher):
+            raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
+                              "pass both (e.g. --kl_teacher_cost=0.1 --teacher=RUN_DIR:PLAYER_ID) or neither")
+        plugin = self.actor.reward_plugin
+        if plugin and plugin not in BUILTIN_REWARDS and not os.path.isfile(plugin):
+            raise ConfigError(f"--actor.reward_plugin {plugin!r} is not a file; pass the path of a .py "
+                              "file defining get_reward(batch, contiguous)")
+        # The league plays the run's races.
+        object.__setattr__(self, "league", dataclasses.replace(self.league, races=self.race_names))
+
+    # -- building ---------------------------------------------------------------------
+
+    @classmethod
+    def make(cls, **values) -> RunConfig:
+        """A config from `values` keyed by field path ("learner.loss.entropy_weight") or alias
+        ("entropy_cost"), over the game's `GAME_DEFAULTS` (and one race for games other than
+        SMAX) and, when the policy loss is "ppo",
+        OpenAI Five's loss (`LossConfig.ppo`, Table 2) for the loss fields not given."""
+        given = {}
+        for key, value in values.items():
+            path = ALIASES.get(key, key)
+            if path in given:
+                raise ConfigError(f"--{key} and another flag both set {path}; pass one of them")
+            given[path] = value
+        game = given.get("game", cls.game)
+        settings = dict(GAME_DEFAULTS.get(game, {}))
+        if game != "smax_races":
+            settings["races"] = 1  # one race (a --races=3 given is refused below)
+        if given.get("learner.loss.policy_loss") == "ppo":
+            from learners.losses import LossConfig
+
+            settings.update({f"learner.loss.{k}": v for k, v in dataclasses.asdict(LossConfig.ppo()).items()})
+        settings.update(given)
+        return cls.from_paths(settings)
 
     @classmethod
     def for_game(cls, game: str, **values) -> RunConfig:
-        """A config with the game's defaults (`GAME_DEFAULTS`) under `values`."""
-        return cls(game=game, **{**GAME_DEFAULTS.get(game, {}), **values})
+        """`make(game=game, **values)`."""
+        return cls.make(game=game, **values)
 
-    @property
-    def entropy(self) -> float:
-        if self.entropy_cost is not None:
-            return self.entropy_cost
-        return 0.1 if self.game in POKER_GAMES else 0.01
+    @classmethod
+    def from_paths(cls, values: dict) -> RunConfig:
+        """A config from {field path: value} over the defaults (no game defaults)."""
+        known = {path for path, _ in fields()}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown settings {unknown}; `python -m experiments.league --help` lists them")
+        nested: dict = {}
+        for path, value in values.items():
+            node = nested
+            *parents, leaf = path.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        return _build(cls, nested)
 
-    def loss_config(self):
-        """The learners' `LossConfig`: "ppo" starts from OpenAI Five's Table 2
-        (`LossConfig.ppo`), "vtrace" from AlphaStar's defaults; the run's weights on top."""
-        from learners.losses import LossConfig
+    def get(self, path: str):
+        value = self
+        for part in path.split("."):
+            value = getattr(value, part)
+        return value
 
-        base = LossConfig.ppo() if self.policy_loss == "ppo" else LossConfig()
-        upgo = 0.0 if self.policy_loss == "ppo" else self.upgo_cost
-        return dataclasses.replace(base, entropy_weight=self.entropy, value_target=self.value_target,
-                                   upgo_weight=upgo, kl_teacher_weight=self.kl_teacher_cost)
+    # -- derived ----------------------------------------------------------------------
 
     @property
     def reward(self) -> str:
-        """The reward plug-in actors use (see `reward_plugin`)."""
-        if self.reward_plugin:
-            return self.reward_plugin
+        """The reward plug-in actors use (see `ActorSettings.reward_plugin`)."""
+        if self.actor.reward_plugin:
+            return self.actor.reward_plugin
         if self.game in POKER_GAMES:
             return "game"
         return "openai_five" if self.game == "smax_races" else "outcome"
@@ -203,39 +275,111 @@ class RunConfig:
         return RACES[: self.races] if self.game == "smax_races" else ("any",)
 
     def league_config(self) -> LeagueConfig:
-        try:
-            return LeagueConfig(
-                races=self.race_names,
-                main_agents_per_race=self.main_agents_per_race,
-                main_exploiters_per_race=self.main_exploiters_per_race,
-                league_exploiters_per_race=self.league_exploiters_per_race,
-                main_agent_matchmaker=self.main_agent_matchmaker,
-                initial_snapshots=self.initial_snapshots,
-                matchmaking=MatchmakingConfig(
-                    main_pfsp_weighting=self.main_pfsp_weighting,
-                    league_exploiter_weighting=self.league_exploiter_weighting,
-                    pfsp_hard_exponent=self.pfsp_hard_exponent,
-                ),
-                snapshots=SnapshotConfig(
-                    main_agent_snapshot_steps=self.main_agent_snapshot_steps,
-                    exploiter_min_steps=self.exploiter_min_steps,
-                    main_exploiter_timeout_steps=self.main_exploiter_timeout_steps,
-                    league_exploiter_timeout_steps=self.league_exploiter_timeout_steps,
-                ),
-            )
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        return self.league
+
+    # -- config.json --------------------------------------------------------------------
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> RunConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown config keys {unknown}; allowed: {sorted(known)}")
-        return cls(**data)
+        """The config of a config.json: nested (this version) or flat (earlier ones)."""
+        if not any(isinstance(v, dict) for v in data.values()):
+            flat = {k: v for k, v in data.items() if v is not None or k not in ALIASES}
+            if flat.get("entropy_cost", 0) is None:
+                flat.pop("entropy_cost")
+            return cls.make(**flat)
+        return _build(cls, data)
+
+
+def _build(cls, data: dict):
+    """A `cls` (RunConfig) from a nested dict over its defaults; ConfigError for unknown keys
+    or values that a (sub-)config's validation refuses."""
+    try:
+        return _replace(cls(), data)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+
+
+def _replace(instance, data: dict):
+    """`instance` with the fields in `data` replaced, sub-configs (dicts) recursively."""
+    known = {f.name for f in dataclasses.fields(instance)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"unknown config keys {unknown} in {type(instance).__name__}; "
+                          f"allowed: {sorted(known)}")
+    values = {}
+    for name, value in data.items():
+        current = getattr(instance, name)
+        if dataclasses.is_dataclass(current) and isinstance(value, dict):
+            value = _replace(current, value)
+        elif isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    return dataclasses.replace(instance, **values)
+
+
+def fields(config: Any = None, prefix: str = ""):
+    """[(path, default)] of every leaf setting of a RunConfig (default: the defaults), in
+    order; sub-configs are walked, derived leaves (`DERIVED`) left out."""
+    config = RunConfig() if config is None else config
+    out = []
+    for f in dataclasses.fields(config):
+        value, path = getattr(config, f.name), prefix + f.name
+        if dataclasses.is_dataclass(value):
+            out += fields(value, path + ".")
+        elif path not in DERIVED:
+            out.append((path, value))
+    return out
+
+
+def help_text(path: str) -> str:
+    """The comment beside (or above) a field in its class's source, as the flag's help."""
+    config = RunConfig()
+    *parents, leaf = path.split(".")
+    owner = config
+    for p in parents:
+        owner = getattr(owner, p)
+    return _comments(type(owner)).get(leaf, f"{type(owner).__name__}.{leaf}")
+
+
+_COMMENTS: dict = {}
+
+
+def _comments(cls) -> dict[str, str]:
+    if cls not in _COMMENTS:
+        found, above = {}, []
+        try:
+            lines = inspect.getsource(cls).splitlines()
+        except (OSError, TypeError):
+            lines = []
+        for line in lines:
+            stripped = line.strip()
+            match = re.match(r"(\w+)\s*:[^=#]*(=[^#]*)?(#\s*(.*))?$", stripped)
+            if stripped.startswith("#"):
+                above.append(stripped.lstrip("# ").strip())
+            elif match and not stripped.startswith(("def ", "class ", "return")):
+                text = match.group(4) or " ".join(above)
+                if text:
+                    found[match.group(1)] = text
+                above = []
+            else:
+                above = []
+        _COMMENTS[cls] = found
+    return _COMMENTS[cls]
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in data.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[prefix + k] = v
+    return out
 
 
 def prepare_run_dir(config: RunConfig) -> bool:
@@ -259,10 +403,10 @@ def prepare_run_dir(config: RunConfig) -> bool:
                 saved = RunConfig.from_dict(json.load(f))
         except (ValueError, TypeError) as e:
             raise ConfigError(f"{path} is not a readable run config ({e}); pass another --run_dir or fix the file") from None
-        mine, theirs = config.to_dict(), saved.to_dict()
-        differ = sorted(k for k in mine if k not in RESUMABLE_CHANGES and k != "run_dir" and mine[k] != theirs[k])
+        mine, theirs = _flatten(config.to_dict()), _flatten(saved.to_dict())
+        differ = sorted(k for k in mine if k not in RESUMABLE_CHANGES and k != "run_dir" and mine[k] != theirs.get(k))
         if differ:
-            details = ", ".join(f"{k}: saved {theirs[k]!r}, now {mine[k]!r}" for k in differ)
+            details = ", ".join(f"{k}: saved {theirs.get(k)!r}, now {mine[k]!r}" for k in differ)
             raise ConfigError(
                 f"--run_dir {run_dir} holds a run with a different config ({details}). "
                 "Rerun with the saved flags to resume it, or pass a new --run_dir."

@@ -15,6 +15,7 @@ Handles to other nodes are the nodes themselves or proxies that read like them (
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -73,7 +74,8 @@ def make_network(config: RunConfig, spec):
     """The unit network for SMAX races, the MLP + LSTM reference network otherwise."""
     import agents
 
-    return agents.make_network(spec, hidden_size=config.hidden_size, core_size=config.core_size)
+    return agents.make_network(spec, hidden_size=config.network.hidden_size,
+                               core_size=config.network.core_size)
 
 
 def load_teacher(config: RunConfig, like):
@@ -131,7 +133,7 @@ class LearnerGroup:
         from actors.actor import example_unroll
         from agents.trajectory import reverb_signature
         from learners import checkpoint
-        from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+        from learners.learner import Learner, make_table
 
         self.config = config
         self.agent_ids = list(agent_ids)
@@ -140,17 +142,15 @@ class LearnerGroup:
         self.network = make_network(config, self.spec)
         self._initial = {a: initial_params(self.network, self.spec, agent_indices[a], config.seed) for a in agent_ids}
         teacher = load_teacher(config, next(iter(self._initial.values())))
-        example = example_unroll(self.spec, self.network, config.unroll_length, teacher=teacher is not None)
+        run = config.learner
+        example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teacher is not None)
         learner_configs, tables = {}, []
         for agent in agent_ids:
-            replay = ReplayConfig(table=agent, selector="uniform", max_size=config.replay_size,
-                                  samples_per_insert=config.samples_per_insert,
-                                  min_size_to_sample=config.learner_batch_size)
-            learner_configs[agent] = LearnerConfig(
-                batch_size=config.learner_batch_size, unroll_length=config.unroll_length,
-                learning_rate=config.learning_rate, replay=replay, sampler=config.learner_sampler,
-                loss=config.loss_config())
-            tables.append(make_table(replay, reverb_signature(example), config.learner_batch_size))
+            # One table per agent, named after it; sampling starts once a batch is there.
+            replay = dataclasses.replace(run.replay, table=agent, min_size_to_sample=max(
+                run.replay.min_size_to_sample, run.batch_size))
+            learner_configs[agent] = dataclasses.replace(run, replay=replay)
+            tables.append(make_table(replay, reverb_signature(example), run.batch_size))
         self._server = reverb.Server(tables, port=None)
         self._address = f"localhost:{self._server.port}"
         self._client = reverb.Client(self._address)
@@ -238,14 +238,14 @@ class ActorGroup:
         self.actors = {}
         network = teacher = None
         for index, (actor_id, agent_id) in enumerate(assignments):
-            game = make_game(config, config.batch_size)
+            game = make_game(config, config.actor.batch_size)
             if network is None:
                 network = make_network(config, game.spec)
                 teacher = load_teacher(config, initial_params(network, game.spec, 0, config.seed))
-            actor_config = ActorConfig(unroll_length=config.unroll_length,
-                                       episodes_per_match=config.episodes_per_match,
-                                       refresh_seconds=config.param_refresh_seconds,
-                                       reward_plugin=config.reward,
+            actor_config = ActorConfig(unroll_length=config.learner.unroll_length,
+                                       episodes_per_match=config.actor.episodes_per_match,
+                                       refresh_seconds=config.actor.param_refresh_seconds,
+                                       reward_plugin=config.reward, fused=config.actor.fused,
                                        seed=config.seed * 7919 + index)
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
                                           addresses[agent_id], agent_id, actor_config,
@@ -294,14 +294,15 @@ class EvaluatorNode:
     """Keeps the payoff matrix honest: plays the pairs with the fewest games between them."""
 
     def __init__(self, config: RunConfig, coordinator, learner_groups: Mapping[str, Any], evaluator_id: str = "evaluator_0"):
-        from actors.evaluator import Evaluator
+        from actors.evaluator import Evaluator, EvaluatorConfig
 
         self.config = config
         self.evaluator_id = evaluator_id
         self._coordinator = coordinator
-        game = make_game(config, config.evaluation_games)
+        game = make_game(config, config.evaluator.games)
         network = make_network(config, game.spec)
         self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir),
+                                    config=EvaluatorConfig(seed=config.seed, greedy=config.evaluator.greedy),
                                     evaluator_id=evaluator_id)
         self._stop = threading.Event()
         self.games = 0
@@ -319,7 +320,7 @@ class EvaluatorNode:
         if not matches:
             return 0
         m = matches[0]
-        results = self._evaluator.evaluate(m["home"], m["away"], self.config.evaluation_games,
+        results = self._evaluator.evaluate(m["home"], m["away"], self.config.evaluator.games,
                                            races=(m["home_race"], m["away_race"]))
         for r in results:
             r["source"] = "evaluator"

@@ -111,9 +111,9 @@ def _describe(node: Node) -> str:
     if node.cls is LearnerGroup:
         return f"{len(k['agent_ids'])} learners"
     if node.cls is ActorGroup:
-        return f"{len(k['assignments'])} actors x {node.kwargs['config'].batch_size} games"
+        return f"{len(k['assignments'])} actors x {k['config'].actor.batch_size} games"
     if node.cls is EvaluatorNode:
-        return f"{k['config'].evaluation_games} games per pair"
+        return f"{k['config'].evaluator.games} games per pair"
     return "league, history, params"
 
 
@@ -165,12 +165,12 @@ def build_program(config: RunConfig) -> Program:
         learner_of.update(dict.fromkeys(ids, Ref(name)))
     for name, members in _grouped("actors", config.actor_groups, agents).items():
         assignments = [(f"actor_{a.player_id}_{k}", a.player_id)
-                       for a in members for k in range(config.actors_per_learner)]
+                       for a in members for k in range(config.actor.per_learner)]
         nodes.append(Node(name, ActorGroup, dict(
             config=config, assignments=assignments, coordinator=coordinator,
             learner_groups={a.player_id: learner_of[a.player_id] for a in members}),
             restartable=True))
-    for i in range(config.evaluators):
+    for i in range(config.evaluator.count):
         nodes.append(Node(f"evaluator_{i}", EvaluatorNode, dict(
             config=config, coordinator=coordinator, learner_groups=dict(learner_of),
             evaluator_id=f"evaluator_{i}"), restartable=True))

@@ -58,9 +58,9 @@ class MatchmakingConfig:
     """Every threshold of the matchmakers, with AlphaStar's values as defaults."""
 
     # Main agent: 50% PFSP over all past players, 15% verification, rest self-play.
-    main_pfsp_probability: float = 0.5
-    main_verification_probability: float = 0.15
-    main_pfsp_weighting: str = "squared"
+    main_pfsp_probability: float = 0.5  # main agents: share of PFSP over all past players
+    main_verification_probability: float = 0.15  # main agents: share of verification
+    main_pfsp_weighting: str = "squared"  # main agents' PFSP weighting (league/pfsp.py; hard uses pfsp_hard_exponent)
     # Self-play only if the agent beats the chosen main agent more than this; otherwise
     # PFSP(variance) over that main agent's snapshots as a curriculum.
     main_self_play_min_win_rate: float = 0.3
@@ -71,8 +71,8 @@ class MatchmakingConfig:
     # Main exploiter: below this win rate against the main agent (paper text: 20%;
     # the pseudocode uses 10%), half of the time PFSP(variance) over its snapshots.
     main_exploiter_curriculum_win_rate: float = 0.2
-    main_exploiter_curriculum_probability: float = 0.5
-    league_exploiter_weighting: str = "linear_capped"
+    main_exploiter_curriculum_probability: float = 0.5  # share of the curriculum when below it
+    league_exploiter_weighting: str = "linear_capped"  # league exploiters' PFSP weighting
     # The exponent p of the "hard" weighting f_hard(x) = (1 - x)^p, wherever a weighting above
     # is "hard" (AlphaStar: "squared" is p = 2; larger p focuses harder on the strongest).
     pfsp_hard_exponent: float = 2.0
@@ -80,7 +80,7 @@ class MatchmakingConfig:
     pfsp_sp_self_play_probability: float = 0.5
     # OpenAI Five (appendix N): 80% latest self, 20% past selves by quality score.
     openai_five_past_probability: float = 0.2
-    openai_five_learning_rate: float = 0.01
+    openai_five_learning_rate: float = 0.01  # step size of the past selves' quality scores
 
 
 @dataclass(frozen=True)
@@ -90,23 +90,25 @@ class SnapshotConfig:
     Defaults are AlphaStar's (steps are agent steps); experiments scale them down.
     """
 
-    main_agent_snapshot_steps: float = 2e9
-    exploiter_min_steps: float = 2e9
-    exploiter_win_rate: float = 0.7
-    main_exploiter_timeout_steps: float = 4e9
-    league_exploiter_timeout_steps: float = 2e9
-    main_exploiter_reset_probability: float = 1.0
-    league_exploiter_reset_probability: float = 0.25
+    main_agent_snapshot_steps: float = 2e9  # a main agent adds a frozen copy every this many agent steps
+    exploiter_min_steps: float = 2e9  # exploiters add no copy sooner than this after their last
+    exploiter_win_rate: float = 0.7  # an exploiter adds a copy once it beats all its targets above this
+    main_exploiter_timeout_steps: float = 4e9  # ... or after this many steps (then resets)
+    league_exploiter_timeout_steps: float = 2e9  # ... or after this many steps (league exploiters)
+    main_exploiter_reset_probability: float = 1.0  # main exploiters reset after every copy
+    league_exploiter_reset_probability: float = 0.25  # league exploiters reset after 25% of copies
 
 
 @dataclass(frozen=True)
 class LeagueConfig:
     races: tuple[str, ...] = ("terran", "protoss", "zerg")
-    main_agents_per_race: int = 1
-    main_exploiters_per_race: int = 1
-    league_exploiters_per_race: int = 2
+    main_agents_per_race: int = 1  # AlphaStar: 1
+    main_exploiters_per_race: int = 1  # AlphaStar: 1
+    league_exploiters_per_race: int = 2  # AlphaStar: 2
+    # Main agents' opponents: alphastar (the full rule), or an ablation arm of AlphaStar's
+    # Fig. 3c (self_play, fsp, pfsp, pfsp_sp) or OpenAI Five's past-self sampler (openai_five).
     main_agent_matchmaker: str = "alphastar"
-    payoff_decay: float = 0.99
+    payoff_decay: float = 0.99  # each pair's counts are multiplied by this before a new result
     # AlphaStar's pseudocode adds a frozen copy of every main agent's initial parameters to
     # the league at the start (`initial_snapshot_id`), so PFSP has opponents from the first match.
     initial_snapshots: bool = True

@@ -27,7 +27,6 @@ a learner started with the same directory restores them and continues the versio
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import queue
@@ -47,36 +46,11 @@ from agents import network_key
 from agents.trajectory import Unroll, time_major, unflatten_like, validate_unroll
 from learners import checkpoint, losses
 from learners.checkpoint import CheckpointError
+from learners.config import LearnerConfig, ReplayConfig
 
 __all__ = ["CheckpointError", "Learner", "LearnerConfig", "ReplayConfig", "make_table"]
 
 PyTree = Any
-
-
-@dataclasses.dataclass(frozen=True)
-class ReplayConfig:
-    """The learner's Reverb table.
-
-    selector "fifo": items are sampled oldest first and each at most
-    `ceil(samples_per_insert)` times (a queue when it is 1); "uniform": uniform sampling,
-    oldest removed first once `max_size` is reached. `samples_per_insert` is the
-    `SampleToInsertRatio` target reuse (AlphaStar replays each datum twice; OpenAI Five aims at
-    about 1); `error_buffer` is the slack, in samples, the limiter allows around that ratio
-    (default: two batches' worth).
-    """
-
-    table: str = "learner"
-    selector: str = "uniform"
-    max_size: int = 4096
-    samples_per_insert: float = 2.0
-    min_size_to_sample: int = 1
-    error_buffer: float | None = None
-
-    def __post_init__(self):
-        if self.selector not in ("fifo", "uniform"):
-            raise ValueError(f"selector must be 'fifo' or 'uniform', got {self.selector!r}")
-        if self.samples_per_insert <= 0 or self.max_size < 1 or self.min_size_to_sample < 1:
-            raise ValueError("samples_per_insert, max_size and min_size_to_sample must be > 0")
 
 
 def make_table(replay: ReplayConfig, signature: Any, batch_size: int) -> reverb.Table:
@@ -96,36 +70,6 @@ def make_table(replay: ReplayConfig, signature: Any, batch_size: int) -> reverb.
     return reverb.Table(name=replay.table, sampler=sampler, remover=reverb.selectors.Fifo(),
                         max_size=replay.max_size, rate_limiter=limiter,
                         max_times_sampled=max_times_sampled, signature=signature)
-
-
-@dataclasses.dataclass(frozen=True)
-class LearnerConfig:
-    """Everything the learner needs besides the network and its initial parameters."""
-
-    batch_size: int = 32
-    unroll_length: int = 32
-    learning_rate: float = 3e-4
-    adam_b1: float = 0.9
-    adam_b2: float = 0.999
-    adam_eps: float = 1e-8
-    max_grad_norm: float | None = 40.0
-    loss: losses.LossConfig = dataclasses.field(default_factory=losses.LossConfig)
-    replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
-    sampler: str = "dataset"            # "dataset" (reverb.TrajectoryDataset) or "client"
-    prefetch_batches: int = 2           # device batches waiting in the queue
-    checkpoint_every: int = 0           # updates between checkpoints; 0: only on request/close
-    metrics_window: int = 100           # updates averaged in metrics()
-
-    def __post_init__(self):
-        if self.batch_size < 1 or self.unroll_length < 2:
-            raise ValueError("batch_size must be >= 1 and unroll_length >= 2")
-        if self.sampler not in ("dataset", "client"):
-            raise ValueError(f"sampler must be 'dataset' or 'client', got {self.sampler!r}")
-        if self.prefetch_batches < 1:
-            raise ValueError("prefetch_batches must be >= 1")
-
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
 
 class TrainingState(NamedTuple):

@@ -83,7 +83,7 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
     from experiments.nodes import EvaluatorNode
     from experiments.nodes import make_network as run_network
 
-    config = RunConfig(game="smax_races", races=2, evaluation_games=2, hidden_size=8, core_size=8,
+    config = RunConfig.make(game="smax_races", races=2, evaluation_games=2, hidden_size=8, core_size=8,
                        run_dir=str(tmp_path))
     coordinator = Coordinator(config.league_config(), config.run_dir)
     race = {p["player_id"]: p["race"] for p in coordinator.players()}

@@ -457,7 +457,7 @@ def test_a_ppo_run_optimises_the_clipped_objective():
     from experiments.config import RunConfig
     from learners.learner import TrainingState, make_optimizer, make_update_fn
 
-    loss_config = RunConfig(game="kuhn_poker", races=1, policy_loss="ppo").loss_config()
+    loss_config = RunConfig.make(game="kuhn_poker", policy_loss="ppo").learner.loss
     assert (loss_config.policy_loss, loss_config.upgo_weight, loss_config.gae_lambda) == ("ppo", 0.0, 0.95)
     T, B = 6, 4
     net = small_net(3, num_actions=3, size=8)

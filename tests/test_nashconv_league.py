@@ -149,7 +149,7 @@ def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     (`test_tabular_policy_is_what_the_actor_plays`), NashConv by OpenSpiel itself."""
     from learners import checkpoint
 
-    config = RunConfig(game="kuhn_poker", races=1, runner="inprocess", run_dir=str(tmp_path),
+    config = RunConfig.make(game="kuhn_poker", races=1, runner="inprocess", run_dir=str(tmp_path),
                        hidden_size=HIDDEN, core_size=HIDDEN)
     (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
     network, (p_main, p_a, p_b) = network_and_params("kuhn_poker", (10, 11, 12))

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from coordinator.history import LeagueHistory
-from experiments.config import GAME_DEFAULTS, RunConfig, prepare_run_dir
+from experiments.config import GAME_DEFAULTS, RunConfig, fields, prepare_run_dir
 
 FAST = dict(
     races=1, actors_per_learner=1, batch_size=16, learner_batch_size=8, unroll_length=8,
@@ -24,7 +24,7 @@ FAST = dict(
 
 def config(tmp_path, **overrides) -> RunConfig:
     values = {**FAST, "game": "matrix_rps", "runner": "inprocess", "run_dir": str(tmp_path / "run"), **overrides}
-    return RunConfig(**values)
+    return RunConfig.make(**values)
 
 
 def learner_versions(run_dir):
@@ -136,10 +136,12 @@ def league_cli(*args, timeout=120):
         (["--runner=slurm"], "slurm"),
         (["--game=kuhn_poker", "--races=3"], "one race"),
         (["--runner=launchpad"], "launchpad"),
-        (["--game=kuhn_poker", "--kl_teacher_cost=0.1"], "--kl_teacher_cost and --teacher go together"),
+        (["--game=kuhn_poker", "--kl_teacher_cost=0.1"], "and --teacher go together"),
+        (["--game=kuhn_poker", "--entropy_cost=0.1", "--learner.loss.entropy_weight=0.2"], "both set learner.loss.entropy_weight"),
+        (["--game=kuhn_poker", "--learner.replay.selector=lifo"], "selector must be 'fifo' or 'uniform'"),
         (["--game=kuhn_poker", "--kl_teacher_cost=0.1", "--teacher=/nowhere:x"], "cannot load its parameters"),
         (["--game=kuhn_poker", "--main_pfsp_weighting=cubic"], "unknown PFSP weighting 'cubic'"),
-        (["--game=kuhn_poker", "--policy_loss=a2c"], "--policy_loss must be"),
+        (["--game=kuhn_poker", "--policy_loss=a2c"], "policy_loss must be 'vtrace' or 'ppo'"),
     ],
 )
 def test_bad_flags_get_a_clear_message_and_non_zero_exit(tmp_path, args, message):
@@ -173,8 +175,8 @@ def test_corrupt_learner_checkpoint_stops_the_run_and_is_kept(tmp_path):
     os.makedirs(os.path.dirname(path))
     with open(path, "wb") as f:
         f.write(b"\x00garbage")
-    flags = [f"--{k}={v}" for k, v in json.load(open(os.path.join(cfg.run_dir, "config.json"))).items()
-             if v is not None and k not in ("reward_plugin", "ray_address")]
+    saved = RunConfig.from_dict(json.load(open(os.path.join(cfg.run_dir, "config.json"))))
+    flags = [f"--{path}={value}" for path, value in fields(saved) if value is not None]
     result = league_cli(*flags, "--minutes=0.1", timeout=300)
     assert result.returncode != 0
     assert "checkpoint" in result.stderr and path in result.stderr
@@ -185,13 +187,60 @@ def test_game_defaults_apply_to_flags_not_given():
     """`--game=leduc_poker` gets the measured Leduc values (experiments.config.GAME_DEFAULTS);
     a flag given on the command line wins over them."""
     code = ("import sys, json; from experiments import league; league.define_flags(); "
-            "league.define_remaining_flags(); league.FLAGS(sys.argv); "
+            "league.FLAGS(sys.argv); "
             "print(json.dumps(league.config_from_flags().to_dict()))")
     run = lambda *a: json.loads(subprocess.run([sys.executable, "-c", code, *a], capture_output=True,  # noqa: E731
                                                text=True, timeout=120, check=True).stdout.splitlines()[-1])
-    leduc = run("--game=leduc_poker")
-    assert leduc["learning_rate"] == GAME_DEFAULTS["leduc_poker"]["learning_rate"] != RunConfig().learning_rate
-    assert leduc["learner_batch_size"] == GAME_DEFAULTS["leduc_poker"]["learner_batch_size"]
-    given = run("--game=leduc_poker", "--learning_rate=0.0005")
-    assert given["learning_rate"] == 0.0005
-    assert run("--game=matrix_rps")["learning_rate"] == RunConfig().learning_rate
+    leduc = run("--game=leduc_poker")["learner"]
+    assert leduc["learning_rate"] == GAME_DEFAULTS["leduc_poker"]["learner.learning_rate"] != RunConfig().learner.learning_rate
+    assert leduc["batch_size"] == GAME_DEFAULTS["leduc_poker"]["learner.batch_size"]
+    assert leduc["loss"]["entropy_weight"] == 0.1 != RunConfig().learner.loss.entropy_weight
+    assert run("--game=leduc_poker", "--learning_rate=0.0005")["learner"]["learning_rate"] == 0.0005
+    assert run("--game=leduc_poker", "--learner.learning_rate=0.0007")["learner"]["learning_rate"] == 0.0007
+    assert run("--game=matrix_rps")["learner"]["learning_rate"] == RunConfig().learner.learning_rate
+
+
+def test_every_sub_config_field_has_a_flag_and_config_json_round_trips(tmp_path):
+    """One flag per leaf of the nested config, named by its path (every LossConfig,
+    ReplayConfig, MatchmakingConfig and SnapshotConfig field included), with the field's
+    comment as help; a config set through flags survives config.json and a resume."""
+    from league.players import MatchmakingConfig, SnapshotConfig
+    from learners.config import ReplayConfig
+    from learners.losses import LossConfig
+
+    paths = {path for path, _ in fields()}
+    for prefix, cls in (("learner.loss", LossConfig), ("learner.replay", ReplayConfig),
+                        ("league.matchmaking", MatchmakingConfig), ("league.snapshots", SnapshotConfig)):
+        for f in dataclasses.fields(cls):
+            assert f"{prefix}.{f.name}" in paths or f"{prefix}.{f.name}" == "learner.replay.table"
+    code = ("import sys, json; from experiments import league; league.define_flags(); "
+            "league.FLAGS(sys.argv); print(json.dumps(league.config_from_flags().to_dict())); "
+            "print(league.FLAGS['learner.replay.samples_per_insert'].help)")
+    args = ["--game=kuhn_poker", "--learner.loss.td_lambda=0.5", "--learner.replay.selector=fifo",
+            "--league.matchmaking.main_pfsp_weighting=hard", "--league.snapshots.exploiter_win_rate=0.6",
+            "--entropy_cost=0.3", "--noleague.initial_snapshots", f"--run_dir={tmp_path / 'run'}"]
+    lines = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                           timeout=120, check=True).stdout.splitlines()
+    assert lines[-1] == "target times each unroll is sampled (AlphaStar: 2)"
+    config = RunConfig.from_dict(json.loads(lines[-2]))
+    assert (config.learner.loss.td_lambda, config.learner.replay.selector) == (0.5, "fifo")
+    assert config.league.matchmaking.main_pfsp_weighting == "hard"
+    assert config.league.snapshots.exploiter_win_rate == 0.6 and config.league.initial_snapshots is False
+    assert config.learner.loss.entropy_weight == 0.3 and config.learner.learning_rate == 1e-3  # Kuhn's default
+    assert prepare_run_dir(config) is False and prepare_run_dir(config) is True
+    saved = RunConfig.from_dict(json.load(open(tmp_path / "run" / "config.json")))
+    assert saved == config
+    with pytest.raises(ValueError, match="learner.loss.td_lambda: saved 0.5, now 0.8"):
+        prepare_run_dir(dataclasses.replace(config, learner=dataclasses.replace(
+            config.learner, loss=dataclasses.replace(config.learner.loss, td_lambda=0.8))))
+
+
+def test_a_flat_config_json_of_an_earlier_version_still_resumes(tmp_path):
+    flat = {"game": "kuhn_poker", "races": 1, "runner": "inprocess", "run_dir": str(tmp_path),
+            "learner_batch_size": 8, "hidden_size": 16, "entropy_cost": None, "batch_size": 4,
+            "main_agent_snapshot_steps": 300, "evaluation_games": 8}
+    (tmp_path / "config.json").write_text(json.dumps(flat))
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", run_dir=str(tmp_path), learner_batch_size=8,
+                            hidden_size=16, batch_size=4, main_agent_snapshot_steps=300, evaluation_games=8)
+    assert RunConfig.from_dict(flat) == config
+    assert prepare_run_dir(config) is True
