@@ -44,7 +44,7 @@ import inspect
 import queue
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -115,6 +115,38 @@ def _make_policy_fn(network, greedy: bool):
     return jax.jit(policy)
 
 
+def step_record(obs, action, first, done, outcome, rewards, signals) -> dict:
+    """One step of an actor's stream as it is written: side 0's observation, action and
+    behaviour log-probs, the opponent's observation beside them, and what the game returned."""
+    return dict(observation=obs[0], opponent_observation=obs[1], action=action.heads,
+                behaviour_log_prob=action.log_probs, first=first, done=done, outcome=outcome,
+                rewards=rewards, signals=signals)
+
+
+class Stream(NamedTuple):
+    """What an actor carries from one unroll to the next within a match."""
+
+    obs: Any              # both sides' observations of the batch's current step
+    first: Any            # [B] the current step starts a game
+    state0: Any           # side 0's (the learner's) core state before the current step
+    state1: Any           # side 1's (the opponent's)
+    carry: dict | None    # the last step of the previous unroll [1, B, ...] (host), or None
+    carry_state: Any      # side 0's core state before that step
+    teacher_state: Any    # the teacher's core state before the next unroll (None: no teacher)
+    lengths: np.ndarray   # [B] steps of each running game so far
+    scores: np.ndarray    # [B] each running game's payoff to side 0 so far
+
+
+class Match(NamedTuple):
+    """The current match: the coordinator's answer and what playing it needs."""
+
+    request: dict          # request_match's answer (opponent_id, branch, races, ...)
+    opponent_version: int
+    opponent_params: Any
+    matchups: list | None  # the races each game is played in (SMAX), read from the game
+    episodes: int          # games finished in this match
+
+
 def make_teacher_advance(network):
     """The jitted (teacher params, observations [T, B], first [T, B], teacher state, actions)
     -> the teacher's core state after those steps: the teacher follows the same observations
@@ -155,9 +187,7 @@ def _make_fused_unroll(network, game_step, num_steps: int):
         a0, next0 = act(network, params0, k0, obs[0], state0, first)
         a1, next1 = act(network, params1, k1, obs[1], state1, first)
         game_state, next_obs, rewards, done, outcome, signals = step(game_state, (a0.game, a1.game))
-        record = dict(observation=obs[0], opponent_observation=obs[1], action=a0.heads,
-                      behaviour_log_prob=a0.log_probs, first=first, done=done, outcome=outcome,
-                      rewards=rewards, signals=signals)
+        record = step_record(obs, a0, first, done, outcome, rewards, signals)
         return (game_state, next_obs, next0, next1, done), (record, state0)
 
     def unroll(params0, params1, rng, game_state, obs, state0, state1, first):
@@ -340,16 +370,14 @@ class Actor:
         self._obs_template = game.spec.side(0).zero_observation()
         self._teacher = None if teacher_params is None else jax.device_put(teacher_params)
         self._advance_teacher = None if teacher_params is None else make_teacher_advance(network)
-        self._teacher_state = None
         self._rng = jax.random.PRNGKey(self.config.seed)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._writer: _UnrollWriter | None = None
         self._refresher: _ParamsRefresher | None = None
         self._params = self._version = None
-        self._match: dict | None = None
-        self._opponent_params = None
-        self._opponent_version = None
+        self._match: Match | None = None
+        self._stream: Stream | None = None
         self._resets = 0
         fused = self.config.fused and hasattr(game, "state") and callable(
             getattr(getattr(game, "fns", None), "step", None))
@@ -386,27 +414,23 @@ class Actor:
             self._new_match()
 
     def _new_match(self):
-        match = dict(self.match_source.request_match(self.agent_id))
-        opponent = str(match["opponent_id"])
+        request = dict(self.match_source.request_match(self.agent_id))
+        opponent = str(request["opponent_id"])
         if opponent == self.agent_id:
-            self._opponent_version, self._opponent_params = self._version, self._params
+            opponent_version, opponent_params = self._version, self._params
         else:
-            self._opponent_version, self._opponent_params = self._wait_params(opponent)
-        abandoned = 0 if self._match is None else int(np.sum(self._lengths > 0))
-        self._match, self._match_episodes = match, 0
+            opponent_version, opponent_params = self._wait_params(opponent)
+        abandoned = 0 if self._stream is None else int(np.sum(self._stream.lengths > 0))
         self._resets += 1
-        timestep = reset_game(self.game, self.config.seed * 100_003 + self._resets, match)
-        self._matchups = played_matchups(self.game)
-        self._obs = timestep.observations
-        self._first = np.ones(self._batch, bool)
-        self._state0 = self.network.initial_state(self._batch)
-        self._state1 = self.network.initial_state(self._batch)
-        self._carry = None             # the overlapping step [1, B, ...], on the host
-        self._carry_state = self._state0
-        if self._teacher is not None:
-            self._teacher_state = self.network.initial_state(self._batch)  # before the next unroll
-        self._lengths = np.zeros(self._batch, np.int64)
-        self._scores = np.zeros(self._batch, np.float64)  # each game's payoff to side 0 so far
+        timestep = reset_game(self.game, self.config.seed * 100_003 + self._resets, request)
+        self._match = Match(request, opponent_version, opponent_params,
+                            played_matchups(self.game), 0)
+        initial = self.network.initial_state(self._batch)
+        self._stream = Stream(
+            obs=timestep.observations, first=np.ones(self._batch, bool), state0=initial,
+            state1=initial, carry=None, carry_state=initial,
+            teacher_state=None if self._teacher is None else initial,
+            lengths=np.zeros(self._batch, np.int64), scores=np.zeros(self._batch, np.float64))
         with self._lock:
             self._m["matches"] += 1
             self._m["games_abandoned"] += abandoned
@@ -425,21 +449,19 @@ class Actor:
         the device until the one transfer at the end. Returns (time-major host chunk, core
         state before the last step)."""
         records, versions, last_state = [], [], None
-        for i in range(num_steps):
+        s = self._stream
+        obs, first, state0, state1 = s.obs, s.first, s.state0, s.state1
+        for _ in range(num_steps):
             self._take_refresh()
-            if i == num_steps - 1:
-                last_state = self._state0
+            last_state = state0
             self._rng, key = jax.random.split(self._rng)
-            a0, a1, self._state0, self._state1 = self._policy(
-                self._params, self._opponent_params, key, self._obs[0], self._obs[1],
-                self._state0, self._state1, self._first)
-            timestep = self.game.step((a0.game, a1.game))
-            records.append(dict(
-                observation=self._obs[0], opponent_observation=self._obs[1], action=a0.heads,
-                behaviour_log_prob=a0.log_probs, first=self._first, done=timestep.done,
-                outcome=timestep.outcome, rewards=timestep.rewards, signals=timestep.signals))
+            a0, a1, state0, state1 = self._policy(
+                self._params, self._match.opponent_params, key, obs[0], obs[1], state0, state1, first)
+            t = self.game.step((a0.game, a1.game))
+            records.append(step_record(obs, a0, first, t.done, t.outcome, t.rewards, t.signals))
             versions.append(self._version)
-            self._obs, self._first = timestep.observations, timestep.done
+            obs, first = t.observations, t.done
+        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1)
         host = jax.device_get(records)   # the one synchronisation of the unroll
         chunk = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *host)
         chunk["version"] = np.asarray(versions, np.int32)
@@ -450,10 +472,12 @@ class Actor:
         policy + game steps; parameters are swapped in between unrolls."""
         self._take_refresh()
         self._rng, key = jax.random.split(self._rng)
-        (game_state, self._obs, self._state0, self._state1, self._first), chunk, last_state = (
-            self._fused(num_steps)(self._params, self._opponent_params, key, self.game.state,
-                                   self._obs, self._state0, self._state1, self._first))
+        s = self._stream
+        (game_state, obs, state0, state1, first), chunk, last_state = self._fused(num_steps)(
+            self._params, self._match.opponent_params, key, self.game.state, s.obs, s.state0,
+            s.state1, s.first)
         self.game.state = game_state
+        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1)
         chunk = jax.device_get(chunk)
         chunk["version"] = np.full(num_steps, self._version, np.int32)
         return chunk, last_state
@@ -466,27 +490,27 @@ class Actor:
 
     def _unroll(self):
         """Plays the steps of one unroll, writes it, reports results; may start a new match."""
-        steps_needed = self.config.unroll_length - (0 if self._carry is None else 1)
-        core_state = self._carry_state
+        steps_needed = self.config.unroll_length - (0 if self._stream.carry is None else 1)
         play = self._play_fused if self._fused_fns is not None else self._play_stepwise
+        before = self._stream
         chunk, last_state = play(steps_needed)
         self._reward_and_report(chunk)
-        if self._carry is not None:
-            chunk = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), self._carry, chunk)
+        if before.carry is not None:
+            chunk = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), before.carry, chunk)
+        core_state, teacher_state = before.carry_state, before.teacher_state
         if self._teacher is not None:
-            core_state = (core_state, self._teacher_state)
-            self._teacher_state = self._advance_teacher(
-                self._teacher, *jax.tree_util.tree_map(lambda x: x[:-1], (
-                    chunk["observation"], chunk["first"])), self._teacher_state,
-                jax.tree_util.tree_map(lambda x: x[:-1], chunk["action"]))
+            core_state = (core_state, teacher_state)
+            learnt = jax.tree_util.tree_map(lambda x: x[:-1], (chunk["observation"], chunk["first"]))
+            teacher_state = self._advance_teacher(self._teacher, *learnt, teacher_state,
+                                                  jax.tree_util.tree_map(lambda x: x[:-1], chunk["action"]))
         self._write(chunk, core_state)
-        self._carry = jax.tree_util.tree_map(lambda x: x[-1:], chunk)
-        self._carry_state = last_state
+        self._stream = self._stream._replace(carry=jax.tree_util.tree_map(lambda x: x[-1:], chunk),
+                                             carry_state=last_state, teacher_state=teacher_state)
         with self._lock:
             self._m["batch_steps"] += steps_needed
             self._m["env_steps"] += steps_needed * self._batch
             self._m["unrolls"] += 1
-        if self._match_episodes >= self.config.episodes_per_match:
+        if self._match.episodes >= self.config.episodes_per_match:
             self._new_match()
 
     def _reward_and_report(self, chunk: dict):
@@ -502,21 +526,23 @@ class Actor:
         chunk["reward"] = rewards.reshape(done.shape).T
 
         results = []
-        branch = self._match.get("branch", "")
-        opponent = str(self._match["opponent_id"])
+        match = self._match
+        branch = match.request.get("branch", "")
+        opponent = str(match.request["opponent_id"])
         game_rewards = np.asarray(fields["rewards"])[..., 0]  # [B, T'] the game's own, side 0
+        lengths, scores = self._stream.lengths, self._stream.scores   # updated in place
         for t in range(done.shape[1]):
-            self._lengths += 1
-            self._scores += game_rewards[:, t]
+            lengths += 1
+            scores += game_rewards[:, t]
             for b in np.flatnonzero(done[:, t]):
                 results.append({"home": self.agent_id, "away": opponent,
                                 "outcome": OUTCOME_NAMES[int(np.sign(outcome[b, t]))],
-                                "score": float(self._scores[b]),
-                                "length": int(self._lengths[b]), "actor_id": self.actor_id,
-                                "branch": branch, **races_played(self._matchups, b)})
-            self._lengths[done[:, t]] = 0
-            self._scores[done[:, t]] = 0.0
-        self._match_episodes += len(results)
+                                "score": float(scores[b]), "length": int(lengths[b]),
+                                "actor_id": self.actor_id, "branch": branch,
+                                **races_played(match.matchups, b)})
+            lengths[done[:, t]] = 0
+            scores[done[:, t]] = 0.0
+        self._match = match._replace(episodes=match.episodes + len(results))
         with self._lock:
             self._m["episodes"] += len(results)
         if results:
@@ -605,9 +631,10 @@ class Actor:
             m = dict(self._m)
         m["env_steps_per_second"] = m["env_steps"] / max(m["running_seconds"], 1e-9)
         m["policy_version"] = self._version
-        m["current_opponent"] = None if self._match is None else str(self._match["opponent_id"])
-        m["opponent_version"] = self._opponent_version
-        m["match"] = None if self._match is None else dict(self._match)
+        match = self._match
+        m["current_opponent"] = None if match is None else str(match.request["opponent_id"])
+        m["opponent_version"] = None if match is None else match.opponent_version
+        m["match"] = None if match is None else dict(match.request)
         if self._writer is not None:
             m["items_written"] = self._writer.items_written
         if self._refresher is not None and self._refresher.error is not None:
