@@ -126,6 +126,56 @@ class Evaluator:
         return m
 
 
+class ExactEvaluator:
+    """Exact payoffs between frozen players of a poker game, instead of sampled games.
+
+    Each player becomes its exact tabular policy (`poker_policy.network_policy`: the network
+    on every information state, as the actor plays it), then its own reach of every terminal
+    history (`poker_policy.TerminalPaths.reaches`, cached: frozen players never change); a new
+    player's win rates and mean chips against K others are one matrix product
+    (`TerminalPaths.payoffs`). `metrics()` has the time spent per player in each part."""
+
+    def __init__(self, game_name: str, network, params_source):
+        from actors.games import poker, poker_policy
+
+        self.game = poker.load_game(game_name)
+        self.network, self.params_source = network, params_source
+        self.paths = poker_policy.TerminalPaths(self.game)
+        self._step_fn = poker_policy.make_step_fn(network)
+        self._reaches: dict[str, np.ndarray] = {}
+        self._m = dict(players=0, tabular_seconds=0.0, payoff_seconds=0.0, pairs=0)
+
+    def reach(self, player_id: str) -> np.ndarray:
+        """[2, Z] the player's own reach of every terminal history, as each seat."""
+        from actors.games import poker_policy
+
+        if player_id not in self._reaches:
+            started = time.monotonic()
+            got = self.params_source.latest_params(player_id)
+            if got is None:
+                raise LookupError(f"no parameters for player {player_id!r}")
+            table = poker_policy.network_policy(self.game, self.network, got[1], step_fn=self._step_fn)
+            self._reaches[player_id] = self.paths.reaches(table).astype(np.float32)
+            self._m["players"] += 1
+            self._m["tabular_seconds"] += time.monotonic() - started
+        return self._reaches[player_id]
+
+    def payoffs(self, player_id: str, against: list[str]) -> dict[str, tuple[float, float]]:
+        """{other: (win rate with draws half, mean chips)} of `player_id` against each other."""
+        reach = self.reach(player_id)
+        if not against:
+            return {}
+        others = np.stack([self.reach(q) for q in against])
+        started = time.monotonic()
+        win, chips = self.paths.payoffs(reach.astype(np.float64), others.astype(np.float64))
+        self._m["payoff_seconds"] += time.monotonic() - started
+        self._m["pairs"] += len(against)
+        return {q: (float(w), float(c)) for q, w, c in zip(against, win, chips)}
+
+    def metrics(self) -> dict:
+        return dict(self._m)
+
+
 def summarize(results: list[dict]) -> dict:
     """{"games", "wins", "draws", "losses", "win_rate" (draws count half)} of result dicts."""
     counts = {k: sum(r["outcome"] == k for r in results) for k in ("win", "draw", "loss")}

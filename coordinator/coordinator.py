@@ -39,6 +39,10 @@ class CoordinatorConfig:
     checkpoint_every_seconds: float = 30.0
 
 
+EXACT_GAMES = 32.0
+"""The weight, in games, of an exact payoff in the Elo fit."""
+
+
 def initial_player_id(agent_id: str) -> str:
     """The param-store id of a learning agent's initial parameters (what resets restore)."""
     return f"{agent_id}@initial"
@@ -231,6 +235,26 @@ class Coordinator:
             return {"kind": "reset", "agent_id": decision.agent_id}
         raise ValueError(f"unknown decision {decision!r}")
 
+    def exact_work(self) -> dict | None:
+        """For evaluators of games with an exact meta-game (poker): the oldest frozen player
+        whose exact payoffs are missing, and the frozen players whose exact payoffs are in
+        (it is needed against each of them), or None when every frozen player's are in."""
+        with self._lock:
+            frozen = self.league.historical_ids()
+            mask = self.league.payoff.exact_mask(frozen)
+        done = [p for i, p in enumerate(frozen) if mask[i, i]]
+        todo = [p for i, p in enumerate(frozen) if not mask[i, i]]
+        return {"player": todo[0], "against": done} if todo else None
+
+    def report_exact(self, player_id: str, payoffs: Mapping[str, Sequence[float]]) -> None:
+        """Exact payoffs of the frozen player `player_id` against other players:
+        {other: (win rate with draws half, mean score)} (`Payoff.set_exact`); from then on its
+        pairs are exact in PFSP, the Nash and the ratings, and evaluators sample them no more."""
+        with self._lock:
+            for other, (win_rate, score) in payoffs.items():
+                self.league.payoff.set_exact(player_id, other, float(win_rate), float(score))
+            self.league.payoff.set_exact(player_id, player_id, 0.5, 0.0)
+
     def evaluation_matches(self, count: int) -> list[dict]:
         """The `count` pairs of distinct players with the fewest (decayed) games between them,
         as matches {"home", "away", "home_race", "away_race"}: evaluators play every game in
@@ -238,15 +262,16 @@ class Coordinator:
         with self._lock:
             ids = list(self.league.players)
             wins, draws, losses = self.league.payoff.count_matrices(ids)
+            exact = self.league.payoff.exact_mask(ids)
             rng = self.league.rng
             races = {p: self.league.players[p].race for p in ids}
-        games = wins + draws + losses
+        games = np.where(exact, np.inf, wins + draws + losses)  # exact pairs need no games
         n = len(ids)
         if n < 2:
             return []
         upper = np.triu_indices(n, 1)
         pair_games = games[upper] + rng.uniform(0, 1e-3, len(upper[0]))  # random tie-breaks
-        order = np.argsort(pair_games)[:count]
+        order = [k for k in np.argsort(pair_games)[:count] if np.isfinite(pair_games[k])]
         # Either player may be side 0: a side that a game favours biases no pair's cell.
         pairs = [(ids[upper[0][k]], ids[upper[1][k]])[:: 1 if rng.random() < 0.5 else -1] for k in order]
         return [{"home": a, "away": b, "home_race": races[a], "away_race": races[b]} for a, b in pairs]
@@ -265,10 +290,13 @@ class Coordinator:
             ids = list(self.league.players)
             wins, draws, _ = self.league.payoff.count_matrices(ids)
             scores = self.league.payoff.score_matrix(ids)
+            exact = self.league.payoff.exact_mask(ids)
+            rates = self.league.payoff.win_rate_matrix(ids)
             trueskill = dict(self._trueskill)
         now = self._clock()
         nash = meta.nash_distribution(meta.scores_as_win_rates(scores))
-        elo = meta.elo_ratings(wins, draws)
+        # Exact pairs count as EXACT_GAMES games at their exact win rate.
+        elo = meta.elo_ratings(np.where(exact, EXACT_GAMES * rates, wins), np.where(exact, 0.0, draws))
         self.history.add_payoff_snapshot(ids, wins, draws, now, scores=scores)
         self.history.add_nash(dict(zip(ids, nash)), now)
         self.history.add_ratings(

@@ -125,6 +125,9 @@ class EvaluatorSettings:
     count: int = 1  # evaluator nodes filling the payoff matrix for pairs with few games
     games: int = 16  # games an evaluator plays per pair of players
     greedy: bool = False  # most likely actions instead of sampled ones
+    # Games with an exact meta-game (poker): frozen players' payoffs against each other are
+    # computed exactly (tabular policies, one tree walk) instead of sampled.
+    exact: bool = True
 
 
 def _run_league() -> LeagueConfig:

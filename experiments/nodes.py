@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from coordinator.param_store import ParamStore
-from experiments.config import RunConfig
+from experiments.config import POKER_GAMES, RunConfig
 
 
 class ParamsSource:
@@ -304,14 +304,32 @@ class EvaluatorNode:
         self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir),
                                     config=EvaluatorConfig(seed=config.seed, greedy=config.evaluator.greedy),
                                     evaluator_id=evaluator_id)
+        self._exact = None
+        if config.evaluator.exact and config.game in POKER_GAMES:
+            from actors.evaluator import ExactEvaluator
+
+            self._exact = ExactEvaluator(config.game, network, ParamsSource(learner_groups, config.run_dir))
         self._stop = threading.Event()
         self.games = 0
 
     def run(self) -> None:
         self._stop.clear()
         while not self._stop.is_set():
-            if not self.evaluate_next():
+            if not (self.exact_next() or self.evaluate_next()):
                 time.sleep(1.0)
+
+    def exact_next(self) -> int:
+        """Games with an exact meta-game (poker): computes the exact payoffs of the next frozen
+        player the coordinator names against every frozen player already in, and reports them;
+        returns the number of pairs (0: nothing to do, or no exact meta-game)."""
+        if self._exact is None:
+            return 0
+        work = self._coordinator.exact_work()
+        if not work:
+            return 0
+        payoffs = self._exact.payoffs(work["player"], work["against"])
+        self._coordinator.report_exact(work["player"], payoffs)
+        return len(payoffs) + 1
 
     def evaluate_next(self) -> int:
         """Plays `evaluation_games` games of the pair the coordinator names, in the two
@@ -332,4 +350,5 @@ class EvaluatorNode:
         self._stop.set()
 
     def metrics(self) -> dict:
-        return {"games": self.games}
+        return {"games": self.games, **({} if self._exact is None else {
+            f"exact_{k}": v for k, v in self._exact.metrics().items()})}

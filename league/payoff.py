@@ -15,6 +15,12 @@ scores[b, a] = -scores[a, b]), where a game's score is what the game pays home (
 poker) or, when a game reports none, its outcome +1/0/-1. `score_matrix` (mean score per
 game) is the meta-game's payoff: for win/loss games it is 2 * win rate - 1, the same game as
 the win rates; for poker it is the expected chips, the meta-game PSRO solves.
+
+Exact entries. Where a pair's expected outcome is computable exactly (poker: both players as
+tabular policies, one tree walk; `actors.games.poker_policy.TerminalPaths`), `set_exact`
+records it (win rate with draws half, and mean score) and every query (`win_rate(s)`,
+`win_rate_matrix`, `score_matrix`) uses it instead of the sampled counts; `exact_mask` says
+which pairs have one. Counts stay what was played.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ class Payoff:
         self._wins = np.zeros((capacity, capacity), dtype)
         self._draws = np.zeros((capacity, capacity), dtype)
         self._scores = np.zeros((capacity, capacity), dtype)
+        self._exact = np.zeros((capacity, capacity), bool)
+        self._exact_rates = np.zeros((capacity, capacity), np.float64)
+        self._exact_scores = np.zeros((capacity, capacity), np.float64)
 
     # -- players ---------------------------------------------------------------
 
@@ -56,7 +65,7 @@ class Payoff:
 
     def _grow(self, capacity: int) -> None:
         n = len(self._ids)
-        for name in ("_wins", "_draws", "_scores"):
+        for name in ("_wins", "_draws", "_scores", "_exact", "_exact_rates", "_exact_scores"):
             old = getattr(self, name)
             new = np.zeros((capacity, capacity), old.dtype)
             new[:n, :n] = old[:n, :n]
@@ -112,6 +121,24 @@ class Payoff:
             if h != a:
                 self._draws[a, h] += 1
 
+    def set_exact(self, home: str, away: str, win_rate: float, score: float) -> None:
+        """The exact expected outcome of home against away: P[home wins] + P[draw] / 2 and the
+        mean score per game to home; away's view follows (1 - win rate, -score)."""
+        if not (0.0 <= win_rate <= 1.0 and np.isfinite(score)):
+            raise ValueError(f"exact payoff of {home} vs {away} must have a win rate in [0, 1] and a "
+                             f"finite score; got {win_rate!r}, {score!r}")
+        h, a = self.index(home), self.index(away)
+        self._exact[h, a] = self._exact[a, h] = True
+        self._exact_rates[h, a], self._exact_rates[a, h] = win_rate, 1.0 - win_rate
+        self._exact_scores[h, a], self._exact_scores[a, h] = score, -score
+        if h == a:
+            self._exact_rates[h, h], self._exact_scores[h, h] = 0.5, 0.0
+
+    def exact_mask(self, player_ids: Sequence[str] | None = None) -> np.ndarray:
+        """[n, n] True where a pair's payoff is exact."""
+        idx = self.indices(player_ids) if player_ids is not None else np.arange(len(self._ids))
+        return self._exact[idx[:, None], idx[None, :]].copy()
+
     # -- queries ---------------------------------------------------------------
 
     def _rates(self, h: np.ndarray | int, a: np.ndarray | int) -> np.ndarray:
@@ -121,7 +148,7 @@ class Payoff:
         games = wins + losses + draws
         with np.errstate(invalid="ignore", divide="ignore"):
             rates = np.where(games > 0, (wins + 0.5 * draws) / games, 0.5)
-        return rates
+        return np.where(self._exact[h, a], self._exact_rates[h, a], rates)
 
     def win_rate(self, home: str, away: str) -> float:
         """P[home beats away] (draws count half); 0.5 for a pair never played."""
@@ -160,7 +187,8 @@ class Payoff:
         i, j = idx[:, None], idx[None, :]
         games = (self._wins[i, j] + self._wins[j, i] + self._draws[i, j]).astype(np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(games > 0, self._scores[i, j] / games, 0.0)
+            sampled = np.where(games > 0, self._scores[i, j] / games, 0.0)
+        return np.where(self._exact[i, j], self._exact_scores[i, j], sampled)
 
     @property
     def nbytes(self) -> int:
@@ -176,6 +204,9 @@ class Payoff:
             "wins": self._wins[:n, :n].copy(),
             "draws": self._draws[:n, :n].copy(),
             "scores": self._scores[:n, :n].copy(),
+            # exact entries as (i, j, win rate, score) rows with i <= j
+            "exact": [(int(i), int(j), float(self._exact_rates[i, j]), float(self._exact_scores[i, j]))
+                      for i, j in zip(*np.nonzero(np.triu(self._exact[:n, :n])))],
         }
 
     @classmethod
@@ -200,4 +231,6 @@ class Payoff:
         if scores.shape != (n, n) or not np.isfinite(scores).all():
             raise ValueError(f"payoff state's scores are corrupt (shape {scores.shape} for {n} players, or not finite)")
         payoff._scores[:n, :n] = scores
+        for i, j, rate, score in state.get("exact", ()):
+            payoff.set_exact(players[int(i)], players[int(j)], float(rate), float(score))
         return payoff

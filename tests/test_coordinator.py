@@ -249,3 +249,35 @@ def test_a_history_from_before_scores_is_read_and_upgraded(tmp_path):
     upgraded = LeagueHistory(str(tmp_path))
     upgraded.add_games([{"home": "a", "away": "b", "outcome": "loss", "score": -2.0}])
     assert [g["score"] for g in upgraded.games()] == [None, -2.0]
+
+
+def test_exact_payoffs_replace_sampling_for_frozen_pairs(tmp_path):
+    """Frozen players' exact payoffs (poker) come in through `report_exact`: the coordinator
+    asks for each frozen player once, evaluators sample exact pairs no more, the Nash is solved
+    on the exact scores and a resumed coordinator keeps them."""
+    config = LeagueConfig(races=("any",), main_exploiters_per_race=0, league_exploiters_per_race=1,
+                          snapshots=SNAPSHOTS)
+    coordinator = Coordinator(config, str(tmp_path), seed=1, config=NEVER)
+    learners = {a: StrategyLearner(np.zeros(3)) for a in coordinator.agent_ids()}
+    coordinator.set_learners(learners)
+    for a in learners:
+        coordinator.store_initial_params(a, {"strategy": np.zeros(3)})
+    first = coordinator.exact_work()
+    assert first == {"player": "any_main_agent_0#0", "against": []}
+    coordinator.report_exact("any_main_agent_0#0", {})
+    assert coordinator.exact_work() is None
+    learners["any_main_agent_0"].steps = lambda: 10**6
+    coordinator.poll()  # the main agent snapshots: a second frozen player
+    second = coordinator.exact_work()
+    assert second == {"player": "any_main_agent_0#1", "against": ["any_main_agent_0#0"]}
+    coordinator.report_exact("any_main_agent_0#1", {"any_main_agent_0#0": (0.9, 1.25)})
+    payoff = coordinator.league.payoff
+    assert payoff.win_rate("any_main_agent_0#0", "any_main_agent_0#1") == pytest.approx(0.1)
+    pairs = {frozenset((m["home"], m["away"])) for m in coordinator.evaluation_matches(100)}
+    assert frozenset(("any_main_agent_0#0", "any_main_agent_0#1")) not in pairs and pairs
+    nash = coordinator.publish_meta_game()["nash"]
+    assert nash["any_main_agent_0#0"] == pytest.approx(0.0, abs=1e-9)   # beaten by #1 exactly
+    coordinator.close()
+    resumed = Coordinator(config, str(tmp_path), seed=1, config=NEVER)
+    assert resumed.league.payoff.win_rate("any_main_agent_0#1", "any_main_agent_0#0") == pytest.approx(0.9)
+    assert resumed.exact_work() is None

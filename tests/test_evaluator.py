@@ -2,6 +2,7 @@
 
 import jax
 import numpy as np
+import pytest
 
 from actors.evaluator import Evaluator, EvaluatorConfig, summarize
 from actors.games import make_batch_game
@@ -101,3 +102,36 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
         assert (game["home_race"], game["away_race"]) == (race[game["home"]], race[game["away"]])
         matchups.add((game["home_race"], game["away_race"]))
     assert "protoss" in {r for m in matchups for r in m}
+
+
+def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path):
+    """Kuhn poker: the evaluator node turns each new frozen player into its exact tabular
+    policy and reports its exact payoffs against the frozen players already in; the values
+    are OpenSpiel's expected game scores of the two tabular policies, seats alternated."""
+    from open_spiel.python.algorithms import expected_game_score
+
+    from actors.games import poker, poker_policy
+    from coordinator.coordinator import Coordinator
+    from experiments.config import RunConfig
+    from experiments.nodes import EvaluatorNode, initial_params
+    from experiments.nodes import make_network as run_network
+    from league.rules import AddSnapshot
+
+    config = RunConfig.make(game="kuhn_poker", hidden_size=8, core_size=8, run_dir=str(tmp_path))
+    coordinator = Coordinator(config.league_config(), config.run_dir)
+    node = EvaluatorNode(config, coordinator, {})
+    spec = node._evaluator.game.spec
+    network = run_network(config, spec)
+    params = {k: initial_params(network, spec, k, 3) for k in (0, 1)}
+    coordinator.store_initial_params("any_main_agent_0", params[0])
+    coordinator.params.save("any_main_agent_0#1", params[1], 1)
+    coordinator.league.apply(AddSnapshot("any_main_agent_0", "any_main_agent_0#1", 1, 0.0, "test"))
+    assert node.exact_next() == 1 and node.exact_next() == 2 and node.exact_next() == 0
+    game = poker.load_game("kuhn_poker")
+    a, b = (poker_policy.network_policy(game, network, params[k]) for k in (0, 1))
+    v_ab = expected_game_score.policy_value(game.new_initial_state(), [a, b])[0]
+    v_ba = expected_game_score.policy_value(game.new_initial_state(), [b, a])[0]
+    scores = coordinator.league.payoff.score_matrix(["any_main_agent_0#1", "any_main_agent_0#0"])
+    assert scores[0, 1] == pytest.approx(0.5 * (v_ba - v_ab), abs=1e-6)
+    assert abs(scores[0, 1]) > 1e-4      # two different players
+    assert node.metrics()["exact_players"] == 2

@@ -619,3 +619,23 @@ def test_league_state_round_trips():
     assert copy.players == league.players
     np.testing.assert_allclose(copy.payoff.win_rate_matrix(), league.payoff.win_rate_matrix())
     assert [copy.get_match(a) for a in copy.learning_agent_ids()] == [league.get_match(a) for a in league.learning_agent_ids()]
+
+
+def test_exact_payoffs_override_sampled_ones_and_round_trip():
+    payoff = Payoff(decay=1.0)
+    for p in "abc":
+        payoff.add_player(p)
+    for _ in range(3):
+        payoff.update("a", "b", "win", 2.0)
+    payoff.update("a", "c", "loss", -1.0)
+    payoff.set_exact("a", "c", 0.75, 0.5)
+    assert payoff.win_rate("a", "c") == 0.75 and payoff.win_rate("c", "a") == 0.25
+    assert payoff.win_rate("a", "b") == 1.0                        # sampled where no exact one
+    np.testing.assert_allclose(payoff.score_matrix(), [[0, 2, 0.5], [-2, 0, 0], [-0.5, 0, 0]])
+    np.testing.assert_array_equal(payoff.exact_mask(["a", "c"]), [[False, True], [True, False]])
+    assert payoff.counts("a", "c")["games"] == 1                   # counts stay what was played
+    restored = Payoff.from_state(payoff.state())
+    np.testing.assert_allclose(restored.win_rate_matrix(), payoff.win_rate_matrix())
+    np.testing.assert_allclose(restored.score_matrix(), payoff.score_matrix())
+    with pytest.raises(ValueError, match="win rate in \\[0, 1\\]"):
+        payoff.set_exact("a", "b", 1.5, 0.0)

@@ -140,6 +140,57 @@ def test_expected_payoffs_is_the_seat_averaged_chip_value():
             assert payoff[a, b] == pytest.approx(0.5 * (v_ab - v_ba), abs=1e-9)
 
 
+def random_tables(game, count, seed):
+    from open_spiel.python import policy as os_policy
+
+    rng = np.random.default_rng(seed)
+    tables = []
+    for _ in range(count):
+        table = os_policy.TabularPolicy(game)
+        probs = rng.dirichlet(np.ones(game.num_distinct_actions()), len(table.state_lookup))
+        probs = probs * table.legal_actions_mask
+        table.action_probability_array[:] = probs / probs.sum(-1, keepdims=True)
+        tables.append(table)
+    return tables
+
+
+def win_probability_by_walk(game, policy0, policy1):
+    """P[player 0 wins] + 1/2 P[tie] by a plain recursive walk with OpenSpiel's states."""
+    def walk(state):
+        if state.is_terminal():
+            r = state.returns()[0]
+            return 1.0 if r > 0 else 0.5 if r == 0 else 0.0
+        if state.is_chance_node():
+            return sum(p * walk(state.child(a)) for a, p in state.chance_outcomes())
+        policy = (policy0, policy1)[state.current_player()]
+        probs = policy.action_probabilities(state)
+        return sum(p * walk(state.child(a)) for a, p in probs.items() if p > 0)
+
+    return walk(game.new_initial_state())
+
+
+@pytest.mark.parametrize("game_name", ["kuhn_poker", "leduc_poker"])
+def test_exact_payoffs_against_openspiel_walks(game_name):
+    """`TerminalPaths.payoffs`: exact seat-averaged chips against OpenSpiel's
+    expected_game_score and exact win rates (draws half) against a plain tree walk."""
+    game = poker.load_game(game_name)
+    tables = random_tables(game, 3, seed=4)
+    paths = poker_policy.TerminalPaths(game)
+    reach = np.stack([paths.reaches(t) for t in tables])
+    win, chips = paths.payoffs(reach[0], reach[1:])
+    for k, b in enumerate(tables[1:]):
+        v_ab = expected_game_score.policy_value(game.new_initial_state(), [tables[0], b])[0]
+        v_ba = expected_game_score.policy_value(game.new_initial_state(), [b, tables[0]])[0]
+        assert chips[k] == pytest.approx(0.5 * (v_ab - v_ba), abs=1e-9)
+        if game_name == "kuhn_poker":  # the plain walk is slow on Leduc
+            as0 = win_probability_by_walk(game, tables[0], b)
+            as1 = 1.0 - win_probability_by_walk(game, b, tables[0])
+            assert win[k] == pytest.approx(0.5 * (as0 + as1), abs=1e-9)
+    # a player against itself: chips 0, win rate 1/2
+    w_self, c_self = paths.payoffs(reach[0], reach[:1])
+    assert c_self[0] == pytest.approx(0.0, abs=1e-12) and w_self[0] == pytest.approx(0.5, abs=1e-12)
+
+
 def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     """Wiring: a hand-made run directory (a learning main agent's learner checkpoint, two
     frozen players in the parameter store, Nash weights in league.db) is read into the right

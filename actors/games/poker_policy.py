@@ -193,34 +193,78 @@ def mix_policies(game: pyspiel.Game, policies: Sequence[os_policy.TabularPolicy]
     return out
 
 
+class TerminalPaths:
+    """Every terminal history z of a two-player game with what an exact payoff needs: its
+    chance probability c(z), player 0's utility u_0(z), and for each player the (information
+    state, action) pairs of that player's own moves on the way, so that a tabular policy's own
+    reach of z is one gather and a product:
+
+        x^p(z) = prod_{(I, a) on z, I player p's} pi(a | I)
+
+    The expected payoff of a against b with a as player 0 is then
+    sum_z c(z) u_0(z) x_a^0(z) x_b^1(z) (one dot product), and with K players it is a matrix
+    product: exact meta-games of thousands of players cost one walk of the tree, once.
+    """
+
+    def __init__(self, game: pyspiel.Game):
+        template = os_policy.TabularPolicy(game)
+        self.num_actions = game.num_distinct_actions()
+        self.num_states = len(template.state_lookup)
+        chance, utility, paths = [], [], ([], [])
+
+        def walk(state: pyspiel.State, prob: float, path: tuple[list, list]):
+            if state.is_terminal():
+                chance.append(prob)
+                utility.append(state.returns()[0])
+                for p in range(2):
+                    paths[p].append(list(path[p]))
+                return
+            if state.is_chance_node():
+                for action, q in state.chance_outcomes():
+                    walk(state.child(action), prob * q, path)
+                return
+            player = state.current_player()
+            index = template.state_lookup[template._state_key(state, player)]  # noqa: SLF001
+            for action in state.legal_actions(player):
+                path[player].append(index * self.num_actions + action)
+                walk(state.child(action), prob, path)
+                path[player].pop()
+
+        walk(game.new_initial_state(), 1.0, ([], []))
+        self.chance = np.asarray(chance)                 # [Z]
+        self.utility = np.asarray(utility)               # [Z] player 0's
+        one = self.num_states * self.num_actions         # the index of a padding 1.0
+        self.paths = []                                  # per player [Z, L] flat indices
+        for p in range(2):
+            length = max(1, max(len(x) for x in paths[p]))
+            self.paths.append(np.asarray([x + [one] * (length - len(x)) for x in paths[p]], np.int64))
+
+    def reaches(self, policy: os_policy.TabularPolicy) -> np.ndarray:
+        """[2, Z]: the policy's own reach of every terminal as player 0 and as player 1."""
+        flat = np.concatenate([np.asarray(policy.action_probability_array, np.float64).ravel(), [1.0]])
+        return np.stack([flat[self.paths[p]].prod(axis=1) for p in range(2)])
+
+    def payoffs(self, reach: np.ndarray, others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Exact (win rates, mean chips) of the player with `reach` [2, Z] against each of
+        `others` [K, 2, Z], seats alternated (half the games as each player):
+
+            chips(a, b) = 1/2 sum_z c u_0 (x_a^0 x_b^1 - x_b^0 x_a^1)
+            win(a, b)   = 1/2 sum_z c (x_a^0 x_b^1 [u_0 > 0] + x_b^0 x_a^1 [u_0 < 0]
+                                       + 1/2 (x_a^0 x_b^1 + x_b^0 x_a^1) [u_0 = 0])"""
+        others = np.asarray(others).reshape(-1, 2, len(self.chance))
+        c, u = self.chance, self.utility
+        first = others[:, 1] * (reach[0] * c)[None]              # [K, Z]: a as player 0
+        second = others[:, 0] * (reach[1] * c)[None]             # [K, Z]: a as player 1
+        chips = 0.5 * (first @ u - second @ u)
+        win = 0.5 * (first @ ((u > 0) + 0.5 * (u == 0)) + second @ ((u < 0) + 0.5 * (u == 0)))
+        return win, chips
+
+
 def expected_payoffs(game: pyspiel.Game, policies: Sequence[os_policy.TabularPolicy]) -> np.ndarray:
     """[K, K] exact expected chips won by policy a against policy b, seats alternated (a is
-    player 0 in half the games): the antisymmetric chip meta-game of the players.
-
-    One walk of the tree: V0[a, b] = sum_z chance(z) u_0(z) x_a^0(z) x_b^1(z) over terminal
-    histories z, with x_k^p(z) player p's own reach of z under policy k."""
-    template = policies[0]
-    tables = np.stack([p.action_probability_array for p in policies])  # [K, S, A]
-    terminals: list[tuple[float, float, np.ndarray]] = []
-
-    def walk(state: pyspiel.State, chance: float, own: np.ndarray):
-        if state.is_terminal():
-            terminals.append((chance * state.returns()[0], own[0], own[1]))
-            return
-        if state.is_chance_node():
-            for action, p in state.chance_outcomes():
-                walk(state.child(action), chance * p, own)
-            return
-        player = state.current_player()
-        index = template.state_lookup[template._state_key(state, player)]  # noqa: SLF001
-        for action in state.legal_actions(player):
-            nxt = own.copy()
-            nxt[player] = own[player] * tables[:, index, action]
-            walk(state.child(action), chance, nxt)
-
-    walk(game.new_initial_state(), 1.0, np.ones((2, len(policies))))
-    weight = np.asarray([t[0] for t in terminals])       # [Z]
-    reach0 = np.stack([t[1] for t in terminals], 1)      # [K, Z]
-    reach1 = np.stack([t[2] for t in terminals], 1)
-    v0 = (reach0 * weight) @ reach1.T                      # a as player 0, b as player 1
+    player 0 in half the games): the antisymmetric chip meta-game of the players
+    (`TerminalPaths`: V0[a, b] = sum_z chance(z) u_0(z) x_a^0(z) x_b^1(z))."""
+    paths = TerminalPaths(game)
+    reach = np.stack([paths.reaches(p) for p in policies])        # [K, 2, Z]
+    v0 = (reach[:, 0] * paths.chance * paths.utility) @ reach[:, 1].T
     return 0.5 * (v0 - v0.T)
