@@ -143,22 +143,48 @@ class ExactEvaluator:
         self.paths = poker_policy.TerminalPaths(self.game)
         self._step_fn = poker_policy.make_step_fn(network)
         self._reaches: dict[str, np.ndarray] = {}
+        self._tables: dict = {}
         self._m = dict(players=0, tabular_seconds=0.0, payoff_seconds=0.0, pairs=0)
+
+    def table(self, player_id: str, cache: bool = True):
+        """The player's exact tabular policy (cached for frozen players: `cache`)."""
+        from actors.games import poker_policy
+
+        if player_id in self._tables:
+            return self._tables[player_id]
+        got = self.params_source.latest_params(player_id)
+        if got is None:
+            raise LookupError(f"no parameters for player {player_id!r}")
+        table = poker_policy.network_policy(self.game, self.network, got[1], step_fn=self._step_fn)
+        if cache:
+            self._tables[player_id] = table
+        return table
 
     def reach(self, player_id: str) -> np.ndarray:
         """[2, Z] the player's own reach of every terminal history, as each seat."""
-        from actors.games import poker_policy
-
         if player_id not in self._reaches:
             started = time.monotonic()
-            got = self.params_source.latest_params(player_id)
-            if got is None:
-                raise LookupError(f"no parameters for player {player_id!r}")
-            table = poker_policy.network_policy(self.game, self.network, got[1], step_fn=self._step_fn)
-            self._reaches[player_id] = self.paths.reaches(table).astype(np.float32)
+            self._reaches[player_id] = self.paths.reaches(self.table(player_id)).astype(np.float32)
             self._m["players"] += 1
             self._m["tabular_seconds"] += time.monotonic() - started
         return self._reaches[player_id]
+
+    def nash_conv(self, weights: dict[str, float], main_agents: list[str],
+                  frozen: set[str]) -> dict[str, float]:
+        """Exact NashConv (OpenSpiel) of the mixture `weights` of frozen and learning players
+        ("nash"; mixed per information state by reach, `poker_policy.mix_policies`) and of
+        each main agent's current policy. Only `frozen` players' tables are cached."""
+        from actors.games import poker, poker_policy
+
+        out = {}
+        support = [(p, w) for p, w in weights.items() if w > 0]
+        if support:
+            tables = [self.table(p, cache=p in frozen) for p, _ in support]
+            mixed = poker_policy.mix_policies(self.game, tables, [w for _, w in support])
+            out["nash"] = poker.nash_conv(self.game, mixed)
+        for agent in main_agents:
+            out[agent] = poker.nash_conv(self.game, self.table(agent, cache=False))
+        return out
 
     def payoffs(self, player_id: str, against: list[str]) -> dict[str, tuple[float, float]]:
         """{other: (win rate with draws half, mean chips)} of `player_id` against each other."""

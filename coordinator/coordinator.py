@@ -276,6 +276,15 @@ class Coordinator:
         pairs = [(ids[upper[0][k]], ids[upper[1][k]])[:: 1 if rng.random() < 0.5 else -1] for k in order]
         return [{"home": a, "away": b, "home_race": races[a], "away_race": races[b]} for a, b in pairs]
 
+    def nash_weights(self) -> dict[str, float]:
+        """The latest published Nash distribution over the players (empty before the first)."""
+        latest = self.history.latest_nash()
+        return {} if latest is None else dict(latest[1])
+
+    def record_exploitability(self, values: Mapping[str, float]) -> None:
+        """Exact NashConv of the Nash mixture ("nash") and of main agents, from an evaluator."""
+        self.history.add_exploitability(values, self._clock())
+
     def record_learner_metrics(self, agent_id: str, metrics: Mapping[str, float]) -> None:
         self.history.add_learner_metrics(agent_id, metrics, self._clock())
 

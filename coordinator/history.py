@@ -22,6 +22,9 @@ readers work while the league writes. Schema (times are Unix seconds):
     learner_metrics(id INTEGER PRIMARY KEY, time, agent_id, name, value)
         learner scalars in long form: updates_per_s, frames_per_s, loss, entropy, kl,
         staleness, sample_reuse, version, steps, ...
+    exploitability(id INTEGER PRIMARY KEY, time, subject, nash_conv)
+        exact NashConv over time in games that have it (poker), by OpenSpiel: subject "nash"
+        (the league's Nash mixture) or a main agent's id
     league_state(id INTEGER PRIMARY KEY CHECK (id = 1), time, state BLOB)
         the latest League.state() checkpoint (zlib JSON), for resuming
 """
@@ -59,6 +62,8 @@ CREATE TABLE IF NOT EXISTS ratings(id INTEGER PRIMARY KEY, time REAL NOT NULL, p
 CREATE INDEX IF NOT EXISTS ratings_time ON ratings(time);
 CREATE TABLE IF NOT EXISTS learner_metrics(id INTEGER PRIMARY KEY, time REAL NOT NULL,
     agent_id TEXT NOT NULL, name TEXT NOT NULL, value REAL);
+CREATE TABLE IF NOT EXISTS exploitability(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+    subject TEXT NOT NULL, nash_conv REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS league_state(id INTEGER PRIMARY KEY CHECK (id = 1), time REAL NOT NULL,
     state BLOB NOT NULL);
 """
@@ -209,6 +214,12 @@ class LeagueHistory:
             [(when, p, *map(float, r)) for p, r in rows.items()],
         )
 
+    def add_exploitability(self, values: Mapping[str, float], when: float | None = None) -> None:
+        """Exact NashConv per subject ("nash": the Nash mixture; a main agent's id)."""
+        when = when or time.time()
+        self._write("INSERT INTO exploitability(time, subject, nash_conv) VALUES (?, ?, ?)",
+                    [(when, s, float(v)) for s, v in values.items()])
+
     def add_learner_metrics(self, agent_id: str, metrics: Mapping[str, float], when: float | None = None) -> None:
         when = when or time.time()
         self._write(
@@ -290,6 +301,12 @@ class LeagueHistory:
     def ratings_history(self) -> list[tuple[float, str, float, float, float]]:
         return self._read("SELECT time, player_id, elo, trueskill_mu, trueskill_sigma FROM ratings ORDER BY time, id")
 
+    def exploitability_history(self) -> list[tuple[float, str, float]]:
+        """(time, subject, NashConv) rows in order; none for histories from before the table."""
+        if not self._read("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'exploitability'"):
+            return []
+        return self._read("SELECT time, subject, nash_conv FROM exploitability ORDER BY id")
+
     def learner_metrics(self) -> list[tuple[float, str, str, float]]:
         return self._read("SELECT time, agent_id, name, value FROM learner_metrics ORDER BY time, id")
 
@@ -318,7 +335,7 @@ class LeagueHistory:
             "SELECT (SELECT count(*) FROM players), (SELECT max(id) FROM games), (SELECT max(id) FROM events),"
             " (SELECT max(id) FROM payoff_snapshots), (SELECT max(id) FROM nash), (SELECT max(id) FROM ratings),"
             " (SELECT max(id) FROM learner_metrics)"
-        )[0]
+        )[0] + (len(self.exploitability_history()),)
         return tuple(v or 0 for v in row)
 
     def game_columns(self, after_id: int = 0, upto_id: int | None = None) -> tuple[list[str], list[str], list[str]]:

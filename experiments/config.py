@@ -128,6 +128,9 @@ class EvaluatorSettings:
     # Games with an exact meta-game (poker): frozen players' payoffs against each other are
     # computed exactly (tabular policies, one tree walk) instead of sampled.
     exact: bool = True
+    # ... and the exact NashConv of the Nash mixture and of each main agent is recorded this
+    # often (league.db `exploitability`, the dashboard's curve); 0: never.
+    nash_conv_every_seconds: float = 60.0
 
 
 def _run_league() -> LeagueConfig:

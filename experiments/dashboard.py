@@ -198,6 +198,7 @@ class DashboardData:
             "payoff": payoff,
             "nash": nash,
             "ratings": self._ratings(history, index),
+            "exploitability": self._exploitability(history),
             "events": {k: [e[c] for e in events] for k, c in (("time", "time"), ("kind", "kind"), ("agent", "agent_id"),
                                                                ("player", "player_id"), ("step", "step"), ("reason", "reason"))},
             "learners": self._learner_metrics(history),
@@ -270,6 +271,16 @@ class DashboardData:
                 weights[row_of[index[p]], column[t]] = w
         latest = [(i, float(weights[r, -1])) for i, r in row_of.items() if weights[r, -1] > 0]
         return {"times": times, "players": support, "weights": np.round(weights, 6).tolist(), "latest": latest}
+
+    @staticmethod
+    def _exploitability(history: LeagueHistory) -> dict:
+        """{subject: {"time": [...], "nash_conv": [...]}}: "nash" and each main agent."""
+        out: dict = {}
+        for when, subject, value in history.exploitability_history():
+            series = out.setdefault(subject, {"time": [], "nash_conv": []})
+            series["time"].append(when)
+            series["nash_conv"].append(value)
+        return out
 
     @staticmethod
     def _ratings(history: LeagueHistory, index: dict[str, int]) -> dict:

@@ -304,7 +304,7 @@ class EvaluatorNode:
         self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir),
                                     config=EvaluatorConfig(seed=config.seed, greedy=config.evaluator.greedy),
                                     evaluator_id=evaluator_id)
-        self._exact = None
+        self._exact, self._last_nash_conv = None, time.monotonic()
         if config.evaluator.exact and config.game in POKER_GAMES:
             from actors.evaluator import ExactEvaluator
 
@@ -324,6 +324,10 @@ class EvaluatorNode:
         returns the number of pairs (0: nothing to do, or no exact meta-game)."""
         if self._exact is None:
             return 0
+        every = self.config.evaluator.nash_conv_every_seconds
+        if every > 0 and time.monotonic() - self._last_nash_conv >= every:
+            self._last_nash_conv = time.monotonic()
+            self.measure_exploitability()
         work = self._coordinator.exact_work()
         if not work:
             return 0
@@ -345,6 +349,16 @@ class EvaluatorNode:
         self._coordinator.report_results(results)
         self.games += len(results)
         return len(results)
+
+    def measure_exploitability(self) -> dict[str, float]:
+        """Exact NashConv of the league's latest Nash mixture and of each main agent, recorded
+        in league.db (`exploitability`) for the dashboard's curve."""
+        players = self._coordinator.players()
+        mains = [p["player_id"] for p in players if p["role"] == "main_agent"]
+        frozen = {p["player_id"] for p in players if p["role"] == "historical"}
+        values = self._exact.nash_conv(self._coordinator.nash_weights(), mains, frozen)
+        self._coordinator.record_exploitability(values)
+        return values
 
     def stop(self) -> None:
         self._stop.set()

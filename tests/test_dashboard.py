@@ -25,8 +25,8 @@ from coordinator.history import LeagueHistory
 from experiments.dashboard import serve
 from tests.browser import BrowserMissing, Tab, chromium, find_chromium
 
-CHARTS = ("chart-payoff", "chart-nash-now", "chart-nash-time", "chart-elo", "chart-trueskill",
-          "chart-composition", "chart-events")
+CHARTS = ("chart-payoff", "chart-nash-now", "chart-nash-time", "chart-exploitability", "chart-elo",
+          "chart-trueskill", "chart-composition", "chart-events")
 LEARNER_METRICS = {"updates_per_s": 8.5, "frames_per_s": 8800.0, "loss": 0.7, "entropy": 1.1, "kl": 0.02,
                    "staleness": 1.5, "sample_reuse": 2.0}
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -48,6 +48,7 @@ def run_dir(tmp_path_factory):
         for agent in ("any_main_agent_0", "any_main_exploiter_0"):
             history.add_learner_metrics(agent, {name: value * (1 + 0.1 * k) for name, value in LEARNER_METRICS.items()},
                                         when=start + k)
+        history.add_exploitability({"nash": 0.5 / (k + 1), "any_main_agent_0": 0.9 - 0.1 * k}, when=start + k)
     history.close()
     return path
 
@@ -104,6 +105,10 @@ def test_page_draws_every_chart_without_console_errors(tab, dashboard):
     learner_charts = tab.page.evaluate("[...document.querySelectorAll('.learner-chart')].map((d) => d.id + ':' + d.data.length)")
     assert sorted(learner_charts) == sorted(f"chart-learner-{name}:2" for name in LEARNER_METRICS)
     assert tab.page.evaluate("document.querySelectorAll('.main-svg').length") > len(CHARTS)
+    shown = tab.page.evaluate("Object.fromEntries(document.getElementById('chart-exploitability').data"
+                              ".map((t) => [t.name, t.y]))")
+    assert shown == {"Nash mixture": [0.5 / (k + 1) for k in range(5)],
+                     "any_main_agent_0": [0.9 - 0.1 * k for k in range(5)]}
     assert "live" in tab.text("status")
     # The page is the static files: style sheet applied, each file fetched once.
     assert tab.page.evaluate("getComputedStyle(document.querySelector('header')).display") == "flex"
@@ -249,7 +254,7 @@ def test_data_answers_304_to_its_etag_and_200_with_a_new_etag_after_the_db_chang
     try:
         status, headers, body = get(url + "data.json")
         etag = headers["ETag"]
-        assert status == 200 and re.fullmatch(r'"[0-9a-f]{8}(-[0-9]+){7}"', etag) and headers["Cache-Control"] == "no-cache"
+        assert status == 200 and re.fullmatch(r'"[0-9a-f]{8}(-[0-9]+){8}"', etag) and headers["Cache-Control"] == "no-cache"
         data = json.loads(body)
         (games,), = sql(str(tmp_path), "SELECT count(*) FROM games")
         assert data["status"] == "ok" and data["headline"]["games"] == games

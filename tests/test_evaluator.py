@@ -135,3 +135,17 @@ def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path
     assert scores[0, 1] == pytest.approx(0.5 * (v_ba - v_ab), abs=1e-6)
     assert abs(scores[0, 1]) > 1e-4      # two different players
     assert node.metrics()["exact_players"] == 2
+
+    # The exploitability curve: the Nash mixture's and the main agent's exact NashConv.
+    stored = node._exact.params_source
+    node._exact.params_source = type("Source", (), {"latest_params": lambda self, p, min_version=None: (
+        stored.latest_params(p) if "#" in p else (0, params[1]))})()   # learning agents: params[1]
+    weights = coordinator.publish_meta_game()["nash"]
+    values = node.measure_exploitability()
+    support = [(p, w) for p, w in weights.items() if w > 0]
+    tables = {"any_main_agent_0#0": a}
+    mixed = poker_policy.mix_policies(game, [tables.get(p, b) for p, _ in support], [w for _, w in support])
+    assert values["nash"] == pytest.approx(poker.nash_conv(game, mixed), abs=1e-9)
+    assert values["any_main_agent_0"] == pytest.approx(poker.nash_conv(game, b), abs=1e-9)
+    rows = coordinator.history.exploitability_history()
+    assert sorted(subject for _, subject, _ in rows) == ["any_main_agent_0", "nash"]

@@ -198,6 +198,22 @@ function drawNash() {
 }
 
 // -- ratings: one trace per role, players' lines separated by gaps ---------------
+// -- exact exploitability (poker): NashConv of the Nash mixture and of each main agent ------
+
+function drawExploitability() {
+  const series = Object.entries(current.exploitability || {});
+  if (!series.length) {
+    const empty = {annotations: [{text: "no exact exploitability yet (poker runs: the evaluator records it every minute)", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}], xaxis: {visible: false}, yaxis: {visible: false}, margin: MARGIN};
+    return Plotly.react("chart-exploitability", [], empty, PLOT_CONFIG);
+  }
+  const traces = series.map(([subject, s]) => ({
+    type: "scatter", mode: "lines+markers", name: subject === "nash" ? "Nash mixture" : subject, x: s.time.map(ms), y: s.nash_conv,
+    line: {width: subject === "nash" ? 3 : 1.5}, hovertemplate: `${subject}<br>NashConv %{y:.4f}<extra></extra>`,
+  }));
+  const layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "NashConv"}, rangemode: "tozero"}, showlegend: true, legend: {font: {size: 10}}};
+  return Plotly.react("chart-exploitability", traces, layout, PLOT_CONFIG);
+}
+
 function drawRatings() {
   const R = decoded.ratings, times = current.ratings.times.map(ms);
   const perRole = (key) => {
@@ -285,7 +301,7 @@ async function render(d) {
   drawHeadline(d);
   fillRaceFilter(d);
   const timings = {decode_ms: performance.now() - t0};
-  for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
+  for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["exploitability", drawExploitability], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
     const t = performance.now();
     await draw();
     timings[name + "_ms"] = performance.now() - t;
