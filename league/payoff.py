@@ -41,6 +41,7 @@ class Payoff:
         self.decay = float(decay)
         self._index: dict[str, int] = {}
         self._ids: list[str] = []
+        self._indices: dict[tuple[str, ...], np.ndarray] = {}
         self._wins = np.zeros((capacity, capacity), dtype)
         self._draws = np.zeros((capacity, capacity), dtype)
         self._scores = np.zeros((capacity, capacity), dtype)
@@ -91,7 +92,17 @@ class Payoff:
             ) from None
 
     def indices(self, player_ids: Iterable[str]) -> np.ndarray:
-        return np.fromiter((self.index(p) for p in player_ids), dtype=np.int64)
+        """Row indices of `player_ids`; cached per sequence of ids (rows never move), so the
+        matchmakers' repeated lookups of the same candidate lists cost one hash."""
+        key = player_ids if isinstance(player_ids, tuple) else tuple(player_ids)
+        got = self._indices.get(key)
+        if got is None:
+            got = np.fromiter((self.index(p) for p in key), dtype=np.int64, count=len(key))
+            got.setflags(write=False)
+            if len(self._indices) >= 256:
+                self._indices.clear()
+            self._indices[key] = got
+        return got
 
     # -- results ---------------------------------------------------------------
 
