@@ -9,7 +9,8 @@ r_t + gamma_t V(s_{t+1}).
 
 Sources: AlphaStar (Vinyals et al., Nature 2019, Methods "Value and policy updates"; seed
 002), IMPALA (Espeholt et al. 2018, eq. 1 and Sec. 4.2), OpenAI Five (Berner et al. 2019,
-Table 2; seed 003), PPO (Schulman et al. 2017, eq. 7), GAE (Schulman et al. 2016, eq. 16).
+Table 2; seed 003), PPO (Schulman et al. 2017, eq. 7), GAE (Schulman et al. 2016, eq. 16),
+magnetic mirror descent (Sokota et al. 2023, eq. 3).
 """
 
 from __future__ import annotations
@@ -229,6 +230,45 @@ def kl_to_teacher_loss(logits: Logits, teacher_logits: Logits) -> Array:
     return jnp.mean(total)
 
 
+def kl_to_behaviour_loss(target_log_probs: Logits, behaviour_log_probs: Logits
+                         ) -> tuple[Array, dict[str, Array]]:
+    """Magnetic mirror descent's proximal term toward the previous policy, estimated from the
+    behaviour policy's log-probabilities of the actions it took (all the trajectories carry).
+
+    MMD (Sokota et al. 2023, "A Unified Approach to Reinforcement Learning, Quantal Response
+    Equilibria, and Two-Player Zero-Sum Games", ICLR; eq. (3) and Sec. 5):
+
+        pi_{k+1} = argmax_pi  E_pi[q_k] - alpha KL(pi || magnet) - (1/eta) KL(pi || pi_k)
+
+    With a uniform magnet, alpha KL(pi || uniform) = -alpha H(pi) + const: the entropy term
+    (`entropy_weight` = alpha). This function is the other term, KL(pi || pi_k), with pi_k the
+    behaviour policy mu that produced the data (the actors' parameters, refreshed every
+    `param_refresh_seconds`: a lagged iterate of the learner, as in the paper's deep-RL
+    implementation on PPO, whose "previous policy" is the one that collected the batch).
+    Only mu(a_t | s_t) of the action taken is known, so per head h and step, with a_t ~ mu and
+    rho = pi_h(a_t | s_t) / mu_h(a_t | s_t):
+
+        k(rho) = rho log rho - (rho - 1)                  (>= 0, = 0 iff rho = 1)
+        L = mean_{t,b} sum_h k(rho^h_t)
+
+    E_{a~mu}[rho log rho] = sum_a pi(a) log(pi(a)/mu(a)) = KL(pi || mu) and E_{a~mu}[rho - 1] = 0,
+    so L is an unbiased estimate of KL(pi || mu) (the "f-divergence" control-variate form of
+    Schulman 2020, "Approximating KL divergence"), as is its gradient
+    d k / d log pi(a_t) = rho log rho. Steps where mu had one legal action (log pi = log mu = 0,
+    e.g. poker's non-acting steps) contribute 0. mu is a constant.
+    """
+    _check_heads(target_log_probs, behaviour_log_probs, next(iter(target_log_probs.values())))
+    total = 0.0
+    metrics = {}
+    for head in sorted(target_log_probs):
+        log_rho = target_log_probs[head] - jax.lax.stop_gradient(behaviour_log_probs[head])
+        rho = jnp.exp(log_rho)
+        k = rho * log_rho - (rho - 1.0)
+        total = total + jnp.mean(k)
+        metrics[f"kl_behaviour/{head}"] = jnp.mean(k)
+    return total, metrics
+
+
 def gae_advantages(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array,
                    lambda_: float = 0.95) -> Array:
     """Generalised advantage estimates [T, B] (GAE eq. 16; rlax.truncated_generalized_advantage_estimation).
@@ -278,6 +318,8 @@ class LossConfig:
     value_weight: float = 1.0            # the value loss already carries the 1/2
     entropy_weight: float = 0.01
     kl_teacher_weight: float = 0.0
+    # 1/eta of magnetic mirror descent: KL(pi || behaviour policy), `kl_to_behaviour_loss`.
+    kl_behaviour_weight: float = 0.0
     vtrace_lambda: float = 1.0
     clip_rho_threshold: float = 1.0      # rho-bar of the V-trace targets
     clip_pg_rho_threshold: float = 1.0   # rho-bar of the policy-gradient advantage
@@ -298,7 +340,7 @@ class LossConfig:
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1]")
         for name in ("policy_weight", "upgo_weight", "value_weight", "entropy_weight",
-                     "kl_teacher_weight", "clip_rho_threshold", "clip_pg_rho_threshold",
+                     "kl_teacher_weight", "kl_behaviour_weight", "clip_rho_threshold", "clip_pg_rho_threshold",
                      "ppo_clip_epsilon"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
@@ -319,9 +361,11 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     """The weighted sum of the terms above, every weight from `config`:
 
         L = w_pi L_pi + w_upgo L_upgo + w_V L_TD(lambda) + w_H L_entropy + w_KL L_KL
+            + w_mu L_KL(pi || mu)
 
     where L_pi is V-trace (`config.policy_loss == "vtrace"`) or PPO-clip on GAE advantages,
-    and the value loss is TD(lambda) or, with `config.value_target == "vtrace"`, V-trace.
+    and the value loss is TD(lambda) or, with `config.value_target == "vtrace"`, V-trace;
+    L_KL(pi || mu) (`kl_to_behaviour_loss`, MMD's proximal term) only when its weight > 0.
     All inputs time-major over the `T` learning steps; `discounts` are the data's and get
     multiplied by `config.discount`. Returns (loss, metrics).
     """
@@ -358,6 +402,10 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     terms["entropy"] = (config.entropy_weight, entropy_loss(logits))
     if config.kl_teacher_weight and teacher_logits is not None:
         terms["kl_teacher"] = (config.kl_teacher_weight, kl_to_teacher_loss(logits, teacher_logits))
+    if config.kl_behaviour_weight:
+        kl_mu, km = kl_to_behaviour_loss(target_log_probs, behaviour_log_probs)
+        terms["kl_behaviour"] = (config.kl_behaviour_weight, kl_mu)
+        metrics.update(km)
     loss = 0.0
     for name, (weight, term) in terms.items():
         loss = loss + weight * term

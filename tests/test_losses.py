@@ -327,6 +327,74 @@ def test_entropy_hand_worked_with_masked_action():
     np.testing.assert_allclose(losses.kl_to_teacher_loss(student, teacher), np.log(2.0), rtol=1e-5)
 
 
+def np_kl_behaviour(log_pi, log_mu):
+    """mean_{t,b} sum_h [rho log rho - (rho - 1)], rho = pi_h(a_t) / mu_h(a_t), element by element."""
+    T, B = next(iter(log_pi.values())).shape
+    total = 0.0
+    for h in log_pi:
+        for t in range(T):
+            for b in range(B):
+                rho = np.exp(float(log_pi[h][t, b]) - float(log_mu[h][t, b]))
+                total += rho * np.log(rho) - (rho - 1.0)
+    return total / (T * B)
+
+
+def test_kl_to_behaviour_hand_worked_value_and_gradient():
+    # rho = 0.5 / 0.25 = 2: 2 ln 2 - 1 = 0.386294; rho = 0.5: 0.5 ln 0.5 + 0.5 = 0.153426;
+    # rho = 1 (and a non-acting step, log pi = log mu = 0): 0. Mean over the 4 steps.
+    log_pi = {"a": f32(np.log([[0.5], [0.25], [0.3], [1.0]]))}
+    log_mu = {"a": f32(np.log([[0.25], [0.5], [0.3], [1.0]]))}
+    got, metrics = losses.kl_to_behaviour_loss(log_pi, log_mu)
+    np.testing.assert_allclose(got, (0.386294 + 0.153426) / 4, rtol=1e-5)
+    np.testing.assert_allclose(metrics["kl_behaviour/a"], got, rtol=1e-6)
+    # d/d log pi = rho log rho / (T B): [2 ln 2, 0.5 ln 0.5, 0, 0] / 4; mu gets no gradient
+    grad_pi, grad_mu = jax.grad(lambda lp, lm: losses.kl_to_behaviour_loss(lp, lm)[0],
+                                argnums=(0, 1))(log_pi, log_mu)
+    np.testing.assert_allclose(grad_pi["a"][:, 0], [1.386294 / 4, -0.346574 / 4, 0.0, 0.0],
+                               rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(grad_mu["a"], 0.0)
+
+
+def test_kl_to_behaviour_random_against_loop():
+    c = random_case(10)
+    got, _ = losses.kl_to_behaviour_loss(c["log_pi"], c["log_mu"])
+    np.testing.assert_allclose(got, np_kl_behaviour(c["log_pi"], c["log_mu"]), rtol=1e-5)
+
+
+def test_kl_to_behaviour_is_unbiased_for_kl_pi_mu_and_its_gradient():
+    # Averaged over a ~ mu (exactly: weight each action's one-sample loss by mu(a)), the
+    # estimate is KL(pi || mu) = sum_a pi log(pi / mu), and its gradient in pi's logits z is
+    # the exact one, d KL / d z_j = pi_j (log(pi_j / mu_j) - KL).
+    z = f32([0.3, -1.2, 0.8])
+    mu = np.array([0.5, 0.2, 0.3])
+    pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    kl = sum(pi[a] * np.log(pi[a] / mu[a]) for a in range(3))
+
+    def expected_loss(z):
+        log_p = jax.nn.log_softmax(z)
+        return sum(mu[a] * losses.kl_to_behaviour_loss(
+            {"a": log_p[a].reshape(1, 1)}, {"a": f32(np.log(mu[a])).reshape(1, 1)})[0]
+            for a in range(3))
+
+    np.testing.assert_allclose(expected_loss(z), kl, rtol=1e-5)
+    np.testing.assert_allclose(jax.grad(expected_loss)(z), pi * (np.log(pi / mu) - kl),
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_total_loss_adds_kl_to_behaviour_only_with_weight():
+    c = random_case(11)
+    args = (c["logits"], c["v"], c["boot"], c["actions"], c["log_mu"], c["r"], c["g"])
+    base, m0 = losses.total_loss(losses.LossConfig(), *args)
+    got, m1 = losses.total_loss(losses.LossConfig(kl_behaviour_weight=0.3), *args)
+    np.testing.assert_allclose(got - base, 0.3 * np_kl_behaviour(c["log_pi"], c["log_mu"]),
+                               rtol=1e-4, atol=1e-5)
+    assert "loss/kl_behaviour" not in m0
+    np.testing.assert_allclose(m1["loss/kl_behaviour"], np_kl_behaviour(c["log_pi"], c["log_mu"]),
+                               rtol=1e-5)
+    with pytest.raises(ValueError):
+        losses.LossConfig(kl_behaviour_weight=-0.1)
+
+
 # ----------------------------------------------------------------------------- PPO + GAE
 
 
