@@ -182,6 +182,28 @@ def run_psro(game: str, minutes: float, oracle: str) -> list[tuple[float, float]
     return points
 
 
+def run_mccfr(game: str, minutes: float, every: float) -> list[tuple[float, float]]:
+    """OpenSpiel's outcome-sampling MCCFR (C++, tabular, sample-based) for `minutes` of
+    wall-clock: (seconds, NashConv of its average policy) every `every` seconds."""
+    import pyspiel
+
+    spiel_game = pyspiel.load_game(game)
+    solver = pyspiel.OutcomeSamplingMCCFRSolver(spiel_game)
+    points, started, measuring = [], time.time(), 0.0
+    next_at = every
+    while time.time() - started - measuring < minutes * 60:
+        for _ in range(1000):
+            solver.run_iteration()
+        elapsed = time.time() - started - measuring
+        if elapsed >= next_at or elapsed >= minutes * 60:
+            t = time.time()
+            points.append((elapsed, pyspiel.nash_conv(spiel_game, solver.average_policy(), True)))
+            measuring += time.time() - t          # measuring is not training time
+            print(f"  [mccfr] {elapsed:6.0f} s  NashConv {points[-1][1]:.4f}", flush=True)
+            next_at += every
+    return points
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -201,7 +223,7 @@ def plot(results: dict, psro: dict, game: str, path: str) -> None:
         if not all(np.isnan(p.nash_exact) for p in points):
             ax.plot(t, [p.nash_exact for p in points], ":", color=c,
                     label=f"{arm}: exact chip meta-game Nash")
-    for (name, points), color in zip(psro.items(), ("dimgray", "silver")):
+    for (name, points), color in zip(psro.items(), ("dimgray", "silver", "tab:brown", "tab:pink")):
         ax.plot([s / 60 for s, _ in points], [v for _, v in points], "-", color=color,
                 label=f"OpenSpiel PSRO ({name})")
     ax.axhline(UNIFORM[game], color="red", lw=0.8, label="uniform random")
@@ -233,6 +255,10 @@ def main(argv=None) -> int:
                         "Nash (default: on for Kuhn)")
     parser.add_argument("--psro", action="store_true", help="also OpenSpiel's PSRO as a peer, with "
                         "the RL (policy-gradient) oracle and with the exact best-response oracle")
+    # OpenSpiel 2.0.2's NFSP is not a peer here: its JAX version needs flax nnx's
+    # merge(copy=...) (flax >= 0.11; the stack pins 0.10.3) and its other one PyTorch.
+    parser.add_argument("--peers", default="", help="also these peers, same wall-clock: mccfr "
+                        "(OpenSpiel's outcome-sampling MCCFR, C++)")
     parser.add_argument("--set", action="append", default=[], help="RunConfig override k=v (JSON value)")
     parser.add_argument("--png", default=None)
     args = parser.parse_args(argv)
@@ -261,6 +287,9 @@ def main(argv=None) -> int:
         # exact best-response oracle as the ceiling
         psro["PG oracle, prd"] = run_psro(args.game, args.minutes, "PG")
         psro["exact BR oracle, prd"] = run_psro(args.game, args.minutes, "BR")
+    peers = [p for p in args.peers.split(",") if p]
+    if "mccfr" in peers:
+        psro["outcome-sampling MCCFR"] = run_mccfr(args.game, args.minutes, args.every)
     png = args.png or os.path.join("docs", f"poker_{args.game.split('_')[0]}_nashconv.png")
     plot(results, psro, args.game, png)
 
@@ -274,8 +303,8 @@ def main(argv=None) -> int:
               f"{np.nanmin([p.nash for p in points]):>11.4f}")
     for name, points in psro.items():
         if points:
-            print(f"OpenSpiel PSRO ({name}): {points[-1][1]:.4f} after {len(points)} iterations, "
-                  f"{points[-1][0]:.0f} s")
+            print(f"OpenSpiel {name}: {points[-1][1]:.4f} after {points[-1][0]:.0f} s "
+                  f"({len(points)} measurements)")
     print(f"curve: {png}")
     league = results.get("league") or next(iter(results.values()))
     x = min(league[-1].main, league[-1].nash)
