@@ -164,8 +164,8 @@ class RunConfig:
     teacher: str = ""
     # Co-location of the program's nodes (experiments/program.py): all learners in one node
     # (one process: a laptop), one node per race, or one per agent (a cluster); actors alike.
-    learner_groups: str = "all"
-    actor_groups: str = "all"
+    learner_groups: str = "all"  # learners: all in one node, one node per race, or per agent
+    actor_groups: str = "all"  # actors: all, race or agent (as learner_groups)
     dashboard_port: int = 0  # live dashboard on 127.0.0.1: 0 any free port, -1 none
     progress_every_seconds: float = 10.0  # seconds between progress lines in the terminal
     meta_game_every_seconds: float = 10.0  # seconds between payoff/Nash/ratings rows in league.db

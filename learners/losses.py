@@ -313,21 +313,21 @@ class LossConfig:
 
     policy_loss: str = "vtrace"          # "vtrace" or "ppo"
     discount: float = 1.0                # multiplied into the data's per-step discounts
-    policy_weight: float = 1.0
-    upgo_weight: float = 1.0
+    policy_weight: float = 1.0           # weight of the V-trace (or PPO) policy term
+    upgo_weight: float = 1.0             # weight of the UPGO policy term (0: off)
     value_weight: float = 1.0            # the value loss already carries the 1/2
-    entropy_weight: float = 0.01
-    kl_teacher_weight: float = 0.0
+    entropy_weight: float = 0.01         # entropy bonus (OpenAI Five: 0.01; poker runs: 0.1)
+    kl_teacher_weight: float = 0.0       # KL(teacher || policy), AlphaStar's supervised penalty
     # 1/eta of magnetic mirror descent: KL(pi || behaviour policy), `kl_to_behaviour_loss`.
     kl_behaviour_weight: float = 0.0
-    vtrace_lambda: float = 1.0
+    vtrace_lambda: float = 1.0           # lambda of the V-trace traces c_t
     clip_rho_threshold: float = 1.0      # rho-bar of the V-trace targets
     clip_pg_rho_threshold: float = 1.0   # rho-bar of the policy-gradient advantage
     importance_correction: bool = True   # False: every ratio is 1 (ablation)
     value_target: str = "td_lambda"      # "td_lambda" (AlphaStar) or "vtrace" (IMPALA; ablation)
-    td_lambda: float = 0.8
-    ppo_clip_epsilon: float = 0.2
-    gae_lambda: float = 0.95
+    td_lambda: float = 0.8               # lambda of the TD(lambda) value target (AlphaStar: 0.8)
+    ppo_clip_epsilon: float = 0.2        # PPO's clip (OpenAI Five: 0.2)
+    gae_lambda: float = 0.95             # lambda of GAE for PPO (OpenAI Five: 0.95)
 
     def __post_init__(self):
         if self.policy_loss not in ("vtrace", "ppo"):
