@@ -281,3 +281,29 @@ def test_exact_payoffs_replace_sampling_for_frozen_pairs(tmp_path):
     resumed = Coordinator(config, str(tmp_path), seed=1, config=NEVER)
     assert resumed.league.payoff.win_rate("any_main_agent_0#1", "any_main_agent_0#0") == pytest.approx(0.9)
     assert resumed.exact_work() is None
+
+
+def test_published_trueskill_is_the_sequential_replay_of_every_reported_game(tmp_path):
+    """Reports queue TrueSkill updates and the publisher applies them: the published ratings
+    equal the `trueskill` package run over the games in the order they were reported."""
+    import trueskill
+
+    coordinator, _ = make(tmp_path, races=("terran",))
+    a, b, c = "terran_main_agent_0", "terran_main_exploiter_0", "terran_league_exploiter_0"
+    games = [(a, b, "win"), (b, c, "draw"), (c, a, "loss"), (a, b, "loss"), (a, c, "win")]
+    for i in range(0, len(games), 2):
+        coordinator.report_results([{"home": h, "away": w, "outcome": o} for h, w, o in games[i:i + 2]])
+        coordinator.publish_meta_game()
+    env = trueskill.TrueSkill(draw_probability=0.05)
+    ratings = {p: env.create_rating() for p in (a, b, c)}
+    for home, away, outcome in games:
+        if outcome == "loss":
+            ratings[away], ratings[home] = trueskill.rate_1vs1(ratings[away], ratings[home], env=env)
+        else:
+            ratings[home], ratings[away] = trueskill.rate_1vs1(ratings[home], ratings[away],
+                                                               drawn=outcome == "draw", env=env)
+    history = LeagueHistory(str(tmp_path), readonly=True)
+    last = max(t for t, *_ in history.ratings_history())
+    published = {p: (mu, sigma) for t, p, _, mu, sigma in history.ratings_history() if t == last}
+    for p, r in ratings.items():
+        assert published[p] == pytest.approx((r.mu, r.sigma), rel=1e-9)
