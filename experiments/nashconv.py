@@ -159,6 +159,16 @@ class RunReader:
         weights, _ = meta.zero_sum_nash(payoff)
         return {p: float(w) for p, w in zip(player_ids, weights) if w > 1e-9}
 
+    def measure_player(self, player_id: str) -> RunMeasurement:
+        """Exact NashConv of one player of the run: a frozen player's stored parameters or a
+        learning agent's checkpoint (e.g. to compare a player before and after surgery)."""
+        known = {p["player_id"] for p in self.history().players()}
+        if player_id not in known:
+            raise ValueError(f"{self.run_dir} has no player {player_id!r}; its players: "
+                             f"{sorted(known)[:8]}{' ...' if len(known) > 8 else ''}")
+        value = poker.nash_conv(self.game, self.policy(player_id))
+        return RunMeasurement(value, "player", {player_id: 1.0}, "stored parameters", len(known))
+
     def measure(self, mixture: str = "nash", weights: str = "league", agent: str | None = None,
                 override: Mapping | None = None) -> RunMeasurement:
         from actors.games import poker_policy
@@ -205,6 +215,8 @@ def define_flags() -> None:
     flags.DEFINE_enum("weights", "league", ["league", "exact"], "With --mixture=nash: the "
                       "league's meta-game Nash (observed chips, league.db) or the exact chip meta-game's.")
     flags.DEFINE_string("agent", None, "With --mixture=main: which main agent (default: the first).")
+    flags.DEFINE_string("player", None, "With --run_dir: measure this one player (any frozen player "
+                        "or learning agent of the run) instead of --mixture.")
     flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker "
                         "(without --run_dir).")
     flags.DEFINE_enum("policy", "uniform", ["uniform"], "Built-in policy to measure (without --params).")
@@ -216,7 +228,8 @@ def define_flags() -> None:
 def main(argv):
     del argv
     if FLAGS.run_dir:
-        result = measure_run(FLAGS.run_dir, FLAGS.mixture, FLAGS.weights, FLAGS.agent)
+        result = (RunReader(FLAGS.run_dir).measure_player(FLAGS.player) if FLAGS.player
+                  else measure_run(FLAGS.run_dir, FLAGS.mixture, FLAGS.weights, FLAGS.agent))
         print(f"run_dir={FLAGS.run_dir} game={RunReader(FLAGS.run_dir).config.game} "
               f"mixture={result.mixture} weights={result.source} players={result.players}")
         for player, weight in sorted(result.weights.items(), key=lambda kv: -kv[1]):

@@ -224,6 +224,10 @@ def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     assert nash.weights == {"any_main_agent_0#0": 0.25, "any_league_exploiter_0#0": 0.75}
     want = poker.nash_conv(game, poker_policy.mix_policies(game, tables[1:], [0.25, 0.75]))
     assert nash.nash_conv == pytest.approx(want, abs=1e-9)
+    one = nashconv.RunReader(str(tmp_path)).measure_player("any_league_exploiter_0#0")
+    assert one.nash_conv == pytest.approx(poker.nash_conv(game, tables[2]), abs=1e-9)
+    with pytest.raises(ValueError, match="has no player 'nobody'"):
+        nashconv.RunReader(str(tmp_path)).measure_player("nobody")
     exact = nashconv.measure_run(str(tmp_path), "nash", weights="exact")
     assert sum(exact.weights.values()) == pytest.approx(1.0)
 
