@@ -322,7 +322,7 @@ def coordinator_latency(root: str) -> dict[str, tuple[float, float, float]]:
     league = RunConfig(run_dir=os.path.join(root, "latency"), races=3)
     agents = list(agent_indices(league))
     coordinator_config = build_program(league).node("coordinator").kwargs["config"]
-    local = Coordinator(league.league_config(), os.path.join(root, "latency_local"), 0,
+    local = Coordinator(league.league, os.path.join(root, "latency_local"), 0,
                         config=coordinator_config)
     out = {}
     for _ in range(2):  # warm up both (SQLite, code paths)
@@ -333,7 +333,7 @@ def coordinator_latency(root: str) -> dict[str, tuple[float, float, float]]:
 
     # As run_ray builds it: max_concurrency=64, num_cpus=0.
     remote = ray.remote(max_concurrency=64, num_cpus=0)(Coordinator).remote(
-        league.league_config(), league.run_dir, 0, config=coordinator_config)
+        league.league, league.run_dir, 0, config=coordinator_config)
     for _ in range(5):
         ray.get(remote.request_match.remote(agents[0]))
     def call(agent):

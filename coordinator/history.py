@@ -250,6 +250,9 @@ class LeagueHistory:
         keys = ("player_id", "role", "race", "parent", "step", "wall_time")
         return [dict(zip(keys, r)) for r in rows]
 
+    def _has_table(self, table: str) -> bool:
+        return bool(self._read("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (table,))[0][0])
+
     def _has_column(self, table: str, column: str) -> bool:
         return any(row[1] == column for row in self._db.execute(f"PRAGMA table_info({table})"))
 
@@ -303,7 +306,7 @@ class LeagueHistory:
 
     def exploitability_history(self) -> list[tuple[float, str, float]]:
         """(time, subject, NashConv) rows in order; none for histories from before the table."""
-        if not self._read("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'exploitability'"):
+        if not self._has_table("exploitability"):
             return []
         return self._read("SELECT time, subject, nash_conv FROM exploitability ORDER BY id")
 
@@ -335,7 +338,8 @@ class LeagueHistory:
             "SELECT (SELECT count(*) FROM players), (SELECT max(id) FROM games), (SELECT max(id) FROM events),"
             " (SELECT max(id) FROM payoff_snapshots), (SELECT max(id) FROM nash), (SELECT max(id) FROM ratings),"
             " (SELECT max(id) FROM learner_metrics)"
-        )[0] + (len(self.exploitability_history()),)
+        )[0] + self._read("SELECT max(id) FROM exploitability" if self._has_table("exploitability")
+                          else "SELECT 0")[0]
         return tuple(v or 0 for v in row)
 
     def game_columns(self, after_id: int = 0, upto_id: int | None = None) -> tuple[list[str], list[str], list[str]]:

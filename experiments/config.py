@@ -232,7 +232,7 @@ class RunConfig:
         if game != "smax_races":
             settings["races"] = 1  # one race (a --races=3 given is refused below)
         if given.get("learner.loss.policy_loss") == "ppo":
-            from learners.losses import LossConfig
+            from learners.config import LossConfig
 
             settings.update({f"learner.loss.{k}": v for k, v in dataclasses.asdict(LossConfig.ppo()).items()})
         settings.update(given)
@@ -279,9 +279,6 @@ class RunConfig:
     @property
     def race_names(self) -> tuple[str, ...]:
         return RACES[: self.races] if self.game == "smax_races" else ("any",)
-
-    def league_config(self) -> LeagueConfig:
-        return self.league
 
     # -- config.json --------------------------------------------------------------------
 

@@ -31,8 +31,6 @@ from experiments.config import RunConfig
 from experiments.nodes import ActorGroup, EvaluatorNode, LearnerGroup
 from league.players import learning_agents
 
-COLOCATIONS = ("all", "race", "agent")
-
 
 @dataclass(frozen=True)
 class Ref:
@@ -143,16 +141,16 @@ def _grouped(prefix: str, colocation: str, agents) -> dict[str, list]:
 def agent_indices(config: RunConfig) -> dict[str, int]:
     """Each learning agent's index, which seeds its initial parameters
     (`experiments.nodes.initial_params`)."""
-    return {a.player_id: i for i, a in enumerate(learning_agents(config.league_config()))}
+    return {a.player_id: i for i, a in enumerate(learning_agents(config.league))}
 
 
 def build_program(config: RunConfig) -> Program:
     """The graph of nodes of a league run (see the module docstring)."""
-    agents = learning_agents(config.league_config())
+    agents = learning_agents(config.league)
     index = agent_indices(config)
     coordinator = Ref("coordinator")
     nodes = [Node("coordinator", Coordinator, dict(
-        league_config=config.league_config(), run_dir=config.run_dir, seed=config.seed,
+        league_config=config.league, run_dir=config.run_dir, seed=config.seed,
         config=CoordinatorConfig(meta_game_every_seconds=config.meta_game_every_seconds,
                                  checkpoint_every_seconds=config.checkpoint_every_seconds)),
         runs=False)]

@@ -15,13 +15,14 @@ magnetic mirror descent (Sokota et al. 2023, eq. 3).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 import rlax
+
+from learners.config import LossConfig
 
 Array = Any
 Logits = dict[str, Array]
@@ -299,59 +300,6 @@ def ppo_clip_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, 
     loss = rlax.clipped_surrogate_pg_loss(ratio.reshape(-1), advantages.reshape(-1), epsilon)
     clipped = jnp.mean(jnp.abs(ratio - 1.0) > epsilon)
     return loss, {"ppo_clipped_fraction": clipped}
-
-
-@dataclasses.dataclass(frozen=True)
-class LossConfig:
-    """Every weight and hyperparameter of the total loss.
-
-    Defaults follow AlphaStar (V-trace + TD(lambda) + UPGO, no discount, lambda = 0.8 for the
-    value as in its pseudocode) with OpenAI Five's entropy coefficient; `ppo()` gives OpenAI
-    Five's Table 2 baseline (PPO clip 0.2, GAE lambda 0.95, entropy 0.01, value weight 1,
-    horizon 180 s: gamma = 0.9993).
-    """
-
-    policy_loss: str = "vtrace"          # "vtrace" or "ppo"
-    discount: float = 1.0                # multiplied into the data's per-step discounts
-    policy_weight: float = 1.0           # weight of the V-trace (or PPO) policy term
-    upgo_weight: float = 1.0             # weight of the UPGO policy term (0: off)
-    value_weight: float = 1.0            # the value loss already carries the 1/2
-    entropy_weight: float = 0.01         # entropy bonus (OpenAI Five: 0.01; poker runs: 0.1)
-    kl_teacher_weight: float = 0.0       # KL(teacher || policy), AlphaStar's supervised penalty
-    # 1/eta of magnetic mirror descent: KL(pi || behaviour policy), `kl_to_behaviour_loss`.
-    kl_behaviour_weight: float = 0.0
-    vtrace_lambda: float = 1.0           # lambda of the V-trace traces c_t
-    clip_rho_threshold: float = 1.0      # rho-bar of the V-trace targets
-    clip_pg_rho_threshold: float = 1.0   # rho-bar of the policy-gradient advantage
-    importance_correction: bool = True   # False: every ratio is 1 (ablation)
-    value_target: str = "td_lambda"      # "td_lambda" (AlphaStar) or "vtrace" (IMPALA; ablation)
-    td_lambda: float = 0.8               # lambda of the TD(lambda) value target (AlphaStar: 0.8)
-    ppo_clip_epsilon: float = 0.2        # PPO's clip (OpenAI Five: 0.2)
-    gae_lambda: float = 0.95             # lambda of GAE for PPO (OpenAI Five: 0.95)
-
-    def __post_init__(self):
-        if self.policy_loss not in ("vtrace", "ppo"):
-            raise ValueError(f"policy_loss must be 'vtrace' or 'ppo', got {self.policy_loss!r}")
-        if self.value_target not in ("td_lambda", "vtrace"):
-            raise ValueError(f"value_target must be 'td_lambda' or 'vtrace', got {self.value_target!r}")
-        if not 0.0 <= self.discount <= 1.0:
-            raise ValueError("discount must be in [0, 1]")
-        for name in ("vtrace_lambda", "td_lambda", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1]")
-        for name in ("policy_weight", "upgo_weight", "value_weight", "entropy_weight",
-                     "kl_teacher_weight", "kl_behaviour_weight", "clip_rho_threshold", "clip_pg_rho_threshold",
-                     "ppo_clip_epsilon"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
-
-    @classmethod
-    def ppo(cls, **overrides) -> LossConfig:
-        """OpenAI Five Table 2 ("Baseline" column) as a PPO+GAE configuration."""
-        values = dict(policy_loss="ppo", discount=0.9993, upgo_weight=0.0, value_weight=1.0,
-                      entropy_weight=0.01, ppo_clip_epsilon=0.2, gae_lambda=0.95, td_lambda=0.95)
-        values.update(overrides)
-        return cls(**values)
 
 
 def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_value: Array,

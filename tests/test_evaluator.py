@@ -86,7 +86,7 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
 
     config = RunConfig.make(game="smax_races", races=2, evaluation_games=2, hidden_size=8, core_size=8,
                        run_dir=str(tmp_path))
-    coordinator = Coordinator(config.league_config(), config.run_dir)
+    coordinator = Coordinator(config.league, config.run_dir)
     race = {p["player_id"]: p["race"] for p in coordinator.players()}
     assert set(race.values()) == {"terran", "protoss"}
     node = EvaluatorNode(config, coordinator, {})
@@ -118,7 +118,7 @@ def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path
     from league.rules import AddSnapshot
 
     config = RunConfig.make(game="kuhn_poker", hidden_size=8, core_size=8, run_dir=str(tmp_path))
-    coordinator = Coordinator(config.league_config(), config.run_dir)
+    coordinator = Coordinator(config.league, config.run_dir)
     node = EvaluatorNode(config, coordinator, {})
     spec = node._evaluator.game.spec
     network = run_network(config, spec)

@@ -240,7 +240,9 @@ def test_a_flat_config_json_of_an_earlier_version_still_resumes(tmp_path):
             "learner_batch_size": 8, "hidden_size": 16, "entropy_cost": None, "batch_size": 4,
             "main_agent_snapshot_steps": 300, "evaluation_games": 8}
     (tmp_path / "config.json").write_text(json.dumps(flat))
-    config = RunConfig.make(game="kuhn_poker", runner="inprocess", run_dir=str(tmp_path), learner_batch_size=8,
-                            hidden_size=16, batch_size=4, main_agent_snapshot_steps=300, evaluation_games=8)
-    assert RunConfig.from_dict(flat) == config
+    config = RunConfig.from_dict(flat)
+    assert (config.learner.batch_size, config.network.hidden_size, config.actor.batch_size) == (8, 16, 4)
+    assert config.league.snapshots.main_agent_snapshot_steps == 300 and config.evaluator.games == 8
+    assert config.learner.loss.entropy_weight == 0.1 and config.learner.learning_rate == 1e-3  # Kuhn's
+    assert config.network.core_size == RunConfig().network.core_size     # not given: the default
     assert prepare_run_dir(config) is True
