@@ -35,7 +35,7 @@ RACES = ("terran", "protoss", "zerg")
 MATRIX_GAMES = ("matrix_rps", "matrix_disc", "matrix_blotto", "matrix_random")
 POKER_GAMES = ("kuhn_poker", "leduc_poker")
 GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
-RUNNERS = ("inprocess", "ray")
+RUNNERS = ("inprocess", "ray", "launchpad")
 COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
@@ -179,11 +179,6 @@ class RunConfig:
     def __post_init__(self):
         if self.game not in GAMES:
             raise ConfigError(f"unknown --game {self.game!r}; allowed: {', '.join(GAMES)}")
-        if self.runner == "launchpad":
-            raise ConfigError(
-                "--runner=launchpad is not available yet: dm-launchpad's last release (0.5.2) supports "
-                "Python 3.9-3.10 and TF 2.8 only; use --runner=ray (a local instance or a cluster via "
-                "--ray_address) or --runner=inprocess")
         if self.runner not in RUNNERS:
             raise ConfigError(f"unknown --runner {self.runner!r}; allowed: {', '.join(RUNNERS)}")
         if self.game == "smax_races" and not 1 <= self.races <= len(RACES):
