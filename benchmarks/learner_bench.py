@@ -1,4 +1,5 @@
-"""Learner throughput through Reverb vs the same jitted update on device-resident batches.
+"""Learner throughput: the reference MLP through Reverb vs on device, and the default SMAX
+unit network's update alone, with XLA's FLOP count and the machine's matmul rate.
 
 Reference network (MLP 256 -> LSTM 256 -> policy + value), B=32, T=32, V-trace + TD(lambda) +
 UPGO, Adam. In one run, alternating rounds:
@@ -8,9 +9,17 @@ UPGO, Adam. In one run, alternating rounds:
 The table is prefilled (uniform, high sample-to-insert ratio) so the learner never waits for
 actors: this measures the learner's own input pipeline. Frames = B x (T - 1) learnt steps.
 
-    python -m benchmarks.learner_bench [--updates=30] [--rounds=2]
+SMAX: the network and learner configuration a default `--races=3` run builds (the unit network
+of `agents.make_network` with `--hidden_size=64 --core_size=64`, B=16, T=16, the default loss),
+fed one device-resident batch of random legal data shaped like the actor's trajectories.
+Compile: seconds to lower and compile the update (no persistent cache). FLOP utilisation:
+XLA's cost analysis of the compiled update (FLOPs per update) / its measured time, divided
+by the rate of a 2048^3 float32 matmul measured in the same run.
 
-Last line: `RESULT learner ratio=<reverb/dataset over limit> target=0.8`.
+    python -m benchmarks.learner_bench [--updates=30] [--rounds=2] [--parts=reference,smax]
+
+Last line: `RESULT learner ratio=<reverb/dataset over limit> target=0.8
+smax_learnt_steps_per_s=<n> smax_compile_s=<s> smax_flop_utilisation=<x>`.
 """
 
 from __future__ import annotations
@@ -18,8 +27,8 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
-import reverb
 from absl import app, flags
 
 from agents.networks import NetworkConfig, ReferenceNetwork
@@ -36,11 +45,13 @@ from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("updates", 30, "Updates timed per mode and round.")
 flags.DEFINE_integer("rounds", 2, "Alternating rounds (the median is reported).")
-flags.DEFINE_integer("batch_size", 32, "B.")
-flags.DEFINE_integer("unroll_length", 32, "T.")
+flags.DEFINE_integer("batch_size", 32, "B (reference network).")
+flags.DEFINE_integer("unroll_length", 32, "T (reference network).")
 flags.DEFINE_integer("obs_size", 128, "Observation features.")
 flags.DEFINE_integer("num_actions", 16, "Actions of the single policy head.")
 flags.DEFINE_integer("items", 256, "Unrolls prefilled into the table.")
+flags.DEFINE_list("parts", ["reference", "smax"], "What to measure: reference, smax.")
+flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul whose rate is the peak.")
 
 
 def random_unroll(rng, net, T, obs_size, num_actions):
@@ -64,7 +75,34 @@ def timed(fn, updates, learner):
     return time.perf_counter() - start
 
 
-def main(_):
+def matmul_flops_per_second(n: int, repeats: int = 5) -> float:
+    """The rate of one n^3 float32 matmul (2 n^3 FLOPs), best of `repeats`: the peak the
+    utilisation figures divide by."""
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+    f = jax.jit(lambda x, y: x @ y)
+    f(a, a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        f(a, a).block_until_ready()
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n ** 3 / best
+
+
+def compiled_cost(learner: Learner, batch) -> tuple[float, float]:
+    """(seconds to lower and compile the learner's update, XLA's FLOPs per update)."""
+    state = learner._state
+    start = time.perf_counter()
+    compiled = learner._update_fn.lower(state, batch, learner._teacher).compile()
+    seconds = time.perf_counter() - start
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) else cost
+    return seconds, float(cost.get("flops", float("nan")))
+
+
+def reference_part(peak: float) -> dict:
+    import reverb
+
     B, T = FLAGS.batch_size, FLAGS.unroll_length
     net = ReferenceNetwork(NetworkConfig(heads={"action": FLAGS.num_actions}, mlp_sizes=(256,),
                                          lstm_size=256))
@@ -92,6 +130,7 @@ def main(_):
         config = LearnerConfig(batch_size=B, unroll_length=T, replay=replay, sampler=sampler)
         learners[sampler] = Learner(net, params, config, example, reverb_address=address)
     device_batch = jax.device_put(stack_unrolls(unrolls[:B]), learners["dataset"]._batch_sharding)
+    _, flops = compiled_cost(learners["dataset"], device_batch)
 
     def limit(n):
         for _ in range(n):
@@ -116,10 +155,118 @@ def main(_):
         print(f"{name:16s} {fps:9.0f} frames/s  {fps / (B * (T - 1)):6.2f} updates/s  "
               f"ratio to limit {fps / medians['limit']:.2f}  (rounds: "
               + ", ".join(f"{x:.0f}" for x in results[name]) + ")")
+    utilisation = flops * medians["limit"] / (B * (T - 1)) / peak
+    print(f"reference limit: {flops / (B * (T - 1)) / 1e6:.2f} MFLOP per learnt step, "
+          f"FLOP utilisation {utilisation:.3f}")
     for learner in learners.values():
         learner.close()
     server.stop()
-    print(f"RESULT learner ratio={medians['reverb/dataset'] / medians['limit']:.2f} target=0.8")
+    return {"ratio": medians["reverb/dataset"] / medians["limit"]}
+
+
+def legal_random_batch(rng, example: Unroll, spec, batch: int) -> Unroll:
+    """`batch` unrolls shaped like `example` (the actor's items): random observations, every
+    unit alive, every action legal, actions drawn uniformly, the pointer's target 0 where the
+    action type does not use it (what the network forces), rewards per step (and per unit
+    where the trajectory has a unit axis), episodes ending with probability 1/50 a step."""
+    side = spec.side(0)
+    n = int(side.num_units)
+    heads = side.action.heads
+    T = int(np.shape(example.steps.reward)[0])
+
+    def fill(x):
+        x = np.asarray(x)
+        shape = (batch, *x.shape)
+        if x.dtype == np.bool_:
+            return np.ones(shape, bool)
+        return rng.normal(size=shape).astype(x.dtype)
+
+    obs = jax.tree_util.tree_map(fill, example.steps.observation)
+    opp = jax.tree_util.tree_map(fill, example.steps.opponent_observation)
+    types = rng.integers(0, heads["action_type"].num_values, (batch, T, n)).astype(np.int32)
+    targets = rng.integers(0, heads["target"].num_values, (batch, T, n)).astype(np.int32)
+    targets = np.where(types == 5, targets, 0).astype(np.int32)
+    game = {"composition": rng.integers(0, heads["composition"].num_values, (batch, T)).astype(np.int32),
+            "action_type": types, "target": targets}
+    actions, log_mu = {}, {}
+    for head, like in example.steps.action.items():
+        name, _, unit = head.partition("/")
+        value = game[name] if not unit else game[name][..., int(unit)]
+        actions[head] = value.astype(np.int32)
+        assert actions[head].shape == (batch, *np.shape(like)), (head, np.shape(like))
+        log_mu[head] = np.full(actions[head].shape, -1.5, np.float32)
+    reward_shape = (batch, *np.shape(example.steps.reward))
+    steps = Step(observation=obs, opponent_observation=opp, action=actions,
+                 behaviour_log_prob=log_mu,
+                 reward=rng.normal(size=reward_shape).astype(np.float32),
+                 discount=(rng.random((batch, T)) > 0.02).astype(np.float32),
+                 first=rng.random((batch, T)) < 0.02,
+                 policy_version=np.zeros((batch, T), np.int32))
+    core = jax.tree_util.tree_map(lambda x: np.zeros((batch, *np.shape(x)), np.float32),
+                                  example.core_state)
+    return Unroll(steps, core)
+
+
+def smax_part(peak: float) -> dict:
+    from actors.actor import example_unroll
+    from actors.games import make_batch_game
+    from experiments.config import RunConfig
+    from experiments.nodes import initial_params, make_network
+
+    run = RunConfig()
+    config = run.learner
+    B, T = config.batch_size, config.unroll_length
+    spec = make_batch_game("smax_races", 1).spec
+    network = make_network(run, spec)
+    params = initial_params(network, spec, 0, 0)
+    n_params = sum(np.size(x) for x in jax.tree_util.tree_leaves(params))
+    example = example_unroll(spec, network, T)
+    learner = Learner(network, params, config, example)
+    batch = jax.device_put(legal_random_batch(np.random.default_rng(0), example, spec, B),
+                           learner._batch_sharding)
+    compile_s, flops = compiled_cost(learner, batch)
+    learner.learn_from_batch(batch)   # the jit's own compile (not timed)
+    jax.block_until_ready(learner._state)
+    assert learner.version() == 1, "the update on random legal data was skipped (non-finite)"
+
+    def limit(n):
+        for _ in range(n):
+            learner.learn_from_batch(batch)
+
+    steps_per_update = B * (T - 1)
+    rates = [steps_per_update * FLAGS.updates / timed(limit, FLAGS.updates, learner)
+             for _ in range(FLAGS.rounds)]
+    rate = float(np.median(rates))
+    utilisation = flops * rate / steps_per_update / peak
+    print(f"smax unit net (hidden {run.network.hidden_size}, core {run.network.core_size}): "
+          f"{n_params:,} params, {len(network.head_names if hasattr(network, 'head_names') else [])}"
+          f" heads, B={B}, T={T}: {rate:,.0f} learnt steps/s ({1e3 * steps_per_update / rate:.1f} ms"
+          f" per update; rounds: " + ", ".join(f"{x:.0f}" for x in rates) + f"), compile "
+          f"{compile_s:.1f} s, {flops / steps_per_update / 1e6:.2f} MFLOP per learnt step, "
+          f"FLOP utilisation {utilisation:.3f}")
+    learner.close()
+    return {"smax_learnt_steps_per_s": rate, "smax_compile_s": compile_s,
+            "smax_flop_utilisation": utilisation}
+
+
+def main(_):
+    peak = matmul_flops_per_second(FLAGS.matmul_size)
+    print(f"{FLAGS.matmul_size}^3 float32 matmul: {peak / 1e9:.1f} GFLOP/s")
+    out = {}
+    if "smax" in FLAGS.parts:
+        out.update(smax_part(peak))
+    if "reference" in FLAGS.parts:
+        out.update(reference_part(peak))
+    peak_after = matmul_flops_per_second(FLAGS.matmul_size)
+    print(f"{FLAGS.matmul_size}^3 float32 matmul again at the end: {peak_after / 1e9:.1f} GFLOP/s")
+    line = "RESULT learner"
+    if "ratio" in out:
+        line += f" ratio={out['ratio']:.2f} target=0.8"
+    if "smax_learnt_steps_per_s" in out:
+        line += (f" smax_learnt_steps_per_s={out['smax_learnt_steps_per_s']:.0f}"
+                 f" smax_compile_s={out['smax_compile_s']:.1f}"
+                 f" smax_flop_utilisation={out['smax_flop_utilisation']:.3f}")
+    print(line)
 
 
 if __name__ == "__main__":
