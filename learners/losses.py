@@ -1,16 +1,31 @@
-"""Learning math: pure, time-major loss functions.
+"""Learning math: pure, time-major loss functions, vectorised over batch, units and heads.
 
-Shapes: `T` learning steps, `B` sequences. Per-step arrays are `[T, B]`, logits `[T, B, A]`,
-`bootstrap_value` is `[B]` (V(s_T), the value of the step after the last one learnt on).
+Shapes: `T` learning steps, `B` sequences, and optionally unit axes `U` (a team game's units,
+each with its own reward, value and advantage: OpenAI Five, seed 003 appendix G "Team Spirit";
+seed 001). Rewards and values are `[T, B, *U]` (`U = ()`: one value per side, e.g. poker),
+`bootstrap_value` is `[B, *U]` (V(s_T), the value of the step after the last one learnt on),
+discounts `[T, B]` or `[T, B, *U]` (a game ends for all its units at once).
 A policy is a dict head_name -> logits; heads are independent categoricals, so
-log pi(a|s) = sum_h log pi_h(a^h|s). Conventions of `agents.trajectory`: r_t follows a_t,
-gamma_t = 0 if the episode ended after step t, and the one-step target is
-r_t + gamma_t V(s_{t+1}).
+log pi(a|s) = sum_h log pi_h(a^h|s). A head is a *unit head*, logits `[T, B, *U, A]` (unit i's
+own action: it learns from unit i's advantage), or a *team head*, logits `[T, B, A]` (one
+action of the whole side, e.g. the army composition: it learns from the mean over units of
+their advantages, which for V-trace is exactly the advantage of the team's mean reward and
+mean value, V-trace being linear in r and V for fixed ratios). With `U = ()` every head is a
+team head and every formula below is the plain single-agent one.
+
+Every loss is the sum over units of that unit's own loss (unit heads weighted 1, team heads
+1/|U|), the mean over `t, b`: `L = mean_{t,b} sum_i L_i(t, b)`. All heads and units share
+ONE V-trace / UPGO / TD(lambda) computation over a `[T, B, *U, H]` array (rlax's per-sequence
+functions vmapped over every axis but time), so the compiled update holds one scan per
+estimator instead of one per head and unit.
+
+Conventions of `agents.trajectory`: r_t follows a_t, gamma_t = 0 if the episode ended after
+step t, and the one-step target is r_t + gamma_t V(s_{t+1}).
 
 Sources: AlphaStar (Vinyals et al., Nature 2019, Methods "Value and policy updates"; seed
 002), IMPALA (Espeholt et al. 2018, eq. 1 and Sec. 4.2), OpenAI Five (Berner et al. 2019,
-Table 2; seed 003), PPO (Schulman et al. 2017, eq. 7), GAE (Schulman et al. 2016, eq. 16),
-magnetic mirror descent (Sokota et al. 2023, eq. 3).
+Table 2 and appendix G; seeds 001, 003), PPO (Schulman et al. 2017, eq. 7), GAE (Schulman
+et al. 2016, eq. 16), magnetic mirror descent (Sokota et al. 2023, eq. 3).
 """
 
 from __future__ import annotations
@@ -27,22 +42,68 @@ from learners.config import LossConfig
 Array = Any
 Logits = dict[str, Array]
 
-# rlax works on single sequences [T]; map over the batch axis of [T, B] arrays.
-_over_batch = dict(in_axes=1, out_axes=1)
-
 
 def _check_time_major(rewards, discounts, values, bootstrap_value):
-    chex.assert_rank([rewards, discounts, values, bootstrap_value], [2, 2, 2, 1])
+    """rewards, values [T, B, *U]; discounts [T, B] or [T, B, *U]; bootstrap [B, *U]."""
     chex.assert_type([rewards, discounts, values, bootstrap_value], float)
-    chex.assert_equal_shape([rewards, discounts, values])
-    chex.assert_equal_shape_suffix([values, bootstrap_value], 1)
+    chex.assert_equal_shape([rewards, values])
+    assert values.ndim >= 2, f"time-major arrays are [T, B, ...], got shape {values.shape}"
+    chex.assert_shape(bootstrap_value, values.shape[1:])
+    assert discounts.shape in (values.shape, values.shape[:2]), (
+        f"discounts {discounts.shape} must be [T, B] or like the values {values.shape}")
+
+
+def _expand_to(x: Array, shape: tuple) -> Array:
+    """x [d0, .., dk] broadcast to `shape` [d0, .., dk, ...] (new axes at the end)."""
+    return jnp.broadcast_to(jnp.reshape(x, x.shape + (1,) * (len(shape) - x.ndim)), shape)
+
+
+def _per_sequence(fn, *arrays: Array) -> Array:
+    """Applies `fn` (rlax: one sequence [T] per argument) to every column of [T, ...] arrays of
+    one shape, as one vmapped computation; returns fn's output (any pytree) shaped [T, ...]."""
+    shape = arrays[0].shape
+    flat = [x.reshape(shape[0], -1) for x in arrays]
+    out = jax.vmap(fn, in_axes=1, out_axes=1)(*flat)
+    return jax.tree_util.tree_map(lambda y: y.reshape(shape), out)
+
+
+def _unit_count(values: Array) -> int:
+    count = 1
+    for d in values.shape[2:]:
+        count *= d
+    return count
 
 
 def _check_heads(target_log_probs: Logits, behaviour_log_probs: Logits, like: Array):
+    """Every head is [T, B] (a team head) or `like`'s shape [T, B, *U] (a unit head)."""
     if set(target_log_probs) != set(behaviour_log_probs):
         raise ValueError(f"heads differ: {sorted(target_log_probs)} vs {sorted(behaviour_log_probs)}")
     for head in target_log_probs:
-        chex.assert_equal_shape([target_log_probs[head], behaviour_log_probs[head], like])
+        chex.assert_equal_shape([target_log_probs[head], behaviour_log_probs[head]])
+        shape = target_log_probs[head].shape
+        if shape not in (like.shape, like.shape[:2]):
+            raise AssertionError(f"head {head!r} has shape {shape}; expected {like.shape[:2]} "
+                                 f"(team head) or {like.shape} (unit head)")
+
+
+def stack_heads(per_head: dict[str, Array], like: Array) -> tuple[Array, Array]:
+    """One [T, B, *U, H] array from per-head [T, B] (team) or [T, B, *U] (unit) arrays, heads
+    in sorted order, team heads broadcast over the units; and the heads' weights [H]: 1 for a
+    unit head, 1/|U| for a team head (so that summing over units gives a team head the mean
+    of the units' terms)."""
+    columns, weights = [], []
+    for head in sorted(per_head):
+        x = per_head[head]
+        columns.append(_expand_to(x, like.shape))
+        weights.append(1.0 if x.shape == like.shape else 1.0 / _unit_count(like))
+    return jnp.stack(columns, axis=-1), jnp.asarray(weights, like.dtype)
+
+
+def _per_head(rewards, discounts, values, bootstrap_value, like_heads: Array):
+    """rewards, discounts, values [T, B, *U, H] and bootstrap [B, *U, H], like `like_heads`."""
+    shape = like_heads.shape
+    return (_expand_to(rewards, shape), _expand_to(discounts, shape), _expand_to(values, shape),
+            _expand_to(bootstrap_value, shape[1:]))
 
 
 def _next_values(values: Array, bootstrap_value: Array) -> Array:
@@ -53,7 +114,8 @@ def _next_values(values: Array, bootstrap_value: Array) -> Array:
 def vtrace_advantages(log_rhos: Array, rewards: Array, discounts: Array, values: Array,
                       bootstrap_value: Array, lambda_: float = 1.0, clip_rho_threshold: float = 1.0,
                       clip_pg_rho_threshold: float = 1.0) -> tuple[Array, Array]:
-    """V-trace targets v_s and policy-gradient advantages, [T, B] each (IMPALA eq. 1, Sec. 4.2).
+    """V-trace targets v_s and policy-gradient advantages, [T, B, *U] each (IMPALA eq. 1, Sec. 4.2),
+    every column [T] (one sequence of one unit) on its own:
 
         rho_t = min(rho_bar, pi/mu),  c_t = lambda min(1, pi/mu)
         delta_t = rho_t (r_t + gamma_t V(s_{t+1}) - V(s_t))
@@ -65,11 +127,14 @@ def vtrace_advantages(log_rhos: Array, rewards: Array, discounts: Array, values:
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
     chex.assert_equal_shape([log_rhos, rewards])
-    rhos = jnp.exp(log_rhos)
-    out = jax.vmap(rlax.vtrace_td_error_and_advantage,
-                   in_axes=(1, 1, 1, 1, 1, None, None, None), out_axes=1)(
-        values, _next_values(values, bootstrap_value), rewards, discounts, rhos,
-        lambda_, clip_rho_threshold, clip_pg_rho_threshold)
+    discounts = _expand_to(discounts, values.shape)
+
+    def one(v, v_next, r, g, rho):
+        return rlax.vtrace_td_error_and_advantage(v, v_next, r, g, rho, lambda_,
+                                                  clip_rho_threshold, clip_pg_rho_threshold)
+
+    out = _per_sequence(one, values, _next_values(values, bootstrap_value), rewards, discounts,
+                        jnp.exp(log_rhos))
     targets = jax.lax.stop_gradient(out.errors + values)
     return targets, jax.lax.stop_gradient(out.pg_advantage)
 
@@ -79,35 +144,41 @@ def vtrace_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, re
                        lambda_: float = 1.0, clip_rho_threshold: float = 1.0,
                        clip_pg_rho_threshold: float = 1.0,
                        importance_correction: bool = True) -> tuple[Array, dict[str, Array]]:
-    """Multi-head V-trace policy-gradient loss (IMPALA; AlphaStar's per-head ratios).
+    """Multi-head V-trace policy-gradient loss (IMPALA; AlphaStar's per-head ratios), per unit:
 
-        L = - mean_{t,b} sum_h A^h_t log pi_h(a^h_t | s_t)
+        L = - mean_{t,b} sum_i sum_h w_h A^{h,i}_t log pi_h(a^{h,i}_t | s_t)
 
-    where A^h is `vtrace_advantages` computed with head h's own ratio pi_h(a^h)/mu_h(a^h):
-    AlphaStar "assume[s] independence between the action type, delay, and all other arguments,
-    and so update the components of the policy separately", which keeps a long, structured
-    action from truncating the trace early. `importance_correction=False` sets every ratio
-    to 1 (the uncorrected actor-critic baseline, for ablations).
+    where A^{h,i} is `vtrace_advantages` of unit i's rewards and values computed with head h's
+    own ratio pi_h(a^h)/mu_h(a^h) (unit i's action for a unit head), and w_h is 1 for a unit
+    head, 1/|U| for a team head (module docstring). AlphaStar "assume[s] independence between
+    the action type, delay, and all other arguments, and so update the components of the
+    policy separately", which keeps a long, structured action from truncating the trace early.
+    `importance_correction=False` sets every ratio to 1 (the uncorrected actor-critic
+    baseline, for ablations). All heads and units: one V-trace over [T, B, *U, H].
     """
     _check_heads(target_log_probs, behaviour_log_probs, rewards)
-    loss = 0.0
+    log_pi, weights = stack_heads(target_log_probs, values)
+    log_mu, _ = stack_heads(behaviour_log_probs, values)
+    log_rho = jax.lax.stop_gradient(log_pi - log_mu)
+    if not importance_correction:
+        log_rho = jnp.zeros_like(log_rho)
+    _, advantages = vtrace_advantages(
+        log_rho, *_per_head(rewards, discounts, values, bootstrap_value, log_pi),
+        lambda_, clip_rho_threshold, clip_pg_rho_threshold)
+    T, B = values.shape[:2]
+    loss = -jnp.sum(weights * advantages * log_pi) / (T * B)
     metrics = {}
-    for head in sorted(target_log_probs):
-        log_pi = target_log_probs[head]
-        log_rho = jax.lax.stop_gradient(log_pi - behaviour_log_probs[head])
-        if not importance_correction:
-            log_rho = jnp.zeros_like(log_rho)
-        _, advantages = vtrace_advantages(log_rho, rewards, discounts, values, bootstrap_value,
-                                          lambda_, clip_rho_threshold, clip_pg_rho_threshold)
-        loss = loss - jnp.mean(advantages * log_pi)
-        metrics[f"rho_mean/{head}"] = jnp.mean(jnp.exp(log_rho))
-        metrics[f"rho_clipped_fraction/{head}"] = jnp.mean(log_rho > jnp.log(clip_pg_rho_threshold))
+    for k, head in enumerate(sorted(target_log_probs)):
+        metrics[f"rho_mean/{head}"] = jnp.mean(jnp.exp(log_rho[..., k]))
+        metrics[f"rho_clipped_fraction/{head}"] = jnp.mean(
+            log_rho[..., k] > jnp.log(clip_pg_rho_threshold))
     return loss, metrics
 
 
 def lambda_returns(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array,
                    lambda_: float) -> Array:
-    """Uncorrected lambda-returns G^lambda [T, B] (Sutton & Barto 12.1; rlax.lambda_returns).
+    """Uncorrected lambda-returns G^lambda [T, B, *U] (Sutton & Barto 12.1; rlax.lambda_returns),
+    each unit's from its own rewards and values:
 
         G_t = r_t + gamma_t ((1 - lambda) V(s_{t+1}) + lambda G_{t+1}),  G_T = V(s_T)
 
@@ -115,43 +186,54 @@ def lambda_returns(rewards: Array, discounts: Array, values: Array, bootstrap_va
     "uncorrected update of the value function (which introduces bias but reduces variance)".
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
-    returns = jax.vmap(rlax.lambda_returns, in_axes=(1, 1, 1, None), out_axes=1)(
-        rewards, discounts, _next_values(values, bootstrap_value), lambda_)
+    returns = _per_sequence(lambda r, g, v: rlax.lambda_returns(r, g, v, lambda_),
+                            rewards, _expand_to(discounts, values.shape),
+                            _next_values(values, bootstrap_value))
     return jax.lax.stop_gradient(returns)
 
 
 def td_lambda_value_loss(values: Array, rewards: Array, discounts: Array, bootstrap_value: Array,
                          lambda_: float = 0.8) -> Array:
-    """TD(lambda) value loss L = mean_{t,b} 0.5 (G^lambda_t - V(s_t))^2, G from `lambda_returns`.
+    """TD(lambda) value loss L = mean_{t,b} sum_i 0.5 (G^{lambda,i}_t - V^i(s_t))^2, G from
+    `lambda_returns` (one value per unit i; `U = ()`: the plain mean over t, b).
 
     Via `rlax.td_lambda` (targets stop-gradient; the bootstrap value gets no gradient).
     AlphaStar's pseudocode uses lambda = 0.8.
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
-    errors = jax.vmap(rlax.td_lambda, in_axes=(1, 1, 1, 1, None), out_axes=1)(
-        values, rewards, discounts,
-        jax.lax.stop_gradient(_next_values(values, bootstrap_value)), lambda_)
-    return 0.5 * jnp.mean(jnp.square(errors))
+    errors = _per_sequence(lambda v, r, g, v_next: rlax.td_lambda(v, r, g, v_next, lambda_),
+                           values, rewards, _expand_to(discounts, values.shape),
+                           jax.lax.stop_gradient(_next_values(values, bootstrap_value)))
+    T, B = values.shape[:2]
+    return 0.5 * jnp.sum(jnp.square(errors)) / (T * B)
+
+
+def _joint_log_ratio(target_log_probs: Logits, behaviour_log_probs: Logits, like: Array) -> Array:
+    """log pi(a)/mu(a) of each unit's whole action [T, B, *U]: the sum over heads of the heads'
+    log-ratios, unit i's own for a unit head, the side's for a team head."""
+    return sum(_expand_to(target_log_probs[h] - behaviour_log_probs[h], like.shape)
+               for h in sorted(target_log_probs))
 
 
 def vtrace_value_loss(target_log_probs: Logits, behaviour_log_probs: Logits, values: Array,
                       rewards: Array, discounts: Array, bootstrap_value: Array,
                       lambda_: float = 1.0, clip_rho_threshold: float = 1.0) -> Array:
-    """V-trace value loss L = mean_{t,b} 0.5 (v_t - V(s_t))^2 (IMPALA Sec. 4.1), v_t the V-trace
-    targets of `vtrace_advantages` with the whole action's ratio pi(a)/mu(a) (the product of the
-    heads' ratios). The off-policy-corrected value of IMPALA, which AlphaStar replaced by the
-    uncorrected TD(lambda) (Fig. 3i: "V-trace" vs "+ TD(lambda)"); for that ablation."""
+    """V-trace value loss L = mean_{t,b} sum_i 0.5 (v^i_t - V^i(s_t))^2 (IMPALA Sec. 4.1), v_t
+    the V-trace targets of `vtrace_advantages` with the whole action's ratio pi(a)/mu(a) (the
+    product of the heads' ratios; per unit: its own heads and the team heads). The
+    off-policy-corrected value of IMPALA, which AlphaStar replaced by the uncorrected
+    TD(lambda) (Fig. 3i: "V-trace" vs "+ TD(lambda)"); for that ablation."""
     _check_heads(target_log_probs, behaviour_log_probs, rewards)
-    log_rho = sum(jax.lax.stop_gradient(target_log_probs[h] - behaviour_log_probs[h])
-                  for h in sorted(target_log_probs))
+    log_rho = jax.lax.stop_gradient(_joint_log_ratio(target_log_probs, behaviour_log_probs, values))
     targets, _ = vtrace_advantages(log_rho, rewards, discounts, values,
                                    jax.lax.stop_gradient(bootstrap_value), lambda_,
                                    clip_rho_threshold, clip_rho_threshold)
-    return 0.5 * jnp.mean(jnp.square(targets - values))
+    T, B = values.shape[:2]
+    return 0.5 * jnp.sum(jnp.square(targets - values)) / (T * B)
 
 
 def upgo_returns(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array) -> Array:
-    """Upgoing returns G [T, B] (AlphaStar, Methods "Value and policy updates").
+    """Upgoing returns G [T, B, *U] (AlphaStar, Methods "Value and policy updates"), per unit:
 
         G_{T-1} = r_{T-1} + gamma_{T-1} V(s_T)
         G_t     = r_t + gamma_t * ( G_{t+1}     if Q(s_{t+1}, a_{t+1}) >= V(s_{t+1})
@@ -160,9 +242,11 @@ def upgo_returns(rewards: Array, discounts: Array, values: Array, bootstrap_valu
 
     with V(s_T) = `bootstrap_value`: the return keeps following the behaviour trajectory while
     its next action looks at least as good as average, and bootstraps as soon as it does not.
-    Hand-written with a reverse `lax.scan`; no gradient flows through it.
+    Hand-written with a reverse `lax.scan` (elementwise over every axis but time); no gradient
+    flows through it.
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
+    discounts = _expand_to(discounts, values.shape)
     next_values = _next_values(values, bootstrap_value)          # V(s_{t+1})
     one_step_q = rewards + discounts * next_values                # Q(s_t, a_t)
     last = one_step_q[-1]                                         # G_{T-1}
@@ -180,30 +264,37 @@ def upgo_returns(rewards: Array, discounts: Array, values: Array, bootstrap_valu
 def upgo_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, rewards: Array,
                      discounts: Array, values: Array, bootstrap_value: Array,
                      importance_correction: bool = True) -> Array:
-    """UPGO policy term (AlphaStar): L = - mean_{t,b} sum_h rho^h_t (G_t - V(s_t)) log pi_h(a^h_t|s_t)
+    """UPGO policy term (AlphaStar), per unit:
 
-    with G from `upgo_returns` and rho^h_t = min(pi_h(a^h_t|s_t) / mu_h(a^h_t|s_t), 1), each
-    head with its own clipped ratio as for V-trace. rho and the advantage are constants.
+        L = - mean_{t,b} sum_i sum_h w_h rho^{h,i}_t (G^i_t - V^i(s_t)) log pi_h(a^{h,i}_t|s_t)
+
+    with G^i from `upgo_returns` of unit i's rewards and values, rho^h_t =
+    min(pi_h(a^h_t|s_t) / mu_h(a^h_t|s_t), 1), each head with its own clipped ratio as for
+    V-trace, and w_h as in `vtrace_policy_loss`. rho and the advantage are constants.
     """
     _check_heads(target_log_probs, behaviour_log_probs, rewards)
     advantages = upgo_returns(rewards, discounts, values, bootstrap_value) - values
     advantages = jax.lax.stop_gradient(advantages)
-    loss = 0.0
-    for head in sorted(target_log_probs):
-        log_pi = target_log_probs[head]
-        rho = jnp.minimum(jnp.exp(jax.lax.stop_gradient(log_pi - behaviour_log_probs[head])), 1.0)
-        if not importance_correction:
-            rho = jnp.ones_like(rho)
-        loss = loss - jnp.mean(rho * advantages * log_pi)
-    return loss
+    log_pi, weights = stack_heads(target_log_probs, values)
+    log_mu, _ = stack_heads(behaviour_log_probs, values)
+    rho = jnp.minimum(jnp.exp(jax.lax.stop_gradient(log_pi - log_mu)), 1.0)
+    if not importance_correction:
+        rho = jnp.ones_like(rho)
+    T, B = values.shape[:2]
+    return -jnp.sum(weights * rho * advantages[..., None] * log_pi) / (T * B)
+
+
+def _sum_beyond_time_and_batch(x: Array) -> Array:
+    return jnp.sum(x, axis=tuple(range(2, x.ndim))) if x.ndim > 2 else x
 
 
 def entropy(logits: Logits) -> Array:
-    """Summed entropy of the heads, H = - sum_h sum_a pi_h(a) log pi_h(a), shape [T, B]."""
+    """Summed entropy of the heads (and of every unit's), H = - sum_h sum_a pi_h(a) log pi_h(a),
+    shape [T, B]."""
     total = 0.0
     for head in sorted(logits):
         log_p = jax.nn.log_softmax(logits[head])
-        total = total - jnp.sum(jnp.exp(log_p) * log_p, axis=-1)
+        total = total - _sum_beyond_time_and_batch(jnp.sum(jnp.exp(log_p) * log_p, axis=-1))
     return total
 
 
@@ -218,7 +309,8 @@ def kl_to_teacher_loss(logits: Logits, teacher_logits: Logits) -> Array:
 
         L = mean_{t,b} sum_h KL(pi_teacher,h || pi_h) = sum_a p_T(a) (log p_T(a) - log pi(a))
 
-    as in AlphaStar's pseudocode (`kl(student_logits, teacher_logits)`). The teacher is constant.
+    (summed over units for unit heads) as in AlphaStar's pseudocode
+    (`kl(student_logits, teacher_logits)`). The teacher is constant.
     """
     if set(logits) != set(teacher_logits):
         raise ValueError("student and teacher must have the same heads")
@@ -227,7 +319,7 @@ def kl_to_teacher_loss(logits: Logits, teacher_logits: Logits) -> Array:
         chex.assert_equal_shape([logits[head], teacher_logits[head]])
         log_t = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits[head]))
         log_s = jax.nn.log_softmax(logits[head])
-        total = total + jnp.sum(jnp.exp(log_t) * (log_t - log_s), axis=-1)
+        total = total + _sum_beyond_time_and_batch(jnp.sum(jnp.exp(log_t) * (log_t - log_s), axis=-1))
     return jnp.mean(total)
 
 
@@ -250,7 +342,7 @@ def kl_to_behaviour_loss(target_log_probs: Logits, behaviour_log_probs: Logits
     rho = pi_h(a_t | s_t) / mu_h(a_t | s_t):
 
         k(rho) = rho log rho - (rho - 1)                  (>= 0, = 0 iff rho = 1)
-        L = mean_{t,b} sum_h k(rho^h_t)
+        L = mean_{t,b} sum_h k(rho^h_t)                   (summed over units for unit heads)
 
     E_{a~mu}[rho log rho] = sum_a pi(a) log(pi(a)/mu(a)) = KL(pi || mu) and E_{a~mu}[rho - 1] = 0,
     so L is an unbiased estimate of KL(pi || mu) (the "f-divergence" control-variate form of
@@ -258,48 +350,56 @@ def kl_to_behaviour_loss(target_log_probs: Logits, behaviour_log_probs: Logits
     d k / d log pi(a_t) = rho log rho. Steps where mu had one legal action (log pi = log mu = 0,
     e.g. poker's non-acting steps) contribute 0. mu is a constant.
     """
-    _check_heads(target_log_probs, behaviour_log_probs, next(iter(target_log_probs.values())))
+    if set(target_log_probs) != set(behaviour_log_probs):
+        raise ValueError(f"heads differ: {sorted(target_log_probs)} vs {sorted(behaviour_log_probs)}")
     total = 0.0
     metrics = {}
     for head in sorted(target_log_probs):
+        chex.assert_equal_shape([target_log_probs[head], behaviour_log_probs[head]])
         log_rho = target_log_probs[head] - jax.lax.stop_gradient(behaviour_log_probs[head])
         rho = jnp.exp(log_rho)
-        k = rho * log_rho - (rho - 1.0)
-        total = total + jnp.mean(k)
-        metrics[f"kl_behaviour/{head}"] = jnp.mean(k)
+        k = jnp.mean(_sum_beyond_time_and_batch(rho * log_rho - (rho - 1.0)))
+        total = total + k
+        metrics[f"kl_behaviour/{head}"] = k
     return total, metrics
 
 
 def gae_advantages(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array,
                    lambda_: float = 0.95) -> Array:
-    """Generalised advantage estimates [T, B] (GAE eq. 16; rlax.truncated_generalized_advantage_estimation).
+    """Generalised advantage estimates [T, B, *U], each unit's from its own rewards and values
+    (GAE eq. 16; rlax.truncated_generalized_advantage_estimation).
 
         delta_t = r_t + gamma_t V(s_{t+1}) - V(s_t);  A_t = sum_{k>=0} (prod_{i<k} gamma_{t+i} lambda) delta_{t+k}
 
     truncated at the end of the sequence (V(s_T) = bootstrap_value). Constant (no gradient).
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
-    all_values = jnp.concatenate([values, bootstrap_value[None]], axis=0)
+    all_values = jnp.concatenate([values, bootstrap_value[None]], axis=0)       # [T + 1, ...]
+    T = values.shape[0]
+    flat = [x.reshape(x.shape[0], -1) for x in
+            (rewards, _expand_to(discounts, values.shape), all_values)]
     adv = jax.vmap(rlax.truncated_generalized_advantage_estimation,
-                   in_axes=(1, 1, None, 1), out_axes=1)(rewards, discounts, lambda_, all_values)
-    return jax.lax.stop_gradient(adv)
+                   in_axes=(1, 1, None, 1), out_axes=1)(flat[0], flat[1], lambda_, flat[2])
+    return jax.lax.stop_gradient(adv.reshape((T, *values.shape[1:])))
 
 
 def ppo_clip_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, advantages: Array,
                          epsilon: float = 0.2) -> tuple[Array, dict[str, Array]]:
-    """PPO clipped surrogate (PPO eq. 7; rlax.clipped_surrogate_pg_loss), OpenAI Five's loss:
+    """PPO clipped surrogate (PPO eq. 7; rlax.clipped_surrogate_pg_loss), OpenAI Five's loss,
+    per unit i (OpenAI Five: each hero's own action and advantage):
 
-        r_t = pi(a_t|s_t) / mu(a_t|s_t) = exp(sum_h log pi_h - log mu_h)   (the joint action)
-        L = - mean_{t,b} min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t)
+        r^i_t = pi(a^i_t|s_t) / mu(a^i_t|s_t) = exp(sum_h log pi_h - log mu_h)   (unit i's whole
+                action: its unit heads and the team heads)
+        L = - mean_{t,b} sum_i min(r^i_t A^i_t, clip(r^i_t, 1 - eps, 1 + eps) A^i_t)
 
     The "old" policy is the behaviour policy that produced the data (as in asynchronous PPO).
     """
     _check_heads(target_log_probs, behaviour_log_probs, advantages)
-    log_ratio = sum(target_log_probs[h] - behaviour_log_probs[h] for h in sorted(target_log_probs))
-    ratio = jnp.exp(log_ratio)
+    ratio = jnp.exp(_joint_log_ratio(target_log_probs, behaviour_log_probs, advantages))
+    # rlax returns the mean over every element; sum over units = mean * |U|.
     loss = rlax.clipped_surrogate_pg_loss(ratio.reshape(-1), advantages.reshape(-1), epsilon)
     clipped = jnp.mean(jnp.abs(ratio - 1.0) > epsilon)
-    return loss, {"ppo_clipped_fraction": clipped}
+    return loss * _unit_count(advantages), {"ppo_clipped_fraction": clipped}
 
 
 def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_value: Array,
@@ -314,10 +414,12 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     where L_pi is V-trace (`config.policy_loss == "vtrace"`) or PPO-clip on GAE advantages,
     and the value loss is TD(lambda) or, with `config.value_target == "vtrace"`, V-trace;
     L_KL(pi || mu) (`kl_to_behaviour_loss`, MMD's proximal term) only when its weight > 0.
-    All inputs time-major over the `T` learning steps; `discounts` are the data's and get
-    multiplied by `config.discount`. Returns (loss, metrics).
+    All inputs time-major over the `T` learning steps: `values`, `rewards` [T, B, *U] (one per
+    unit, or [T, B]), `bootstrap_value` [B, *U], `discounts` [T, B] (the data's; multiplied by
+    `config.discount`), unit heads' logits [T, B, *U, A] and team heads' [T, B, A] (module
+    docstring). Each term is the sum over units of the unit's own term. Returns (loss, metrics).
     """
-    chex.assert_rank([values, rewards, discounts], 2)
+    _check_time_major(rewards, discounts, values, bootstrap_value)
     discounts = discounts * config.discount
     target_log_probs = {
         h: jnp.take_along_axis(jax.nn.log_softmax(logits[h]),
