@@ -188,3 +188,124 @@ def test_widening_the_unit_networks_residual_stream_is_reported_approximate():
     plan, (prob, value) = _unit_surgery(dataclasses.replace(UNIT, embed_size=12))
     assert not plan.exact and "LayerNorm" in plan.approximate[0]
     assert prob > 1e-5 or value > 1e-5  # the LayerNorms' statistics do change
+
+
+# -- experiments.surgery on a league's run directory ------------------------------------------
+
+def _tree_digest(run_dir):
+    import hashlib
+    import os
+
+    digest = {}
+    for root, _, files in os.walk(run_dir):
+        for name in files:
+            if not name.startswith("league.db") and name != "run.lock":
+                with open(os.path.join(root, name), "rb") as f:
+                    digest[os.path.relpath(os.path.join(root, name), run_dir)] = hashlib.sha256(f.read()).hexdigest()
+    return digest
+
+
+def _surgery_cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "experiments.surgery", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def kuhn_run(tmp_path_factory):
+    from tests.test_program import config, run
+
+    cfg = config(tmp_path_factory.mktemp("surgery"), game="kuhn_poker", minutes=0.4,
+                 main_agent_snapshot_steps=100, league_exploiter_timeout_steps=100, exploiter_min_steps=100)
+    run(cfg)
+    return cfg
+
+
+def test_surgery_on_a_kuhn_league_keeps_every_players_nashconv_and_the_league_resumes(kuhn_run, tmp_path):
+    import os
+    import shutil
+
+    from experiments import nashconv
+    from experiments import surgery as tool
+    from experiments.config import NetworkSettings
+    from tests.test_program import learner_versions, run
+
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(kuhn_run.run_dir, run_dir)
+    cfg = dataclasses.replace(kuhn_run, run_dir=run_dir)
+    reader = nashconv.RunReader(run_dir)
+    players = [p["player_id"] for p in reader.history().players()]
+    assert len(players) >= 5 and any("#" in p for p in players)  # learners and frozen players
+    before = {p: reader.measure_player(p).nash_conv for p in players}
+    versions = learner_versions(run_dir)
+
+    report = tool.operate(run_dir, {"hidden_size": 24, "core_size": 20}, out=open(os.devnull, "w"))
+    assert report.max_prob < 1e-5 and report.max_value < 1e-5
+    assert report.players == len(os.listdir(os.path.join(run_dir, "params"))) and report.checkpoints == 4
+    after_reader = nashconv.RunReader(run_dir)
+    assert after_reader.config.network == NetworkSettings(hidden_size=24, core_size=20)
+    for p in players:
+        assert after_reader.measure_player(p).nash_conv == pytest.approx(before[p], abs=1e-6), p
+    # the old files are kept
+    with open(os.path.join(report.backup, "config.json")) as f:
+        assert '"hidden_size": 16' in f.read()
+    assert any(e["kind"] == "surgery" for e in after_reader.history().events())
+
+    # the league resumes with the wider network and keeps learning
+    wider = dataclasses.replace(cfg, network=NetworkSettings(hidden_size=24, core_size=20), minutes=0.25)
+    run(wider)
+    resumed = learner_versions(run_dir)
+    assert all(resumed[a] > versions[a] for a in versions), (versions, resumed)
+
+
+def test_lstm_noise_is_measured_and_refused_beyond_the_tolerance(kuhn_run, tmp_path):
+    import shutil
+
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(kuhn_run.run_dir, run_dir)
+    digest = _tree_digest(run_dir)
+    result = _surgery_cli(f"--run_dir={run_dir}", "--core_size=24", "--lstm_noise=0.5", "--tolerance=1e-4")
+    assert result.returncode == 2, result.stderr
+    assert "approximate" in result.stdout and "more than 0.0001 (--tolerance)" in result.stderr
+    assert _tree_digest(run_dir) == digest
+
+
+@pytest.mark.parametrize("case", ["locked", "shrink", "unknown_flag", "other_game", "not_a_run"])
+def test_bad_surgery_requests_are_refused_and_change_nothing(kuhn_run, tmp_path, case):
+    import os
+    import shutil
+
+    from experiments import run_lock
+
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(kuhn_run.run_dir, run_dir)
+    args, message, lock = [f"--run_dir={run_dir}", "--hidden_size=32"], None, None
+    if case == "locked":
+        lock = run_lock.hold(run_dir, "a test league")
+        message = "in use by a test league"
+    elif case == "shrink":
+        args, message = [f"--run_dir={run_dir}", "--core_size=8"], "shrinking is not supported"
+    elif case == "unknown_flag":
+        args, message = [*args, "--lstm_size=128"], "lstm_size"
+    elif case == "other_game":  # a Leduc player among Kuhn's: its input layer does not fit
+        from coordinator.param_store import params_to_npz_bytes
+        from tests.test_nashconv_league import network_and_params
+
+        _, (params,) = network_and_params("leduc_poker", [0])
+        with open(os.path.join(run_dir, "params", "stranger#0.npz"), "wb") as f:
+            f.write(params_to_npz_bytes(params, 1))
+        message = "stranger#0.npz: parameter agent/~/opponent_torso/~/linear_0/w"
+    elif case == "not_a_run":
+        os.remove(os.path.join(run_dir, "config.json"))
+        message = "not a league's run directory"
+    digest = _tree_digest(run_dir)
+    try:
+        result = _surgery_cli(*args)
+    finally:
+        if lock:
+            lock.close()
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert _tree_digest(run_dir) == digest
