@@ -20,11 +20,13 @@ new output coordinate keep the new network's random initialisation.
 Widening an LSTM this way is exact too: the new units' recurrent weights into the old gates
 are zero, so the old units never read the new ones, whose outputs the next layers ignore.
 Seed 003 instead gave those weights "random small values"; `lstm_noise` > 0 does that (an
-approximate surgery: the caller measures the change). Two layers cannot be widened exactly and
-are reported as approximate by `plan`:
-- a LayerNorm over a widened axis (the unit network's residual stream, `embed_size`): its
-  mean and variance are taken over the new coordinates too;
-Widening an attention layer's key size keeps the scores `q.k / sqrt(K)`: the new key columns
+approximate surgery: the caller measures the change). A LayerNorm normalises over its whole
+axis, so widening the unit network's residual stream (`embed_size`, read and written around
+two LayerNorms) with fresh coordinates changes their mean and variance: `plan` reports that as
+approximate. Widened by a whole multiple it is exact: every layer writing the stream writes
+each new coordinate as a copy of an old one (Net2WiderNet's replication: copied output
+weights, biases and LayerNorm parameters), which keeps the mean and variance, while every
+reader ignores the copies (zero input weights, as above). Widening an attention layer's key size keeps the scores `q.k / sqrt(K)`: the new key columns
 are zero and the old query weights are scaled by sqrt(K'/K).
 
 Pure functions of numpy arrays and the networks' configs; `widen` returns a new tree.
@@ -58,11 +60,14 @@ class Dim:
     old: int
     new: int
     positions: tuple[int, ...] | None = None
+    copy: bool = False  # new coordinate j of an OUT axis copies old coordinate j mod old
 
     def __post_init__(self):
         if self.new < self.old:
             raise SurgeryError(f"cannot shrink a dimension from {self.old} to {self.new}: surgery "
                                "only widens (a smaller network cannot compute the same function)")
+        if self.copy and (self.positions is not None or self.new % self.old):
+            raise SurgeryError(f"copying needs a whole multiple of {self.old}, got {self.new}")
         if self.positions is not None:
             pos = np.asarray(self.positions)
             if len(pos) != self.old or len(set(pos.tolist())) != self.old or (
@@ -99,10 +104,11 @@ def _size(dim: str | int, sizes: Mapping[str, Dim], new: bool) -> int:
     return sizes[dim].new if new else sizes[dim].old
 
 
-def _axis_map(axis: Axis, sizes: Mapping[str, Dim]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _axis_map(axis: Axis, sizes: Mapping[str, Dim]) -> tuple[np.ndarray, ...]:
     """(new index of each old coordinate [old length], new-coordinate mask [new length],
-    coordinates new only because of `zero_dims` [new length])."""
-    old_index, is_new, zero_new, offset = [], [], [], 0
+    coordinates new only because of `zero_dims` [new length], the coordinate each new one
+    copies [new length]: itself unless a `copy` dim makes it a copy)."""
+    old_index, is_new, zero_new, source, offset = [], [], [], [], 0
     for block in axis.blocks:
         new_shape = [_size(d, sizes, True) for d in block]
         # new position of each old coordinate, per dim; outer product -> flat new indices
@@ -124,10 +130,14 @@ def _axis_map(axis: Axis, sizes: Mapping[str, Dim]) -> tuple[np.ndarray, np.ndar
             if zero:
                 other_new = np.any(other, axis=0) if other else np.zeros_like(any_new)
                 only_zero = np.any(zero, axis=0) & ~other_new
+        copied = [(c.ravel() % sizes[d].old) if isinstance(d, str) and sizes[d].copy else c.ravel()
+                  for d, c in zip(block, coords)]
+        source.append(offset + np.ravel_multi_index(copied, new_shape).astype(np.int64))
         is_new.append(any_new)
         zero_new.append(only_zero)
         offset += int(np.prod(new_shape))
-    return np.concatenate(old_index), np.concatenate(is_new), np.concatenate(zero_new)
+    return (np.concatenate(old_index), np.concatenate(is_new), np.concatenate(zero_new),
+            np.concatenate(source))
 
 
 def _axis_length(axis: Axis, sizes: Mapping[str, Dim], new: bool) -> int:
@@ -149,7 +159,7 @@ def widen_leaf(name: str, old: np.ndarray, template: np.ndarray, rule: Rule,
     maps = [_axis_map(a, sizes) for a in rule.axes]
     zero = np.zeros(template.shape, bool)
     out_new = np.zeros(template.shape, bool)
-    for k, (axis, (_, is_new, zero_new)) in enumerate(zip(rule.axes, maps)):
+    for k, (axis, (_, is_new, zero_new, _)) in enumerate(zip(rule.axes, maps)):
         shape = [1] * template.ndim
         shape[k] = -1
         if axis.role == IN:
@@ -169,6 +179,9 @@ def widen_leaf(name: str, old: np.ndarray, template: np.ndarray, rule: Rule,
         d = sizes[rule.scale_old]
         values = old * np.asarray(math.sqrt(d.new / d.old), old.dtype)
     result[np.ix_(*[m[0] for m in maps])] = values
+    for k, (axis, m) in enumerate(zip(rule.axes, maps)):
+        if axis.role == OUT:  # copies of old output coordinates (Net2WiderNet), if any
+            result = np.take(result, m[3], axis=k)
     return result
 
 
@@ -199,19 +212,20 @@ def reference_rules(config: NetworkConfig) -> dict[str, dict[str, Rule]]:
 
 def unit_rules(config: UnitNetworkConfig, own_features: int, global_features: int
                ) -> dict[str, dict[str, Rule]]:
-    """Rules for `agents.unit_network.UnitNetwork`: dims E (embed), R (replica), C (core),
-    V (value), P (pointer), A (attention heads), K (key size), f (features per other unit).
+    """Rules for `agents.unit_network.UnitNetwork`: dims E (embed: the residual stream), Eh
+    (embed: hidden layers), R (replica), C (core), V (value), P (pointer), Q (the enemy-key
+    MLP's hidden width), A (attention heads), K (key size), f (features per other unit).
     `own_features` / `global_features`: the sizes of the unit's own features and of the team
     input's global features (fixed)."""
     c = config
     units = ((c.num_units - 1, "f"), (c.num_targets, "f"), (own_features,))
     norm = {"scale": Rule((Axis((("E",),), OUT),)), "offset": Rule((Axis((("E",),), OUT),))}
     rules = {
-        "unit_agent/~/enemy_encoder/~/linear_0": _linear((("f",),), (("E",),)),
+        "unit_agent/~/enemy_encoder/~/linear_0": _linear((("f",),), (("Q",),)),
         # the keys' new pointer columns are zero, the query's old weights scaled by sqrt(P'/P)
-        "unit_agent/~/enemy_encoder/~/linear_1": _linear((("E",),), (("P",),), zero_dims=("P",)),
-        "unit_agent/~/unit_encoder/~/linear_0": _linear((*units, (1,)), (("E",),)),
-        "unit_agent/~/unit_encoder/~/linear_1": _linear((("E",),), (("E",),)),
+        "unit_agent/~/enemy_encoder/~/linear_1": _linear((("Q",),), (("P",),), zero_dims=("P",)),
+        "unit_agent/~/unit_encoder/~/linear_0": _linear((*units, (1,)), (("Eh",),)),
+        "unit_agent/~/unit_encoder/~/linear_1": _linear((("Eh",),), (("E",),)),
         "unit_agent/~/team/~/linear_0": _linear((("E",), (global_features,)), (("C",),)),
         "unit_agent/~/lstm/linear": _linear((("C",), ("C",)), ((4, "C"),), noise=True),
         "unit_agent/~/replica/~/linear_0": _linear((("E",), ("C",)), (("R",),)),
@@ -225,6 +239,7 @@ def unit_rules(config: UnitNetworkConfig, own_features: int, global_features: in
         "unit_agent/~/value/~/linear_0": _linear(
             (("C",), ("V",)) if c.value_uses_opponent else (("C",),), (("V",),)),
         "unit_agent/~/value/~/linear_1": _linear((("V",),), ((1,),)),
+        "unit_agent/~/value_unit": {"w": Rule((Axis((("R",),), IN), Axis((("V",),), OUT)))},
     }
     for k in range(c.attention_layers):
         a = f"unit_agent/~/attention_{k}"
@@ -233,8 +248,8 @@ def unit_rules(config: UnitNetworkConfig, own_features: int, global_features: in
         rules[f"{a}/value"] = _linear((("E",),), (("A", "K"),))
         rules[f"{a}/linear"] = _linear((("A", "K"),), (("E",),))
         rules[f"unit_agent/~/attention_norm_{k}"] = norm
-        rules[f"unit_agent/~/attention_mlp_{k}/~/linear_0"] = _linear((("E",),), ((2, "E"),))
-        rules[f"unit_agent/~/attention_mlp_{k}/~/linear_1"] = _linear(((2, "E"),), (("E",),))
+        rules[f"unit_agent/~/attention_mlp_{k}/~/linear_0"] = _linear((("E",),), ((2, "Eh"),))
+        rules[f"unit_agent/~/attention_mlp_{k}/~/linear_1"] = _linear(((2, "Eh"),), (("E",),))
         rules[f"unit_agent/~/attention_mlp_norm_{k}"] = norm
     if c.value_uses_opponent:
         rules["unit_agent/~/opponent_unit/~/linear_0"] = _linear(units, (("V",),))
@@ -300,16 +315,20 @@ def plan(old_config, new_config, *, old_features: int | None = None, new_feature
         if changed:
             raise SurgeryError(f"surgery widens layers; these must stay the same: {', '.join(changed)}")
         o, n = old_config, new_config
-        sizes = {"E": Dim(o.embed_size, n.embed_size), "R": Dim(o.replica_size, n.replica_size),
+        doubles = n.embed_size % o.embed_size == 0
+        sizes = {"E": Dim(o.embed_size, n.embed_size, copy=doubles), "Eh": Dim(o.embed_size, n.embed_size),
+                 "R": Dim(o.replica_size, n.replica_size),
                  "C": Dim(o.core_size, n.core_size), "V": Dim(o.value_size, n.value_size),
                  "P": Dim(o.pointer_size, n.pointer_size), "A": Dim(o.attention_heads, n.attention_heads),
                  "K": Dim(o.attention_key_size, n.attention_key_size),
-                 "f": Dim(o.unit_feature_size, n.unit_feature_size)}
+                 "f": Dim(o.unit_feature_size, n.unit_feature_size),
+                 "Q": Dim(o.pointer_hidden_size, n.pointer_hidden_size)}
         rules = unit_rules(old_config, own_features, global_features)
-        if sizes["E"].new > sizes["E"].old:
+        if sizes["E"].new > sizes["E"].old and not doubles:
             approximate.append(
                 f"embed_size {sizes['E'].old} -> {sizes['E'].new}: the attention block's LayerNorms "
-                "normalise over the widened axis, so their mean and variance change")
+                "normalise over the widened axis, so their mean and variance change (a whole "
+                "multiple of the old size is exact: the new coordinates copy the old ones)")
     else:
         raise SurgeryError(f"surgery does not know the network config {type(old_config).__name__}")
     if lstm_noise > 0 and sizes["C"].new > sizes["C"].old:

@@ -175,8 +175,9 @@ def _unit_surgery(new_config, seed=0):
 @pytest.mark.parametrize("change", [
     dict(replica_size=12), dict(core_size=13), dict(value_size=11), dict(pointer_size=7),
     dict(attention_heads=3), dict(attention_key_size=6), dict(unit_feature_size=15),
+    dict(embed_size=16), dict(embed_size=24),
     dict(replica_size=12, core_size=12, attention_heads=3, attention_key_size=7, pointer_size=5,
-         value_size=9, unit_feature_size=14),
+         value_size=9, unit_feature_size=14, embed_size=16),
 ])
 def test_widening_the_unit_network_preserves_its_outputs(change):
     plan, (prob, value) = _unit_surgery(dataclasses.replace(UNIT, **change))
@@ -184,7 +185,7 @@ def test_widening_the_unit_network_preserves_its_outputs(change):
     assert prob < 1e-5 and value < 1e-5, (change, prob, value)
 
 
-def test_widening_the_unit_networks_residual_stream_is_reported_approximate():
+def test_widening_the_unit_networks_residual_stream_by_a_fraction_is_reported_approximate():
     plan, (prob, value) = _unit_surgery(dataclasses.replace(UNIT, embed_size=12))
     assert not plan.exact and "LayerNorm" in plan.approximate[0]
     assert prob > 1e-5 or value > 1e-5  # the LayerNorms' statistics do change
