@@ -59,6 +59,19 @@ def params_from_npz_bytes(data: bytes) -> tuple[int, dict]:
     return version, unflatten(flat)
 
 
+def write_atomic(path: str, data: bytes) -> str:
+    """Writes `data` to `path` through a temporary file and `os.replace`: a kill leaves the old
+    file or the new one, never half of one. Returns `path`."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
 class ParamStore:
     """Frozen parameters by player id, on disk, with an in-memory cache."""
 
@@ -81,13 +94,7 @@ class ParamStore:
         path = self.path(player_id)
         if os.path.exists(path):
             return False
-        data = params_to_npz_bytes(params, version)
-        tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomic(path, params_to_npz_bytes(params, version))
         return True
 
     def load(self, player_id: str) -> tuple[int, dict]:

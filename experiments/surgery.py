@@ -306,16 +306,16 @@ def _operate(run_dir, config, sizes, lstm_noise, tolerance, exact_tolerance, gam
         os.makedirs(os.path.dirname(os.path.join(backup, name)) or backup, exist_ok=True)
         shutil.copy2(os.path.join(run_dir, name), os.path.join(backup, name))
     report.backup = backup
-    from coordinator.param_store import params_to_npz_bytes
+    from coordinator.param_store import params_to_npz_bytes, write_atomic
 
     for name, (version, params) in widened_players.items():
-        _write_atomic(os.path.join(run_dir, name), params_to_npz_bytes(params, version))
+        write_atomic(os.path.join(run_dir, name), params_to_npz_bytes(params, version))
     for name, params in widened_payloads.items():
         payload = payloads[name]
         opt_state = _widen_moments(plan, payload["opt_state"], params)
         checkpoint.save(os.path.join(run_dir, name), checkpoint.Checkpoint(
             int(payload["version"]), int(payload["steps"]), int(payload["num_skipped"]), params, opt_state))
-    _write_atomic(os.path.join(run_dir, "config.json"),
+    write_atomic(os.path.join(run_dir, "config.json"),
                   json.dumps(new_config.to_dict(), indent=2, sort_keys=True).encode())
     _record_event(run_dir, config, sizes, report)
     flags_now = " ".join(f"--network.{n}={getattr(sizes, n)}" for n in SIZE_FIELDS)
@@ -323,15 +323,6 @@ def _operate(run_dir, config, sizes, lstm_noise, tolerance, exact_tolerance, gam
           f"the old files are in {backup}\nresume with: python -m experiments.league "
           f"--game={config.game} --races={config.races} --run_dir={run_dir} {flags_now}", file=out)
     return report
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _record_event(run_dir: str, config: RunConfig, sizes: NetworkSettings, report: Report) -> None:

@@ -15,12 +15,13 @@ learnt on. Everyone reads and writes it through these functions: the learner (`s
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 from flax import serialization
+
+from coordinator.param_store import write_atomic
 
 FORMAT = 1
 FILENAME = "checkpoint.msgpack"
@@ -55,15 +56,7 @@ def save(file: str, checkpoint: Checkpoint) -> str:
         "num_skipped": int(checkpoint.num_skipped),
         "params": serialization.to_state_dict(jax.device_get(checkpoint.params)),
         "opt_state": serialization.to_state_dict(jax.device_get(checkpoint.opt_state))}
-    data = serialization.msgpack_serialize(payload)
-    os.makedirs(os.path.dirname(file) or ".", exist_ok=True)
-    tmp = f"{file}.tmp.{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, file)
-    return file
+    return write_atomic(file, serialization.msgpack_serialize(payload))
 
 
 def _payload(file: str) -> dict:
