@@ -1,6 +1,7 @@
-"""Launchers: run one `Program` (experiments/program.py) in this process or on Ray.
+"""Launchers: run one `Program` (experiments/program.py) in this process, on Ray, or as a
+Launchpad program (experiments/launchpad_launcher.py).
 
-Both build the nodes in order (resolving `Ref`s into handles), make the program's wiring
+All three build the nodes in order (resolving `Ref`s into handles), make the program's wiring
 calls, run every node that runs, and hand the driver's loop to the `Supervisor`: poll the
 coordinator (snapshots, resets), record learner metrics, print progress, stop on --minutes /
 --learner_steps / Ctrl-C. Then every node is stopped and closed in reverse order, each step
@@ -10,6 +11,7 @@ called once with every node's handle when all run (benchmarks read live learners
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import signal
@@ -19,6 +21,8 @@ import time
 from collections.abc import Callable
 
 from experiments.config import RunConfig
+from experiments.launchpad_launcher import problem as launchpad_problem
+from experiments.launchpad_launcher import run_launchpad
 from experiments.program import Program, build_program, resolve
 
 
@@ -282,4 +286,16 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
             ray.shutdown()
 
 
-LAUNCHERS = {"inprocess": run_inprocess, "ray": run_ray}
+def problem(config: RunConfig) -> str | None:
+    """Why `config.runner` cannot run in this Python, with the fix; None if it can. Checked
+    before anything is written to the run directory."""
+    if config.runner == "launchpad":
+        return launchpad_problem(config)
+    if config.runner == "ray" and importlib.util.find_spec("ray") is None:
+        return ("--runner=ray needs Ray, which this environment does not have (the Launchpad "
+                "environment on Python 3.10 has none): use --runner=launchpad or --runner=inprocess "
+                "here, or run from the main environment (README: the two commands)")
+    return None
+
+
+LAUNCHERS = {"inprocess": run_inprocess, "ray": run_ray, "launchpad": run_launchpad}

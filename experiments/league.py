@@ -1,8 +1,9 @@
 """Run a league: `python -m experiments.league --races=3`.
 
 Builds the program of nodes from the flags (experiments/program.py: coordinator, one learner
-per learning agent, actors, evaluators, Reverb tables) and launches it in this process or on
-Ray (experiments/launchers.py). The run directory holds `config.json`, the league's history
+per learning agent, actors, evaluators, Reverb tables) and launches it in this process, on
+Ray or as a Launchpad program (experiments/launchers.py; Launchpad needs its own Python 3.10
+environment, and `--runner=launchpad` elsewhere says how to create it). The run directory holds `config.json`, the league's history
 `league.db` (SQLite), frozen players' parameters and the learners' checkpoints; rerunning with the same --run_dir resumes. Ctrl-C stops cleanly
 with checkpoints written.
 """
@@ -10,6 +11,7 @@ with checkpoints written.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import sys
 
@@ -60,6 +62,10 @@ def define_flags() -> None:
     for alias, path in ALIASES.items():
         _define(alias, None, f"alias of --{path}", kind=_kind(path))
     flags.DEFINE_bool("print_program", False, "Print the program's graph of nodes (experiments/program.py) and exit.")
+    if importlib.util.find_spec("launchpad") is not None:  # the Launchpad environment
+        from experiments.launchpad_launcher import define_flags as define_launchpad_flags
+
+        define_launchpad_flags()  # --lp_launch_type=local_mp|local_mt
 
 
 def _kind(path: str):
@@ -96,6 +102,11 @@ def main(argv) -> int:
 
             print(build_program(config))
             return 0
+        from experiments.launchers import problem
+
+        runner_problem = problem(config)
+        if runner_problem:
+            raise ConfigError(runner_problem)
         check_teacher(config)
         resuming = prepare_run_dir(config)
     except ConfigError as e:
@@ -108,9 +119,10 @@ def main(argv) -> int:
     try:
         LAUNCHERS[config.runner](config)
     except Exception as e:
+        from experiments.launchpad_launcher import NodeFailed
         from learners.learner import CheckpointError
 
-        if isinstance(e, CheckpointError | ValueError):
+        if isinstance(e, CheckpointError | ValueError | NodeFailed):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise
