@@ -24,8 +24,13 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
 - Trajectories. Side 0 (the learner's agent) is written to `table` in `agents.trajectory`'s
   format: unrolls of `unroll_length` steps overlapping by one step, behaviour log-probs per
   network head, rewards from the reward plug-in (actors/rewards.py; default: the outcome,
-  +1/0/-1 on the last step; per-unit rewards are averaged over the side's present units), the
-  parameter version that acted, the opponent's observation and the core state before step 0.
+  +1/0/-1 on the last step) in the network's `value_shape`: one per unit for the unit network
+  (each unit's own reward, team spirit applied by the plug-in; a plug-in's one reward per step
+  goes to every present unit), one per side otherwise (a plug-in's per-unit rewards averaged
+  over the present units), the parameter version that acted, the opponent's observation and
+  the core state before step 0. Before computing rewards the actor tells the plug-in the
+  learner's progress (`set_progress(version)`, the version of the parameters that played:
+  the learner's update count), which anneals OpenAI Five's team spirit.
   A background thread hands whole unrolls to Reverb (one `append` per unroll).
 - Results. Every finished game is reported exactly once, after the unroll it finished in:
   `match_source.report_results([{"home", "away", "outcome": "win"|"draw"|"loss" (home's view),
@@ -68,12 +73,25 @@ class ActorConfig:
     write_queue: int = 2               # unroll batches waiting for the Reverb writer thread
     params_timeout: float = 60.0       # seconds to wait for parameters at a match start
     fused: bool = True                 # JAX games: one jitted scan per unroll (see Actor)
+    # OpenAI Five's team spirit tau ("openai_five" reward): linear from start to end over
+    # `team_spirit_updates` learner updates (the version of the parameters that play).
+    team_spirit_start: float = 0.3     # OpenAI Five's rerun: 0.3
+    team_spirit_end: float = 0.8       # OpenAI Five's rerun: 0.8
+    team_spirit_updates: int = 2_000
 
     def __post_init__(self):
         if self.unroll_length < 2:
             raise ValueError("unroll_length must be >= 2 (one step to learn, one to bootstrap)")
         if self.episodes_per_match < 1 or self.refresh_seconds <= 0 or self.write_queue < 1:
             raise ValueError("episodes_per_match, refresh_seconds and write_queue must be > 0")
+        if not (0.0 <= self.team_spirit_start <= 1.0 and 0.0 <= self.team_spirit_end <= 1.0):
+            raise ValueError("team spirit must be in [0, 1]")
+        if self.team_spirit_updates < 0:
+            raise ValueError("team_spirit_updates must be >= 0")
+
+    @property
+    def team_spirit(self) -> tuple[float, float, int]:
+        return self.team_spirit_start, self.team_spirit_end, self.team_spirit_updates
 
 
 def example_unroll(game_spec, network, unroll_length: int, teacher: bool = False) -> Unroll:
@@ -84,7 +102,20 @@ def example_unroll(game_spec, network, unroll_length: int, teacher: bool = False
     core = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], network.initial_state(1))
     if teacher:
         core = (core, core)
-    return zeros_unroll(obs, side.zero_observation(), head_names(network), core, unroll_length)
+    return zeros_unroll(obs, side.zero_observation(), head_shapes(network), core, unroll_length,
+                        reward_shape=value_shape(network))
+
+
+def head_shapes(network) -> dict[str, tuple[int, ...]]:
+    """{head: action shape per step} of a network's trajectories (one action per head unless
+    the network says otherwise: the unit network's unit heads are [n])."""
+    shapes = getattr(network, "head_shapes", None)
+    return dict(shapes) if shapes is not None else {h: () for h in head_names(network)}
+
+
+def value_shape(network) -> tuple[int, ...]:
+    """The value's and the trajectory reward's shape per step: () one per side, (n,) per unit."""
+    return tuple(getattr(network, "value_shape", ()))
 
 
 _COMPILED: dict = {}
@@ -220,14 +251,27 @@ def races_played(matchups: list[tuple[str, str]] | None, slot: int) -> dict:
     return {"home_race": matchups[slot][0], "away_race": matchups[slot][1]}
 
 
-def team_reward(rewards: np.ndarray, present: np.ndarray | None) -> np.ndarray:
-    """[N] rewards from a plug-in's [N] or per-unit [N, n] output (mean over present units)."""
-    if rewards.ndim == 1:
+def training_reward(rewards: np.ndarray, present: np.ndarray | None,
+                    shape: tuple[int, ...] = ()) -> np.ndarray:
+    """A plug-in's [N] or per-unit [N, n] rewards in the trajectory's shape [N, *shape]:
+
+    shape () (one value per side): [N] as it is, [N, n] averaged over the present units;
+    shape (n,) (one value per unit): [N, n] as it is (each unit its own reward), [N] given to
+    every present unit (zero for absent slots, as the per-unit plug-ins do)."""
+    rewards = np.asarray(rewards, np.float32)
+    w = None if present is None else np.asarray(present, np.float32)
+    if not shape:
+        if rewards.ndim == 1:
+            return rewards
+        if w is None:
+            return rewards.mean(-1)
+        return ((rewards * w).sum(-1) / np.maximum(w.sum(-1), 1.0)).astype(np.float32)
+    if rewards.ndim == 2:
+        if rewards.shape[1:] != tuple(shape):
+            raise ValueError(f"per-unit rewards {rewards.shape} do not match the network's {shape}")
         return rewards
-    if present is None:
-        return rewards.mean(-1)
-    w = np.asarray(present, np.float32)
-    return ((rewards * w).sum(-1) / np.maximum(w.sum(-1), 1.0)).astype(np.float32)
+    out = np.broadcast_to(rewards[:, None], (len(rewards), *shape))
+    return (out if w is None else out * w).astype(np.float32)
 
 
 class _ParamsRefresher:
@@ -366,7 +410,8 @@ class Actor:
         self._policy = make_policy_fn(network)
         # `reward`: an already loaded plug-in (actors.rewards.load_reward_plugin), else by name.
         self._reward_fn = reward or reward_plugins.load_reward_plugin(
-            self.config.reward_plugin, game.spec, 0)
+            self.config.reward_plugin, game.spec, 0, team_spirit=self.config.team_spirit)
+        self._reward_shape = value_shape(network)
         self._obs_template = game.spec.side(0).zero_observation()
         self._teacher = None if teacher_params is None else jax.device_put(teacher_params)
         self._advance_teacher = None if teacher_params is None else make_teacher_advance(network)
@@ -521,9 +566,11 @@ class Actor:
         for name, value in chunk["signals"].items():
             fields[name] = np.swapaxes(value, 0, 1)
         batch = reward_plugins.side_batch(fields, 0)
-        rewards = team_reward(np.asarray(self._reward_fn(batch, False), np.float32),
-                              batch.get("present"))
-        chunk["reward"] = rewards.reshape(done.shape).T
+        if hasattr(self._reward_fn, "set_progress"):  # e.g. team spirit's annealing
+            self._reward_fn.set_progress(int(np.max(chunk["version"])))
+        rewards = training_reward(self._reward_fn(batch, False), batch.get("present"),
+                                  self._reward_shape)
+        chunk["reward"] = np.swapaxes(rewards.reshape(*done.shape, *self._reward_shape), 0, 1)
 
         results = []
         match = self._match
@@ -569,7 +616,7 @@ class Actor:
                 action={h: batch_major(chunk["action"][h], np.int32) for h in self._heads},
                 behaviour_log_prob={h: batch_major(chunk["behaviour_log_prob"][h], np.float32)
                                     for h in self._heads},
-                reward=batch_major(chunk["reward"], np.float32),
+                reward=batch_major(chunk["reward"], np.float32),   # [B, T, *value_shape]
                 discount=batch_major(1.0 - np.asarray(chunk["done"], np.float32)),
                 first=batch_major(chunk["first"], bool),
                 policy_version=np.repeat(chunk["version"][None], b, 0)),
@@ -637,6 +684,9 @@ class Actor:
         m["match"] = None if match is None else dict(match.request)
         if self._writer is not None:
             m["items_written"] = self._writer.items_written
+        tau = getattr(self._reward_fn, "tau", None)
+        if tau is not None:
+            m["team_spirit"] = float(tau)
         if self._refresher is not None and self._refresher.error is not None:
             m["refresh_error"] = repr(self._refresher.error)
         return m

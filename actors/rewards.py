@@ -23,8 +23,11 @@ synthetic batch before a run writes anything.
 
 Built in for team games (OpenAI Five, seeds 000 and 003 appendix G): `OpenAIFiveReward` turns
 SMAX's per-unit signals into shaped per-unit rewards (each team's own events, then zero-sum
-symmetrisation once), team spirit
-tau (annealed), time decay, and `RunningRewardNormalizer` normalises rewards online.
+symmetrisation once), team spirit tau (annealed with the learner's progress: the actor calls
+`set_progress(version)` with the version of the parameters that played, i.e. the learner's
+update count), time decay, and `RunningRewardNormalizer` normalises rewards online. Each unit
+keeps its own reward through to the learner (one value and advantage per unit), so tau
+changes what each unit learns from: 0 its own events only, 1 the team's mean.
 """
 
 from __future__ import annotations
@@ -88,22 +91,25 @@ class OpenAIFiveConfig:
     Symmetrising once is what makes the other side's events count: damage a unit takes is the
     enemy's damage dealt and comes back negative through the enemy mean, and so does a loss
     (-w_win per unit). A team's total over a game is its raw total minus the enemy's.
-    OpenAI Five anneals tau from 0.2 to 0.97 (000); `team_spirit(progress)` is that schedule.
+    OpenAI Five anneals tau from 0.2 to 0.97 (000; its rerun 0.3 -> 0.8, 001 appendix C);
+    `team_spirit(progress)` is that schedule, linear over `anneal_updates` learner updates
+    (progress = the version of the parameters that played).
     """
 
     w_damage_dealt: float = 1.0
     w_kill: float = 0.5
     w_death: float = -1.0  # 003 Table 6: hero death -1
     w_win: float = 5.0  # 003 Table 6: win 5 (team)
-    tau_start: float = 0.2
-    tau_end: float = 0.97
-    anneal_steps: int = 1_000_000
+    tau_start: float = 0.3
+    tau_end: float = 0.8
+    anneal_updates: int = 2_000
     time_decay: float = 0.6
     time_decay_horizon: float = 1200.0  # steps; OpenAI Five: 10 minutes
 
     def team_spirit(self, progress: int) -> float:
-        """Linear annealing of tau from tau_start to tau_end over `anneal_steps` learner steps."""
-        frac = min(max(progress / max(self.anneal_steps, 1), 0.0), 1.0)
+        """Linear annealing of tau from tau_start to tau_end over `anneal_updates` learner
+        updates: tau = start + min(progress / anneal_updates, 1) (end - start)."""
+        frac = min(max(progress / max(self.anneal_updates, 1), 0.0), 1.0)
         return self.tau_start + frac * (self.tau_end - self.tau_start)
 
 
@@ -143,8 +149,9 @@ class OpenAIFiveReward:
         self.config = config
         self.progress = 0
 
-    def set_progress(self, learner_steps: int) -> None:
-        self.progress = int(learner_steps)
+    def set_progress(self, learner_updates: int) -> None:
+        """The learner's progress: the version (update count) of the parameters that played."""
+        self.progress = int(learner_updates)
 
     @property
     def tau(self) -> float:
@@ -204,18 +211,25 @@ class RunningRewardNormalizer:
 
 
 def load_reward_plugin(path_or_name: str | None, spec: GameSpec | None = None,
-                       side: int = 0) -> RewardFn:
+                       side: int = 0, team_spirit: tuple[float, float, int] | None = None
+                       ) -> RewardFn:
     """The reward function of `--reward_plugin`: a built-in name, a .py path, or None (outcome).
 
     With `spec`, the function is also called on a synthetic batch of that game and its result
-    checked, so a broken plug-in stops the run before anything is written.
+    checked, so a broken plug-in stops the run before anything is written. `team_spirit`:
+    (tau_start, tau_end, anneal_updates) of the built-in "openai_five" (default: its config's).
     """
     if path_or_name in (None, "", "outcome"):
         fn, source = outcome_reward, "outcome (built-in)"
     elif path_or_name == "game":
         fn, source = game_reward, "game payoff (built-in)"
     elif path_or_name == "openai_five":
-        fn, source = OpenAIFiveReward(), "openai_five (built-in)"
+        config = OpenAIFiveConfig()
+        if team_spirit is not None:
+            start, end, updates = team_spirit
+            config = dataclasses.replace(config, tau_start=float(start), tau_end=float(end),
+                                         anneal_updates=int(updates))
+        fn, source = OpenAIFiveReward(config), "openai_five (built-in)"
     else:
         fn, source = _load_file(str(path_or_name)), str(path_or_name)
     checked = CheckedReward(fn, source)

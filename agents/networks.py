@@ -11,7 +11,9 @@ The interface every network offers (the learner and the actors only use this):
   state before every step whose `first` is set, exactly as `step(..., first=...)` does.
 
 `AgentOutput.logits` is a dict head_name -> logits (one independent categorical per head);
-`AgentOutput.value` is `[B]` (or `[T, B]`). An observation is an array or a dict of arrays;
+`AgentOutput.value` is `[B, *value_shape]` (or `[T, B, *value_shape]`): `value_shape` is ()
+here (one value per side) and `(n,)` for the unit network (one per unit). `head_shapes` gives
+each head's action shape per step in trajectories. An observation is an array or a dict of arrays;
 if the dict has an `"action_mask"` entry (head_name -> bool `[..., num_actions]`), illegal
 actions get the logit `MASKED_LOGIT` before any softmax. Every other leaf is flattened and
 concatenated as the input features.
@@ -187,6 +189,16 @@ class ReferenceNetwork(RecurrentNetwork):
     @property
     def core_size(self) -> int:
         return self.config.lstm_size
+
+    @property
+    def head_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each head's action shape per step in trajectories: one action per head."""
+        return {h: () for h in sorted(self.config.heads)}
+
+    @property
+    def value_shape(self) -> tuple[int, ...]:
+        """The value's (and the training reward's) shape per step: one per side."""
+        return ()
 
     def step(self, params, obs, state, first=None, opponent_obs=None):
         return self._transformed.apply[0](params, obs, state, first, opponent_obs)

@@ -9,9 +9,9 @@ Per step `t` (every leaf of a `Step` in an item has a leading time axis of lengt
 |------------------------|----------------------|----------------------------------------------------|
 | `observation`          | pytree of arrays     | o_t, what the policy saw before acting             |
 | `opponent_observation` | pytree of arrays     | the opponent's o_t; only the value uses it, only in training (AlphaStar, "Value and policy updates") |
-| `action`               | {head: int32}        | a_t, one entry per independent action head         |
-| `behaviour_log_prob`   | {head: float32}      | log mu(a_t^head | s_t) of the acting policy, per head |
-| `reward`               | float32              | r_t, received after a_t                            |
+| `action`               | {head: int32}        | a_t, one entry per independent action head; `[n]` per step for a unit head (one action per unit: the network's `head_shapes`) |
+| `behaviour_log_prob`   | {head: float32}      | log mu(a_t^head | s_t) of the acting policy, per head (and unit) |
+| `reward`               | float32, `value_shape` | r_t, received after a_t: one per side (`()`), or one per unit (`[n]`, the unit network: each unit's own, team spirit applied) |
 | `discount`             | float32              | gamma_t: 0 if the episode ended after this step, else 1 (the learner multiplies its own discount factor in) |
 | `first`                | bool                 | this step starts an episode: the core is reset before processing it |
 | `policy_version`       | int32                | the learner parameter version that chose a_t       |
@@ -156,23 +156,28 @@ def stack_unrolls(unrolls: list[Unroll]) -> Unroll:
     return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *unrolls)
 
 
-def zeros_unroll(observation: PyTree, opponent_observation: PyTree, heads: list[str] | tuple,
-                 core_state: PyTree, unroll_length: int) -> Unroll:
+def zeros_unroll(observation: PyTree, opponent_observation: PyTree,
+                 heads: list[str] | tuple | dict[str, tuple[int, ...]],
+                 core_state: PyTree, unroll_length: int, reward_shape: tuple[int, ...] = ()
+                 ) -> Unroll:
     """An all-zero unbatched `Unroll` with the given example shapes (for table signatures,
-    warm-up compilations and the learner's structure). `core_state` is unbatched too."""
+    warm-up compilations and the learner's structure). `core_state` is unbatched too.
+    `heads`: head names (one action per step each) or {head: action shape per step};
+    `reward_shape`: () or (n,) for one reward per unit."""
+    shapes = dict(heads) if isinstance(heads, dict) else {h: () for h in heads}
     def with_time(x):
         x = np.asarray(x)
         return np.zeros((unroll_length, *x.shape), x.dtype)
 
-    def t(dtype):
-        return np.zeros((unroll_length,), dtype)
+    def t(dtype, shape=()):
+        return np.zeros((unroll_length, *shape), dtype)
 
     steps = Step(
         observation=jax.tree_util.tree_map(with_time, observation),
         opponent_observation=jax.tree_util.tree_map(with_time, opponent_observation),
-        action={h: t(np.int32) for h in heads},
-        behaviour_log_prob={h: t(np.float32) for h in heads},
-        reward=t(np.float32), discount=t(np.float32), first=t(np.bool_),
+        action={h: t(np.int32, shape) for h, shape in shapes.items()},
+        behaviour_log_prob={h: t(np.float32, shape) for h, shape in shapes.items()},
+        reward=t(np.float32, tuple(reward_shape)), discount=t(np.float32), first=t(np.bool_),
         policy_version=t(np.int32))
     return Unroll(steps=steps, core_state=jax.tree_util.tree_map(
         lambda x: np.zeros(np.shape(x), np.asarray(x).dtype), core_state))

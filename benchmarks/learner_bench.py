@@ -89,15 +89,17 @@ def matmul_flops_per_second(n: int, repeats: int = 5) -> float:
     return 2.0 * n ** 3 / best
 
 
-def compiled_cost(learner: Learner, batch) -> tuple[float, float]:
-    """(seconds to lower and compile the learner's update, XLA's FLOPs per update)."""
+def compiled_cost(learner: Learner, batch) -> tuple[float, float, float]:
+    """(wall seconds to lower and compile the learner's update, the same in this process's CPU
+    seconds -- compiling is single-threaded, so on a busy shared machine the CPU time is what
+    an idle one would take --, XLA's FLOPs per update)."""
     state = learner._state
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     compiled = learner._update_fn.lower(state, batch, learner._teacher).compile()
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
-    return seconds, float(cost.get("flops", float("nan")))
+    return seconds, cpu, float(cost.get("flops", float("nan")))
 
 
 def reference_part(peak: float) -> dict:
@@ -130,7 +132,7 @@ def reference_part(peak: float) -> dict:
         config = LearnerConfig(batch_size=B, unroll_length=T, replay=replay, sampler=sampler)
         learners[sampler] = Learner(net, params, config, example, reverb_address=address)
     device_batch = jax.device_put(stack_unrolls(unrolls[:B]), learners["dataset"]._batch_sharding)
-    _, flops = compiled_cost(learners["dataset"], device_batch)
+    _, _, flops = compiled_cost(learners["dataset"], device_batch)
 
     def limit(n):
         for _ in range(n):
@@ -224,7 +226,7 @@ def smax_part(peak: float) -> dict:
     learner = Learner(network, params, config, example)
     batch = jax.device_put(legal_random_batch(np.random.default_rng(0), example, spec, B),
                            learner._batch_sharding)
-    compile_s, flops = compiled_cost(learner, batch)
+    compile_s, compile_cpu_s, flops = compiled_cost(learner, batch)
     learner.learn_from_batch(batch)   # the jit's own compile (not timed)
     jax.block_until_ready(learner._state)
     assert learner.version() == 1, "the update on random legal data was skipped (non-finite)"
@@ -234,18 +236,23 @@ def smax_part(peak: float) -> dict:
             learner.learn_from_batch(batch)
 
     steps_per_update = B * (T - 1)
-    rates = [steps_per_update * FLAGS.updates / timed(limit, FLAGS.updates, learner)
-             for _ in range(FLAGS.rounds)]
+    rates, cpu = [], []
+    for _ in range(FLAGS.rounds):
+        start = time.process_time()
+        rates.append(steps_per_update * FLAGS.updates / timed(limit, FLAGS.updates, learner))
+        cpu.append((time.process_time() - start) / FLAGS.updates)
     rate = float(np.median(rates))
     utilisation = flops * rate / steps_per_update / peak
     print(f"smax unit net (hidden {run.network.hidden_size}, core {run.network.core_size}): "
           f"{n_params:,} params, {len(network.head_names if hasattr(network, 'head_names') else [])}"
           f" heads, B={B}, T={T}: {rate:,.0f} learnt steps/s ({1e3 * steps_per_update / rate:.1f} ms"
-          f" per update; rounds: " + ", ".join(f"{x:.0f}" for x in rates) + f"), compile "
-          f"{compile_s:.1f} s, {flops / steps_per_update / 1e6:.2f} MFLOP per learnt step, "
+          f" per update, {1e3 * float(np.median(cpu)):.0f} ms CPU; rounds: "
+          + ", ".join(f"{x:.0f}" for x in rates) + f"), compile {compile_s:.1f} s "
+          f"({compile_cpu_s:.1f} s CPU), {flops / steps_per_update / 1e6:.2f} MFLOP per learnt step, "
           f"FLOP utilisation {utilisation:.3f}")
     learner.close()
     return {"smax_learnt_steps_per_s": rate, "smax_compile_s": compile_s,
+            "smax_compile_cpu_s": compile_cpu_s,
             "smax_flop_utilisation": utilisation}
 
 

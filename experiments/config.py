@@ -79,6 +79,9 @@ ALIASES = {
     "episodes_per_match": "actor.episodes_per_match",
     "param_refresh_seconds": "actor.param_refresh_seconds",
     "reward_plugin": "actor.reward_plugin",
+    "team_spirit_start": "actor.team_spirit_start",
+    "team_spirit_end": "actor.team_spirit_end",
+    "team_spirit_updates": "actor.team_spirit_updates",
     "learner_batch_size": "learner.batch_size",
     "unroll_length": "learner.unroll_length",
     "learning_rate": "learner.learning_rate",
@@ -118,6 +121,12 @@ class ActorSettings:
     # for matrix games; or "outcome", "game", "openai_five", or the path of a .py plug-in.
     reward_plugin: str | None = None
     fused: bool = True  # JAX games: one jitted scan of policy and game steps per unroll
+    # OpenAI Five's team spirit tau of the openai_five reward (each unit's reward is
+    # (1 - tau) its own + tau the team's mean; every unit learns from its own advantage):
+    # linear from team_spirit_start to team_spirit_end over team_spirit_updates learner updates.
+    team_spirit_start: float = 0.3  # team spirit tau at the start (OpenAI Five's rerun: 0.3)
+    team_spirit_end: float = 0.8  # team spirit tau after the annealing (OpenAI Five's rerun: 0.8)
+    team_spirit_updates: int = 2_000  # learner updates over which team spirit anneals (0: end at once)
 
 
 @dataclass(frozen=True)
@@ -192,7 +201,10 @@ class RunConfig:
                      "network.hidden_size", "network.core_size", "evaluator.games"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
-        for name in ("minutes", "learner_steps", "evaluator.count"):
+        for name in ("actor.team_spirit_start", "actor.team_spirit_end"):
+            if not 0.0 <= self.get(name) <= 1.0:
+                raise ConfigError(f"--{name} must be in [0, 1]; got {self.get(name)}")
+        for name in ("minutes", "learner_steps", "evaluator.count", "actor.team_spirit_updates"):
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
         if self.league.main_agents_per_race < 1:

@@ -100,8 +100,14 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
     stored (`actors.actor.example_unroll(..., teacher=True)`).
 
     Learns on steps 0..T-2 of each unroll and bootstraps from V(s_{T-1}). The update is applied
-    only if the loss, every gradient and every new parameter are finite.
+    only if the loss, every gradient and every new parameter are finite. Networks with one
+    value per unit (the unit network) learn each unit from its own reward, value and advantage
+    (`learners.losses`; the trajectories' rewards are per unit): their unit heads must keep the
+    unit axis.
     """
+    if getattr(getattr(network, "config", None), "split_units", False):
+        raise ValueError("the learner needs the unit heads' unit axis (each unit learns from its "
+                         "own value and advantage): use UnitNetworkConfig(split_units=False)")
 
     def loss_fn(params, unroll: Unroll, teacher_params):
         steps = unroll.steps

@@ -402,6 +402,14 @@ def ppo_clip_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, 
     return loss * _unit_count(advantages), {"ppo_clipped_fraction": clipped}
 
 
+def log_prob(logits: Array, actions: Array) -> Array:
+    """log pi(a | s) of integer actions [...] under logits [..., A]: sum_a onehot(a) log_softmax.
+    A one-hot product, not a gather: its gradient is a product too, where a gather's is a
+    scatter, slow to compile and to run on XLA's CPU backend (the heads have few actions)."""
+    one_hot = jax.nn.one_hot(actions, logits.shape[-1], dtype=logits.dtype)
+    return jnp.sum(one_hot * jax.nn.log_softmax(logits), axis=-1)
+
+
 def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_value: Array,
                actions: dict[str, Array], behaviour_log_probs: Logits, rewards: Array,
                discounts: Array, teacher_logits: Logits | None = None
@@ -421,10 +429,7 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
     discounts = discounts * config.discount
-    target_log_probs = {
-        h: jnp.take_along_axis(jax.nn.log_softmax(logits[h]),
-                               actions[h][..., None].astype(jnp.int32), axis=-1)[..., 0]
-        for h in logits}
+    target_log_probs = {h: log_prob(logits[h], actions[h]) for h in logits}
     behaviour_log_probs = {h: behaviour_log_probs[h] for h in logits}
     metrics = {}
     if config.policy_loss == "vtrace":

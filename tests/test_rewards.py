@@ -136,12 +136,17 @@ def test_openai_five_weights_decay_and_schedule():
     rho = rewards.unit_scores(batch, "", cfg)[:, 0]
     assert rho[0] == pytest.approx(cfg.w_kill)
     assert rho[1] == pytest.approx(cfg.w_kill * 0.6 + cfg.w_win)  # win not decayed
-    assert cfg.team_spirit(0) == pytest.approx(0.2)
-    assert cfg.team_spirit(cfg.anneal_steps // 2) == pytest.approx((0.2 + 0.97) / 2)
-    assert cfg.team_spirit(10 * cfg.anneal_steps) == pytest.approx(0.97)
+    # OpenAI Five's rerun: 0.3 -> 0.8, linear over anneal_updates learner updates
+    assert cfg.team_spirit(0) == pytest.approx(0.3)
+    assert cfg.team_spirit(cfg.anneal_updates // 2) == pytest.approx((0.3 + 0.8) / 2)
+    assert cfg.team_spirit(10 * cfg.anneal_updates) == pytest.approx(0.8)
     fn = rewards.load_reward_plugin("openai_five", SMAX_SPEC)
-    fn.set_progress(cfg.anneal_steps)
-    assert fn.tau == pytest.approx(0.97)
+    fn.set_progress(cfg.anneal_updates)
+    assert fn.tau == pytest.approx(0.8)
+    # the run's schedule reaches the built-in: tau = 0.1 + (250 / 1000) (0.5 - 0.1) = 0.2
+    fn = rewards.load_reward_plugin("openai_five", SMAX_SPEC, team_spirit=(0.1, 0.5, 1000))
+    fn.set_progress(250)
+    assert fn.tau == pytest.approx(0.2)
 
 
 def test_absent_units_get_no_reward():

@@ -1,6 +1,7 @@
 """The SMAX unit network: acting step by step equals the learner's teacher-forced unroll (with
 resets and masks), sampled actions are always legal, the pointer follows the action type, the
-value reads the opponent only through the value, and parameters round-trip through bytes."""
+value reads the opponent only through the value and is one per unit, the flattened layers
+compute what haiku's unflattened ones do, and parameters round-trip through bytes."""
 
 import jax
 import jax.numpy as jnp
@@ -77,8 +78,12 @@ def at(tree, t):
 def test_make_network_chooses_by_game():
     net, _ = make()
     assert isinstance(net, UnitNetwork)
-    assert net.head_names == ["composition"] + [f"{h}/{i}" for h in ("action_type", "target")
-                                                for i in range(N)]
+    assert net.head_names == ["composition", "action_type", "target"]
+    assert net.head_shapes == {"composition": (), "action_type": (N,), "target": (N,)}
+    assert net.value_shape == (N,)
+    split, _ = make(split_units=True)
+    assert split.head_names == ["composition"] + [f"{h}/{i}" for h in ("action_type", "target")
+                                                  for i in range(N)]
     matrix = GameSpec("matrix_rps", (SideSpec(ObservationSpec({"acting": ArraySpec((), bool)}),
                                               ActionSpec({"action": DiscreteHead(3)})),) * 2, 1)
     assert isinstance(make_network(matrix), ReferenceNetwork)
@@ -135,12 +140,12 @@ def test_sampled_actions_are_legal_and_the_pointer_follows_the_action_type():
     assert np.take_along_axis(masks["target"], targets[..., None], -1)[attack].all()
     assert (targets[~attack] == 0).all()  # no pointer unless attacking: log-prob 0
     lp = jax.device_get(action.log_probs)
-    for i in range(N):
-        assert (lp[f"target/{i}"][~attack[:, i]] == 0).all()
-        assert (lp[f"action_type/{i}"] <= 0).all()
+    assert lp["target"].shape == lp["action_type"].shape == (B, N)
+    assert (lp["target"][~attack] == 0).all()
+    assert (lp["action_type"] <= 0).all()
     out, _ = net.step(params, obs, net.initial_state(B), actions=action.heads)
-    illegal = ~masks["action_type"][:, 0]
-    assert (np.asarray(out.logits["action_type/0"])[illegal] == MASKED_LOGIT).all()
+    illegal = ~masks["action_type"]
+    assert (np.asarray(out.logits["action_type"])[illegal] == MASKED_LOGIT).all()
 
 
 def test_greedy_acting_takes_the_most_likely_legal_action():
@@ -164,13 +169,69 @@ def test_value_reads_the_opponent_but_the_policy_does_not():
         np.testing.assert_array_equal(out1.logits[h], out2.logits[h])
 
 
-def test_unsplit_heads_keep_the_unit_axis():
-    net, params = make(split_units=False)
+def test_unit_heads_keep_the_unit_axis_and_split_heads_are_the_same_logits():
+    net, params = make()
+    split, _ = make(split_units=True)
     obs = at(random_obs(np.random.default_rng(6), (1, 2)), 0)
     out, _ = net.step(params, obs, net.initial_state(2))
     assert out.logits["action_type"].shape == (2, N, TYPES)
     assert out.logits["target"].shape == (2, N, N)
     assert out.logits["composition"].shape == (2, COMPS)
+    assert out.value.shape == (2, N)
+    parts, _ = split.step(params, obs, split.initial_state(2))
+    for i in range(N):
+        np.testing.assert_array_equal(parts.logits[f"action_type/{i}"], out.logits["action_type"][:, i])
+
+
+def test_one_value_per_unit_from_the_units_own_replica():
+    """value_i = Linear(relu(Linear(core ++ opponent) + Linear(h_i))): the units' values differ
+    (each reads its own replica h_i), and the formula rebuilt by hand from the parameters and
+    the replicas gives the network's values."""
+    net, params = make()
+    rng = np.random.default_rng(8)
+    obs, opp = (at(random_obs(rng, (1, 4)), 0) for _ in range(2))
+    out, _ = net.step(params, obs, net.initial_state(4), opponent_obs=opp)
+    assert out.value.shape == (4, N)
+    assert np.abs(np.asarray(out.value)[:, 0] - np.asarray(out.value)[:, 1]).max() > 1e-6
+
+    # h_i, core and the opponent encoding from the module's own pieces
+    import haiku as hk
+
+    from agents.unit_network import _UnitModule
+
+    def pieces(obs, opp, state):
+        m = _UnitModule(net.config)
+        tokens, _, _, team = m._encode(obs)
+        core, _ = m._core((team, jnp.zeros(4, bool)), state)
+        return m._replicas(tokens, core), core, m._encode_opponent(opp, core)
+
+    h, core, opp_code = hk.without_apply_rng(hk.transform(pieces)).apply(
+        params, obs, opp, net.initial_state(4))
+    p = {k: {n: np.asarray(v, np.float64) for n, v in d.items()} for k, d in params.items()}
+    first, last = p["unit_agent/~/value/~/linear_0"], p["unit_agent/~/value/~/linear_1"]
+    team = np.concatenate([core, opp_code], -1) @ first["w"] + first["b"]        # [B, V]
+    hidden = np.maximum(team[:, None] + np.asarray(h) @ p["unit_agent/~/value_unit"]["w"], 0)
+    expected = (hidden @ last["w"] + last["b"])[..., 0]
+    np.testing.assert_allclose(out.value, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_flattened_layers_compute_what_haikus_layers_compute():
+    """`_flat` merges leading axes for speed: the same numbers as applying the module to the
+    rank-4 input directly."""
+    import haiku as hk
+
+    from agents.unit_network import _flat
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (3, 4, 5, 7))
+
+    def both(x):
+        mlp = hk.nets.MLP((6, 2), name="m")
+        return mlp(x), _flat(mlp, x)
+
+    f = hk.without_apply_rng(hk.transform(both))
+    direct, flat = f.apply(f.init(jax.random.PRNGKey(1), x), x)
+    assert flat.shape == (3, 4, 5, 2)
+    np.testing.assert_allclose(flat, direct, rtol=1e-5, atol=1e-6)
 
 
 def test_parameters_round_trip_through_bytes():
@@ -186,6 +247,8 @@ def test_parameters_round_trip_through_bytes():
 def test_config_is_checked():
     with pytest.raises(ValueError):
         UnitNetworkConfig(core_size=0)
+    with pytest.raises(ValueError):
+        UnitNetworkConfig(pointer_hidden_size=0)
     with pytest.raises(ValueError):
         UnitNetworkConfig(pointer_action_types=(9,))
 
