@@ -246,6 +246,9 @@ class ActorGroup:
                                        episodes_per_match=config.actor.episodes_per_match,
                                        refresh_seconds=config.actor.param_refresh_seconds,
                                        reward_plugin=config.reward, fused=config.actor.fused,
+                                       team_spirit_start=config.actor.team_spirit_start,
+                                       team_spirit_end=config.actor.team_spirit_end,
+                                       team_spirit_updates=config.actor.team_spirit_updates,
                                        seed=config.seed * 7919 + index)
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
                                           addresses[agent_id], agent_id, actor_config,
