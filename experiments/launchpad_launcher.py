@@ -31,6 +31,7 @@ import importlib.util
 import os
 import pickle
 import signal
+import socket
 import sys
 import threading
 import time
@@ -135,11 +136,17 @@ class NodeClient:
 
 def _build(name: str, cls: type, kwargs: dict) -> Served:
     """Builds node `name` where Launchpad runs it. Launchpad has turned its handles into
-    courier clients by now; each becomes a NodeClient."""
+    courier clients by now; each becomes a NodeClient once its node serves."""
     import courier
     import tree
 
-    kwargs = tree.map_structure(lambda x: NodeClient(x.address) if isinstance(x, courier.Client) else x, kwargs)
+    def client(x):
+        if not isinstance(x, courier.Client):
+            return x
+        wait_until_serving(x.address)
+        return NodeClient(x.address)
+
+    kwargs = tree.map_structure(client, kwargs)
     if threading.current_thread() is not threading.main_thread():  # local_mt: a thread
         try:
             return Served(cls(**kwargs))
@@ -159,6 +166,22 @@ def _build(name: str, cls: type, kwargs: dict) -> Served:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
+
+
+def wait_until_serving(address: str, alive=lambda: True) -> bool:
+    """Blocks until a server listens at `address` ("host:port"); False if `alive()` turns
+    False first. A TCP probe, not a courier call: gRPC backs a channel to a server that is not
+    up yet off for up to two minutes (a SMAX learner group takes a minute or more to build),
+    so a node's channel is opened only once the node serves."""
+    host, _, port = address.rpartition(":")
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            return True
+        except OSError:
+            if not alive():
+                return False
+            time.sleep(0.2)
 
 
 def _end_with_parent() -> None:
@@ -185,7 +208,8 @@ class _Nodes:
 
     def __init__(self, handles: dict, launch_type: str, log_dir: str | None):
         self.launch_type, self.log_dir = launch_type, log_dir
-        self.clients = {name: NodeClient(handle.dereference().address) for name, handle in handles.items()}
+        self.addresses = {name: handle.dereference().address for name, handle in handles.items()}
+        self.clients: dict[str, NodeClient] = {}  # each once its node serves (wait_ready)
         self.processes = {}
         if launch_type == "local_mp":
             import psutil
@@ -197,7 +221,7 @@ class _Nodes:
                     name = child.environ().get("LEAGUE_NODE")
                 except psutil.Error:
                     continue
-                if name in self.clients:
+                if name in self.addresses:
                     self.processes[name] = child
 
     def alive(self, name: str) -> bool:
@@ -210,6 +234,12 @@ class _Nodes:
             return process is not None and process.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
+
+    def wait_ready(self, name: str) -> None:
+        """Blocks until node `name` serves (it has been built), or raises if it ended."""
+        if not wait_until_serving(self.addresses[name], lambda: self.alive(name)):
+            self.check(name)
+        self.clients[name] = NodeClient(self.addresses[name])
 
     def log(self, name: str) -> str | None:
         return os.path.join(self.log_dir, name, "0") if self.log_dir else None
@@ -307,10 +337,10 @@ def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, 
         manager = lp.launch(lp_program, launch_type="local_mt")
     try:
         nodes = _Nodes(handles, launch_type, log_dir)
-        proxies = {name: CourierProxy(nodes, name) for name in nodes.clients}
+        proxies = {name: CourierProxy(nodes, name) for name in nodes.addresses}
         for node in program.nodes:
             print(f"waiting for {node.name} ...", file=out, flush=True)
-            _wait_ready(nodes, node.name)
+            nodes.wait_ready(node.name)
         for call in program.calls:
             nodes.call(call.node, call.method, **resolve(call.kwargs, nodes.clients))
         running = {n.name: nodes.clients[n.name].future("run") for n in program.nodes if n.runs}
@@ -322,7 +352,7 @@ def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, 
                     error = future.exception()
                     raise NodeFailed(f"{name} stopped running" + (f": {error}" if error else "")
                                      + "; rerun the same command to resume from the checkpoints")
-            for name in nodes.clients:
+            for name in nodes.addresses:
                 nodes.check(name)
 
         def stop(node):
@@ -337,16 +367,3 @@ def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, 
     finally:
         manager.stop_and_wait()
 
-
-def _wait_ready(nodes: _Nodes, name: str) -> None:
-    """Blocks until node `name` serves (it has been built), or raises if it ended."""
-    import courier
-
-    while True:
-        try:
-            courier.list_methods(courier.Client(nodes.clients[name].address, wait_for_ready=False,
-                                                call_timeout=2))
-            return
-        except Exception:
-            nodes.check(name)
-            time.sleep(0.5)

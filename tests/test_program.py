@@ -135,7 +135,7 @@ def league_cli(*args, timeout=120):
         (["--game=chess"], "chess"),
         (["--runner=slurm"], "slurm"),
         (["--game=kuhn_poker", "--races=3"], "one race"),
-        (["--runner=launchpad"], "launchpad"),
+        (["--runner=launchpad"], "Create the Launchpad environment from the repository's root"),
         (["--game=kuhn_poker", "--kl_teacher_cost=0.1"], "and --teacher go together"),
         (["--game=kuhn_poker", "--entropy_cost=0.1", "--learner.loss.entropy_weight=0.2"], "both set learner.loss.entropy_weight"),
         (["--game=kuhn_poker", "--learner.replay.selector=lifo"], "selector must be 'fifo' or 'uniform'"),
