@@ -1,0 +1,285 @@
+"""Record SMAX races games to a replay directory (format: actors/replays.py), for supervised
+learning (issue 14 section 1; AlphaStar learnt first from human replays, we have none: jaxmarl's
+scripted heuristic stands in for the humans).
+
+    python -m experiments.record --game=smax_races --policy=heuristic --games=324 --out=replays/heuristic
+    python -m experiments.record --policy=runs/smax_races-r3:terran_main_agent_0 --games=90 --out=replays/main
+
+`--policy=heuristic`: jaxmarl's scripted micro (`smax_races.heuristic_policy`) on both sides;
+game g plays configuration g mod 81 of every (side-0 race, side-1 race, side-0 army, side-1
+army) of the menu, so every race pairing and army is covered evenly.
+`--policy=RUN_DIR:PLAYER_ID`: a player of a league run (its learner checkpoint or frozen
+parameters, `coordinator.param_store.player_params`; the network from the run's config.json)
+on both sides, sampling its actions and army itself; game g plays race pairing g mod 9.
+
+Each batch of `--chunk_games` games is played by one jitted scan over the game's `max_steps`
+steps and written as one chunk; an existing directory of the same game, spec and version is
+appended to (seeds continue after its chunks). Bad input (another game, a directory of other
+replays, a player that cannot be loaded): a message naming it, exit code 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import os
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags
+
+from actors import replays
+from actors.games import smax_races
+from agents.specs import MASK_KEY
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """The command line flags (defined only when run as a command: importing the module for
+    its functions defines none)."""
+    flags.DEFINE_string("game", "smax_races", "the game (only smax_races has replays)")
+    flags.DEFINE_string("policy", "heuristic", "heuristic, or RUN_DIR:PLAYER_ID of a league run")
+    flags.DEFINE_integer("games", 81, "games to record")
+    flags.DEFINE_string("out", "", "the replay directory (created, or appended to)")
+    flags.DEFINE_integer("chunk_games", 27, "games per chunk (one jitted batch)")
+    flags.DEFINE_integer("seed", 0, "seed of the games")
+
+# Every (race 0, race 1, army 0, army 1) of the menu: 81 configurations.
+CONFIGURATIONS = np.array(list(itertools.product(range(3), range(3), range(3), range(3))), np.int32)
+
+
+class RecordError(ValueError):
+    """Bad input to the recorder (the message names it and the fix)."""
+
+
+def game_config_description(config: smax_races.SmaxRacesConfig) -> dict:
+    """What the replay header says of the game: the races and the menu of armies."""
+    return {"races": list(smax_races.RACES), "unit_types": list(smax_races.UNIT_TYPES),
+            "menu": [[{"name": c.name, "units": [list(u) for u in c.units]} for c in comps]
+                     for comps in config.menu],
+            "max_steps": config.max_steps}
+
+
+# ---------------------------------------------------------------------------------------------
+# Playing a batch (one jitted scan; every slot plays exactly one game, cut at its end later).
+
+
+@functools.lru_cache(maxsize=4)
+def _heuristic_play(config: smax_races.SmaxRacesConfig):
+    fns = smax_races._cached_functions(config)
+    init0, act0 = smax_races.heuristic_policy(fns, 0, None)
+    init1, act1 = smax_races.heuristic_policy(fns, 1, None)
+    steps = fns.spec.max_steps
+
+    @jax.jit
+    def play(races, comps, key):
+        batch = races.shape[0]
+        key, reset_key = jax.random.split(key)
+        state, obs = jax.vmap(fns.reset)(jax.random.split(reset_key, batch), races)
+        p0 = jax.vmap(lambda _: init0())(jnp.arange(batch))
+        p1 = jax.vmap(lambda _: init1())(jnp.arange(batch))
+
+        def body(carry, key):
+            state, obs, p0, p1 = carry
+            k0, k1 = jax.random.split(key)
+            a0, p0 = jax.vmap(act0)(jax.random.split(k0, batch), p0, obs[0])
+            a1, p1 = jax.vmap(act1)(jax.random.split(k1, batch), p1, obs[1])
+            a0 = dict(a0, composition=comps[:, 0])  # the configuration's armies
+            a1 = dict(a1, composition=comps[:, 1])
+            state, new_obs, _, done, outcome, _ = jax.vmap(fns.step)(state, (a0, a1))
+            return (state, new_obs, p0, p1), (obs, (a0, a1), done, outcome, state.compositions)
+
+        _, out = jax.lax.scan(body, (state, obs, p0, p1), jax.random.split(key, steps))
+        return out
+
+    return fns, play
+
+
+@functools.lru_cache(maxsize=4)
+def _player_play(network, config: smax_races.SmaxRacesConfig):
+    from agents import act
+
+    fns = smax_races._cached_functions(config)
+    steps = fns.spec.max_steps
+
+    @jax.jit
+    def play(params, races, key):
+        batch = races.shape[0]
+        key, reset_key = jax.random.split(key)
+        state, obs = jax.vmap(fns.reset)(jax.random.split(reset_key, batch), races)
+        cores = (network.initial_state(batch), network.initial_state(batch))
+
+        def body(carry, xs):
+            state, obs, cores = carry
+            key, t = xs
+            first = jnp.full(batch, t == 0)
+            k0, k1 = jax.random.split(key)
+            a0, c0 = act(network, params, k0, obs[0], cores[0], first)
+            a1, c1 = act(network, params, k1, obs[1], cores[1], first)
+            actions = (a0.game, a1.game)
+            state, new_obs, _, done, outcome, _ = jax.vmap(fns.step)(state, actions)
+            return (state, new_obs, (c0, c1)), (obs, actions, done, outcome, state.compositions)
+
+        xs = (jax.random.split(key, steps), jnp.arange(steps))
+        _, out = jax.lax.scan(body, (state, obs, cores), xs)
+        return out
+
+    return fns, play
+
+
+def legalise(actions: dict, masks: dict) -> tuple[dict, int]:
+    """Actions a mask forbids -> the mask's first legal value (what the game does with them:
+    ignores them); returns (actions, how many of them were a real choice, i.e. a mask row with
+    more than one legal value)."""
+    out, illegal = {}, 0
+    for head, action in actions.items():
+        mask = masks[head]
+        legal = np.take_along_axis(mask, action[..., None].astype(np.int64), -1)[..., 0]
+        out[head] = np.where(legal, action, mask.argmax(-1)).astype(action.dtype)
+        illegal += int(np.sum(~legal & (mask.sum(-1) > 1)))
+    return out, illegal
+
+
+def to_games(fns, races, out) -> tuple[dict, int]:
+    """Scan outputs [T, B, ...] -> the arrays of one chunk (actors.replays.make_chunk), each
+    game cut at its end; and the count of recorded actions outside the mask."""
+    obs, actions, done, outcome, compositions = jax.tree.map(np.asarray, out)
+    done = done.T  # [B, T]
+    if not np.all(done.any(1)):
+        raise RuntimeError("a game did not end within max_steps")
+    length = done.argmax(1) + 1
+    horizon = int(length.max())
+    batch = races.shape[0]
+    valid = np.arange(horizon)[None, :] < length[:, None]  # [B, T]
+
+    def cut(x):  # [T, B, ...] -> [B, horizon, ...], zero after the game's end
+        x = np.swapaxes(x[:horizon], 0, 1)
+        return np.where(valid.reshape(valid.shape + (1,) * (x.ndim - 2)), x, np.zeros((), x.dtype))
+
+    obs = tuple(jax.tree.map(cut, o) for o in obs)
+    acts, illegal = [], 0
+    for s in range(2):
+        a, bad = legalise({h: cut(v) for h, v in actions[s].items()}, obs[s][MASK_KEY])
+        acts.append(a)
+        illegal += bad
+    final = np.arange(batch), length - 1
+    comps = compositions[0]  # [B, 2] after the strategy step
+    table = np.asarray(fns.env.menu_table)
+    unit_types = np.stack([table[races[:, s], comps[:, s]] for s in range(2)], 1)
+    arrays = replays.make_chunk(obs, tuple(acts), length, outcome.T[final], races, comps, unit_types)
+    return arrays, illegal
+
+
+# ---------------------------------------------------------------------------------------------
+# The command.
+
+
+def load_player(source: str, spec):
+    """(network, params) of RUN_DIR:PLAYER_ID; RecordError naming it if it cannot be loaded."""
+    from coordinator.param_store import player_params
+    from experiments import nodes
+    from experiments.config import RunConfig
+
+    run_dir, sep, player = source.rpartition(":")
+    config_path = os.path.join(run_dir, "config.json")
+    if not sep or not os.path.isfile(config_path):
+        raise RecordError(f"--policy={source}: no run config {config_path}; pass --policy=heuristic "
+                          "or RUN_DIR:PLAYER_ID of a league run directory")
+    try:
+        with open(config_path) as f:
+            config = RunConfig.from_dict(json.load(f))
+        if config.game != "smax_races":
+            raise ValueError(f"the run plays {config.game}, not smax_races")
+        network = nodes.make_network(config, spec)
+        _, params = player_params(run_dir, player)
+        like = nodes.initial_params(network, spec, 0, 0)
+        want = jax.tree_util.tree_structure(like)
+        if jax.tree_util.tree_structure(params) != want or any(
+                np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(like))):
+            raise ValueError("its parameters do not match the run's network")
+    except (KeyError, ValueError, OSError) as e:
+        raise RecordError(f"--policy={source}: cannot load the player ({type(e).__name__}: {e}); pass "
+                          "RUN_DIR:PLAYER_ID of a saved player of a smax_races run") from None
+    return network, jax.device_put(params)
+
+
+def record(out: str, policy: str, games: int, chunk_games: int = 27, seed: int = 0,
+           config: smax_races.SmaxRacesConfig | None = None, log=print) -> dict:
+    """Records `games` games to `out`; returns figures (games, steps, seconds, outcomes)."""
+    if games < 1 or chunk_games < 1:
+        raise RecordError(f"--games={games} and --chunk_games={chunk_games} must be at least 1")
+    config = config or smax_races.SmaxRacesConfig()
+    fns = smax_races._cached_functions(config)
+    if policy == "heuristic":
+        _, play = _heuristic_play(config)
+        player = None
+    else:
+        network, params = load_player(policy, fns.spec)
+        _, play = _player_play(network, config)
+        player = params
+    writer = replays.ReplayWriter(out, fns.spec, game_config_description(config))
+    first_chunk = writer._next
+    done_games, steps, illegal, tally = 0, 0, 0, np.zeros(3, int)
+    start = time.time()
+    chunk = 0
+    while done_games < games:
+        batch = min(chunk_games, games - done_games)
+        index = np.arange(done_games, done_games + batch)
+        key = jax.random.PRNGKey(seed * 1_000_003 + first_chunk + chunk)
+        if player is None:
+            conf = CONFIGURATIONS[index % len(CONFIGURATIONS)]
+            races, comps = conf[:, :2], conf[:, 2:]
+            out_arrays = play(jnp.asarray(races), jnp.asarray(comps), key)
+        else:
+            races = CONFIGURATIONS[::9, :2][index % 9]
+            out_arrays = play(player, jnp.asarray(races), key)
+        arrays, bad = to_games(fns, races, out_arrays)
+        writer.append(arrays)
+        done_games += batch
+        steps += int(arrays["length"].sum())
+        illegal += bad
+        tally += np.bincount(arrays["outcome"].astype(int) + 1, minlength=3)
+        chunk += 1
+        elapsed = time.time() - start
+        log(f"[record] {done_games}/{games} games, {steps} steps, {elapsed:.0f}s "
+            f"({done_games / elapsed:.1f} games/s, {2 * steps / elapsed:.0f} side-steps/s); side 0: "
+            f"{tally[2]} won, {tally[1]} drawn, {tally[0]} lost", flush=True)
+    figures = {"games": done_games, "steps": steps, "seconds": time.time() - start,
+               "illegal_actions": illegal, "wins": int(tally[2]), "draws": int(tally[1]),
+               "losses": int(tally[0])}
+    log(f"[record] wrote {done_games} games to {out} ({figures['seconds']:.0f}s); "
+        f"{illegal} recorded choices were outside the legal mask and stored as the first legal value",
+        flush=True)
+    return figures
+
+
+def cli(game: str, policy: str, games: int, out: str, chunk_games: int = 27, seed: int = 0,
+        config: smax_races.SmaxRacesConfig | None = None) -> int:
+    """The command: records, or prints what is wrong with the input and returns 2 (nothing written)."""
+    if game != "smax_races":
+        print(f"error: --game={game}: replays are recorded for smax_races only", file=sys.stderr)
+        return 2
+    if not out:
+        print("error: --out=DIR is required (the replay directory)", file=sys.stderr)
+        return 2
+    try:
+        record(out, policy, games, chunk_games, seed, config)
+    except (RecordError, replays.ReplayError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv):
+    del argv
+    return cli(FLAGS.game, FLAGS.policy, FLAGS.games, FLAGS.out, FLAGS.chunk_games, FLAGS.seed)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(lambda argv: sys.exit(main(argv)))
