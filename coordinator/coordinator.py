@@ -280,6 +280,12 @@ class Coordinator:
         pairs = [(ids[upper[0][k]], ids[upper[1][k]])[:: 1 if rng.random() < 0.5 else -1] for k in order]
         return [{"home": a, "away": b, "home_race": races[a], "away_race": races[b]} for a, b in pairs]
 
+    def frozen_params(self, player_id: str) -> tuple[int, dict]:
+        """(version, parameters) of a frozen player (or an agent's initial parameters), from
+        the run directory's store on the coordinator's host: actors and evaluators on other
+        hosts fetch them here (and cache them: they never change), so no disk is shared."""
+        return self.params.load(player_id)
+
     def nash_weights(self) -> dict[str, float]:
         """The latest published Nash distribution over the players (empty before the first)."""
         latest = self.history.latest_nash()

@@ -25,22 +25,30 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.param_store import ParamStore
 from experiments.config import POKER_GAMES, RunConfig
 
 
 class ParamsSource:
     """Parameters by player id: a learning agent's from its learner group, a frozen player's
-    from the store."""
+    from the coordinator (`Coordinator.frozen_params`: the run directory is on its host only),
+    kept here once fetched, since a frozen player never changes."""
 
-    def __init__(self, learner_groups: Mapping[str, Any], run_dir: str):
+    def __init__(self, learner_groups: Mapping[str, Any], coordinator):
         self._learners = dict(learner_groups)
-        self._store = ParamStore(run_dir)
+        self._coordinator = coordinator
+        self._frozen: dict[str, tuple[int, Any]] = {}
+        self._lock = threading.Lock()
 
     def latest_params(self, player_id: str, min_version: int | None = None):
         if player_id in self._learners:
             return self._learners[player_id].params(player_id, min_version)
-        version, params = self._store.load(player_id)
+        with self._lock:
+            got = self._frozen.get(player_id)
+        if got is None:
+            got = self._coordinator.frozen_params(player_id)
+            with self._lock:
+                self._frozen[player_id] = got
+        version, params = got
         if min_version is not None and version < min_version:
             return None
         return version, params
@@ -233,7 +241,7 @@ class ActorGroup:
         from actors.actor import Actor, ActorConfig
 
         self.config = config
-        params_source = ParamsSource(learner_groups, config.run_dir)
+        params_source = ParamsSource(learner_groups, coordinator)
         addresses = {agent: group.reverb_address() for agent, group in learner_groups.items()}
         self.actors = {}
         network = teacher = None
@@ -304,14 +312,14 @@ class EvaluatorNode:
         self._coordinator = coordinator
         game = make_game(config, config.evaluator.games)
         network = make_network(config, game.spec)
-        self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, config.run_dir),
+        self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, coordinator),
                                     config=EvaluatorConfig(seed=config.seed, greedy=config.evaluator.greedy),
                                     evaluator_id=evaluator_id)
         self._exact, self._last_nash_conv = None, time.monotonic()
         if config.evaluator.exact and config.game in POKER_GAMES:
             from actors.evaluator import ExactEvaluator
 
-            self._exact = ExactEvaluator(config.game, network, ParamsSource(learner_groups, config.run_dir))
+            self._exact = ExactEvaluator(config.game, network, ParamsSource(learner_groups, coordinator))
         self._stop = threading.Event()
         self.games = 0
 

@@ -307,3 +307,36 @@ def test_published_trueskill_is_the_sequential_replay_of_every_reported_game(tmp
     published = {p: (mu, sigma) for t, p, _, mu, sigma in history.ratings_history() if t == last}
     for p, r in ratings.items():
         assert published[p] == pytest.approx((r.mu, r.sigma), rel=1e-9)
+
+
+def test_actors_get_frozen_players_from_the_coordinator_and_keep_them(tmp_path):
+    """Issue 16: no shared disk. An actor's ParamsSource reads no run directory: frozen
+    players come from the coordinator (once each), learning agents from their learners."""
+    from experiments.nodes import ParamsSource
+
+    coordinator, learners = make(tmp_path / "coordinator_host", races=("terran",))
+    for learner in learners.values():
+        learner.agent_steps = 250
+    learners["terran_main_agent_0"].strategy_params = np.array([1.0, 2.0, 3.0])
+    coordinator.poll()  # snapshots terran_main_agent_0#0 into the coordinator's store
+
+    calls = []
+
+    class Remote:  # what another host holds: a handle whose calls reach the coordinator
+        def frozen_params(self, player_id):
+            calls.append(player_id)
+            return coordinator.frozen_params(player_id)
+
+    class Group:
+        def params(self, agent_id, min_version=None):
+            return 7, {"strategy": np.full(3, 9.0)}
+
+    source = ParamsSource({"terran_main_agent_0": Group()}, Remote())
+    for _ in range(3):
+        version, params = source.latest_params("terran_main_agent_0#0")
+        np.testing.assert_array_equal(params["strategy"], [1.0, 2.0, 3.0])
+    assert calls == ["terran_main_agent_0#0"]  # fetched once, then cached
+    assert source.latest_params("terran_main_agent_0#0", min_version=version + 1) is None
+    assert source.latest_params("terran_main_agent_0")[0] == 7  # learning agents: the learner
+    with pytest.raises(KeyError, match="no stored parameters for player 'nobody#3'"):
+        source.latest_params("nobody#3")
