@@ -312,6 +312,13 @@ def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, 
     from launchpad.nodes.python.local_multi_processing import PythonProcess
 
     launch_type = _launch_type(launch_type)
+    # The driver closes the nodes itself (checkpoints) and then ends the program: Launchpad's
+    # own countdown would SIGKILL the driver too if a node is slow to exit (`_end`).
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS(sys.argv[:1], known_only=True)
+    flags.FLAGS.lp_termination_notice_secs = -1
     program = build_program(config)
     lp_program = lp.Program("league")
     handles = {}
@@ -365,5 +372,19 @@ def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, 
 
         return _supervise(program, proxies, out, stop_event, on_launch, check_nodes, stop, close)
     finally:
-        manager.stop_and_wait()
+        _end(manager, nodes if "nodes" in locals() else None, out)
+
+
+def _end(manager, nodes: _Nodes | None, out) -> None:
+    """Stops the Launchpad program (SIGTERM to each node process, the stop event to each
+    thread) and waits up to a minute; node processes still there then are killed."""
+    ending = threading.Thread(target=manager.stop_and_wait, daemon=True)
+    ending.start()
+    ending.join(timeout=60)
+    if ending.is_alive() and nodes is not None:
+        for name, process in nodes.processes.items():
+            if nodes.alive(name):
+                print(f"warning: node {name} did not exit within 60 s of the stop; killing it", file=out, flush=True)
+                process.kill()
+        ending.join(timeout=10)
 

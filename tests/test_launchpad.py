@@ -138,12 +138,13 @@ def test_kuhn_league_under_local_mp_stops_on_ctrl_c_with_checkpoints_and_resumes
     games = history.games()
     assert len(games) > 100 and {g["source"] for g in games} == {"actor", "evaluator"}, out
     assert any(e["kind"] == "snapshot" for e in history.events())
-    first = learner_versions(run_dir)
+    first, steps = learner_versions(run_dir), learner_steps(run_dir)
     assert len(first) == 4 and all(v > 0 for v in first.values()), first
 
-    # The same command resumes: players, games and learner versions go on.
-    out = finish(league(*args, "--minutes=0.3"))
-    assert "resuming a league" in out and "--minutes=0.3 reached" in out, out
+    # The same command resumes (here until every learner has learnt 500 more steps than the
+    # furthest one had): players, games and learner versions go on.
+    out = finish(league(*args, f"--learner_steps={max(steps.values()) + 500}"))
+    assert "resuming a league" in out and "reached by every learner" in out, out
     history = LeagueHistory(run_dir, readonly=True)
     assert frozen <= {p["player_id"] for p in history.players()}
     assert history.game_count() > len(games), out
