@@ -168,7 +168,7 @@ def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
             this, following = items[u * B + b].steps, items[(u + 1) * B + b].steps
             np.testing.assert_array_equal(this.observation["units"][-1],
                                           following.observation["units"][0])
-            assert this.reward[-1] == following.reward[0]
+            np.testing.assert_array_equal(this.reward[-1], following.reward[0])
             assert this.policy_version[-1] == following.policy_version[0]
     for item in items:
         s = item.steps
@@ -176,8 +176,10 @@ def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
         np.testing.assert_array_equal(s.first[1:], done[:-1])   # a game ends, the next starts
         assert np.all(s.reward[~done] == 0) and np.all(np.isin(s.reward[done], (-1, 0, 1)))
         assert item.core_state.hidden.shape == (TINY["core_size"],)
+        assert s.reward.shape == (T, *network.value_shape)            # one reward per unit
         for h in network.head_names:
-            assert s.action[h].shape == (T,) and np.all(s.behaviour_log_prob[h] <= 1e-6)
+            assert s.action[h].shape == (T, *network.head_shapes[h])
+            assert np.all(s.behaviour_log_prob[h] <= 1e-6)
         assert s.opponent_observation["units"].shape == s.observation["units"].shape
     assert items[0].steps.first[0]                     # a fresh stream starts a game
     np.testing.assert_array_equal(items[0].core_state.hidden, 0)
@@ -204,6 +206,62 @@ def test_every_finished_game_is_reported_once_and_matches_change(smax):
     assert all(2 <= r["length"] <= 11 for r in source.results)  # strategy step + battle
     assert metrics["matches"] == source.requests >= 2
     assert checked.resets[:2] == [("terran", "zerg"), ("protoss", "terran")]
+
+
+class PerUnitReward:
+    """A reward plug-in object: unit i of step k gets k + i / 10 (so every value says where it
+    came from); records the progress the actor passes."""
+
+    def __init__(self):
+        self.progress = []
+
+    def set_progress(self, version):
+        self.progress.append(version)
+
+    def __call__(self, batch, contiguous):
+        n = batch["present"].shape[-1]
+        return (np.arange(len(batch["done"]))[:, None] + np.arange(n)[None] / 10).astype(np.float32)
+
+
+def test_each_unit_keeps_its_own_reward_and_the_plugin_sees_the_acting_version(smax):
+    """Per-unit rewards reach the trajectory unit by unit (not averaged over the side), in the
+    plug-in's [B, T'] row-major order, and the plug-in is told the version that played."""
+    game, network, params = smax
+    example = example_unroll(game.spec, network, T)
+    server = queue_server(example)
+    reward = PerUnitReward()
+    actor = Actor("actor-r", "agent", game, network, FixedOpponent(), CountingParams(params),
+                  f"localhost:{server.port}", "queue",
+                  ActorConfig(unroll_length=T, refresh_seconds=0.01, episodes_per_match=1000),
+                  reward=reward)
+    try:
+        actor.run(num_steps=2 * (T - 1))
+        actor.close()
+        items = drain(server, example)
+    finally:
+        server.stop()
+    n = network.value_shape[0]
+    assert len(items) == 2 * B and items[0].steps.reward.shape == (T, n)
+    for b in range(B):   # first unroll: T new steps, batch row b holds plug-in rows b*T .. b*T+T-1
+        expected = (b * T + np.arange(T))[:, None] + np.arange(n)[None] / 10
+        np.testing.assert_allclose(items[b].steps.reward, expected, rtol=1e-6)
+    versions = [int(np.max(i.steps.policy_version)) for i in items]
+    assert reward.progress and reward.progress[-1] == max(versions) >= 1
+
+
+def test_training_reward_shapes():
+    from actors.actor import training_reward
+
+    per_unit = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
+    present = np.array([[True, True, False], [True, False, False]])
+    # one value per side: the mean over present units
+    np.testing.assert_allclose(training_reward(per_unit, present), [1.5, 4.0])
+    # one value per unit: as they are; a side's reward goes to every present unit
+    np.testing.assert_array_equal(training_reward(per_unit, present, (3,)), per_unit)
+    np.testing.assert_array_equal(training_reward(np.array([1.0, -1.0]), present, (3,)),
+                                  [[1.0, 1.0, 0.0], [-1.0, 0.0, 0.0]])
+    with pytest.raises(ValueError):
+        training_reward(per_unit, present, (4,))
 
 
 def test_actor_on_an_openspiel_pool_with_the_reference_network():

@@ -489,3 +489,159 @@ def test_shape_asserts():
         losses.upgo_returns(c["r"], c["g"], c["v"][:-1], c["boot"])
     with pytest.raises(AssertionError):
         losses.lambda_returns(c["r"], c["g"], c["v"], c["boot"][:-1], 0.8)
+
+
+# ----------------------------------------------------------------------------- per-unit credit
+
+
+def unit_case(seed, T=5, B=3, n=3, unit_heads=(("a", 3), ("b", 4)), team_heads=(("c", 2),)):
+    """Unit heads [T, B, n, A], a team head [T, B, A]; per-unit rewards and values [T, B, n]."""
+    rng = np.random.default_rng(seed)
+    shapes = {h: (T, B, n, k) for h, k in unit_heads} | {h: (T, B, k) for h, k in team_heads}
+    logits = {h: (rng.normal(size=s) * 1.5).astype(np.float32) for h, s in shapes.items()}
+    teacher = {h: (rng.normal(size=s) * 1.5).astype(np.float32) for h, s in shapes.items()}
+    mu_logits = {h: (rng.normal(size=s) * 1.5).astype(np.float32) for h, s in shapes.items()}
+    actions = {h: rng.integers(0, s[-1], size=s[:-1]).astype(np.int32) for h, s in shapes.items()}
+
+    def chosen(lg, h):
+        return np.take_along_axis(np_log_softmax(lg[h]), actions[h][..., None], -1)[..., 0]
+
+    return dict(
+        logits=logits, teacher=teacher, actions=actions, unit_heads=[h for h, _ in unit_heads],
+        team_heads=[h for h, _ in team_heads], n=n,
+        log_pi={h: chosen(logits, h).astype(np.float32) for h in shapes},
+        log_mu={h: chosen(mu_logits, h).astype(np.float32) for h in shapes},
+        r=rng.normal(size=(T, B, n)).astype(np.float32),
+        g=rng.choice([1.0, 1.0, 0.9, 0.0], size=(T, B)).astype(np.float32),
+        v=rng.normal(size=(T, B, n)).astype(np.float32),
+        boot=rng.normal(size=(B, n)).astype(np.float32))
+
+
+def np_unit_loss(c, i, cfg):
+    """Unit i's own loss, every term from the numpy references on unit i's reward and value:
+    its unit heads' (its own action) with weight 1 and the team heads' with weight 1/n."""
+    r, v, boot = c["r"][:, :, i], c["v"][:, :, i], c["boot"][:, i]
+    g = c["g"] * cfg.discount
+    n = c["n"]
+
+    def own(h, x):  # unit i's slice of a unit head, the team head as it is
+        return x[:, :, i] if h in c["unit_heads"] else x
+
+    weight = {h: 1.0 for h in c["unit_heads"]} | {h: 1.0 / n for h in c["team_heads"]}
+    heads = sorted(weight)
+    log_pi = {h: own(h, c["log_pi"][h]) for h in heads}
+    log_mu = {h: own(h, c["log_mu"][h]) for h in heads}
+    if cfg.policy_loss == "vtrace":
+        policy = 0.0
+        for h in heads:
+            _, adv = np_vtrace(log_pi[h] - log_mu[h], r, g, v, boot)
+            policy -= weight[h] * (adv * log_pi[h]).mean()
+    else:
+        A = np_gae(r, g, v, boot, cfg.gae_lambda)
+        ratio = np.exp(sum(log_pi[h] - log_mu[h] for h in heads))   # unit i's whole action
+        policy = -np.minimum(ratio * A, np.clip(ratio, 1 - cfg.ppo_clip_epsilon,
+                                                1 + cfg.ppo_clip_epsilon) * A).mean()
+    G = np_upgo(r, g, v, boot)
+    upgo = -sum(weight[h] * (np.minimum(np.exp(log_pi[h] - log_mu[h]), 1) * (G - v)
+                             * log_pi[h]).mean() for h in heads)
+    value = 0.5 * ((np_lambda_returns(r, g, v, boot, cfg.td_lambda) - v) ** 2).mean()
+    logits = {h: own(h, c["logits"][h]) for h in heads}
+    teacher = {h: own(h, c["teacher"][h]) for h in heads}
+    ent = -sum(weight[h] * np_entropy({h: logits[h]}).mean() for h in heads)
+    kl = sum(weight[h] * np_kl({h: logits[h]}, {h: teacher[h]}) for h in heads)
+    return (cfg.policy_weight * policy + cfg.upgo_weight * upgo + cfg.value_weight * value
+            + cfg.entropy_weight * ent + cfg.kl_teacher_weight * kl)
+
+
+@pytest.mark.parametrize("policy_loss", ["vtrace", "ppo"])
+def test_vectorised_per_unit_loss_is_the_sum_of_the_units_own_losses(policy_loss):
+    """One computation over [T, B, n, heads] = sum over units of each unit's loss from the numpy
+    references, with team heads counted 1/n in each unit's; the value gradient of unit i is
+    unit i's own TD(lambda) error alone."""
+    c = unit_case(12)
+    T, B, n = c["r"].shape
+    cfg = losses.LossConfig(policy_loss=policy_loss, discount=0.9, policy_weight=0.7,
+                            upgo_weight=0.3, value_weight=0.4, entropy_weight=0.05,
+                            kl_teacher_weight=0.2, td_lambda=0.8, gae_lambda=0.9)
+    expected = sum(np_unit_loss(c, i, cfg) for i in range(n))
+    got, metrics = losses.total_loss(cfg, c["logits"], c["v"], c["boot"], c["actions"],
+                                     c["log_mu"], c["r"], c["g"], teacher_logits=c["teacher"])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    grad_v = jax.grad(lambda v: losses.total_loss(cfg, c["logits"], v, c["boot"], c["actions"],
+                                                  c["log_mu"], c["r"], c["g"])[0])(c["v"])
+    for i in range(n):
+        G = np_lambda_returns(c["r"][:, :, i], c["g"] * 0.9, c["v"][:, :, i], c["boot"][:, i], 0.8)
+        np.testing.assert_allclose(grad_v[:, :, i], -0.4 * (G - c["v"][:, :, i]) / (T * B),
+                                   rtol=1e-3, atol=1e-6)
+
+
+def test_vtrace_value_loss_per_unit_uses_each_units_whole_action():
+    c = unit_case(13)
+    T, B, n = c["r"].shape
+    expected = 0.0
+    for i in range(n):
+        log_rho = sum((c["log_pi"][h][:, :, i] - c["log_mu"][h][:, :, i]) for h in c["unit_heads"])
+        log_rho = log_rho + sum(c["log_pi"][h] - c["log_mu"][h] for h in c["team_heads"])
+        vs, _ = np_vtrace(log_rho, c["r"][:, :, i], c["g"], c["v"][:, :, i], c["boot"][:, i], 0.9)
+        expected += 0.5 * ((vs - c["v"][:, :, i]) ** 2).mean()
+    got = losses.vtrace_value_loss(c["log_pi"], c["log_mu"], c["v"], c["r"], c["g"], c["boot"], 0.9)
+    np.testing.assert_allclose(got, expected, rtol=1e-4)
+
+
+def np_team_spirit(rho, tau):
+    """OpenAI Five (seed 000): hero_rewards[i] = tau * mean(hero_rewards) + (1 - tau) * hero_rewards[i]."""
+    out = np.zeros_like(rho, np.float64)
+    for idx in np.ndindex(rho.shape[:-1]):
+        mean = sum(rho[idx]) / rho.shape[-1]
+        for i in range(rho.shape[-1]):
+            out[idx + (i,)] = tau * mean + (1 - tau) * rho[idx + (i,)]
+    return out
+
+
+@pytest.mark.parametrize("tau", [0.0, 0.5, 1.0])
+def test_team_spirit_changes_each_units_policy_gradient_as_the_formula_says(tau):
+    """Raw per-unit rewards rho -> team spirit (actors.rewards) -> the per-unit V-trace policy
+    loss: the gradient of unit i's head is -A_i / (T B), A_i the V-trace advantage of unit i's
+    reward (1 - tau) rho_i + tau mean(rho) and its own value -- its own events at tau = 0, the
+    team's mean at tau = 1 -- checked against numpy from the formula."""
+    from actors.rewards import team_spirit
+
+    c = unit_case(14, team_heads=())
+    T, B, n = c["r"].shape
+    rho = c["r"]
+    r = team_spirit(rho.reshape(-1, n), tau).reshape(T, B, n).astype(np.float32)
+    np.testing.assert_allclose(r, np_team_spirit(rho, tau), rtol=1e-6, atol=1e-6)
+
+    def loss(log_pi):
+        return losses.vtrace_policy_loss(log_pi, c["log_mu"], r, c["g"], c["v"], c["boot"])[0]
+
+    grads = jax.grad(loss)({h: jnp.asarray(x) for h, x in c["log_pi"].items()})
+    reward = np_team_spirit(rho, tau)
+    for h in c["unit_heads"]:
+        for i in range(n):
+            _, adv = np_vtrace(c["log_pi"][h][:, :, i] - c["log_mu"][h][:, :, i], reward[:, :, i],
+                               c["g"], c["v"][:, :, i], c["boot"][:, i])
+            np.testing.assert_allclose(grads[h][:, :, i], -adv / (T * B), rtol=1e-4, atol=1e-6)
+    # at tau = 1 every unit's advantage comes from the same team reward: what differs between
+    # two units is only their value and ratio; at tau = 0 unit 0's reward is its own
+    if tau == 1.0:
+        np.testing.assert_allclose(reward[:, :, 0], reward[:, :, 1], atol=1e-12)
+    if tau == 0.0:
+        np.testing.assert_allclose(reward, rho, atol=1e-6)
+
+
+def test_team_spirit_is_no_longer_a_no_op():
+    """The gradient at tau = 0 and tau = 1 differ (before per-unit credit, the side's rewards were
+    averaged over units first and tau changed nothing)."""
+    from actors.rewards import team_spirit
+
+    c = unit_case(15, team_heads=())
+    T, B, n = c["r"].shape
+
+    def grads(tau):
+        r = team_spirit(c["r"].reshape(-1, n), tau).reshape(T, B, n).astype(np.float32)
+        return jax.grad(lambda lp: losses.vtrace_policy_loss(lp, c["log_mu"], r, c["g"], c["v"],
+                                                             c["boot"])[0])(c["log_pi"])
+
+    g0, g1 = grads(0.0), grads(1.0)
+    assert max(float(np.abs(g0[h] - g1[h]).max()) for h in g0) > 1e-3

@@ -260,3 +260,26 @@ def test_run_config_sizes_and_unbatched_state():
     obs = smax_like_spec().side(0).zero_observation()
     params = net.init(jax.random.PRNGKey(0), obs, opponent_observation=obs)
     assert any("opponent" in k for k in params)
+
+
+def test_a_checkpoint_of_the_network_before_per_unit_values_is_refused_clearly(tmp_path):
+    """Learner checkpoints written before per-unit values (no `value_unit`, a 64-wide enemy-key
+    MLP) do not restore into today's network: CheckpointError naming the parameter."""
+    import optax
+
+    from learners import checkpoint
+
+    net, params = make()
+    old = {k: dict(v) for k, v in params.items() if k != "unit_agent/~/value_unit"}
+    optimizer = optax.adam(1e-3)
+    path = str(tmp_path / "checkpoint.msgpack")
+    checkpoint.save(path, checkpoint.Checkpoint(5, 100, 0, old, optimizer.init(old)))
+    with pytest.raises(checkpoint.CheckpointError, match="value_unit"):
+        checkpoint.restore(path, params, jax.eval_shape(optimizer.init, params))
+    wide, wide_params = make(pointer_hidden_size=16 * 4)
+    checkpoint.save(path, checkpoint.Checkpoint(5, 100, 0, wide_params, optimizer.init(wide_params)))
+    with pytest.raises(checkpoint.CheckpointError, match="shape"):
+        checkpoint.restore(path, params, jax.eval_shape(optimizer.init, params))
+    # today's own checkpoint restores
+    checkpoint.save(path, checkpoint.Checkpoint(5, 100, 0, params, optimizer.init(params)))
+    assert checkpoint.restore(path, params, jax.eval_shape(optimizer.init, params)).version == 5
