@@ -17,6 +17,7 @@ import sys
 
 from absl import app, flags
 
+from experiments import run_lock
 from experiments.config import (
     ALIASES,
     GAMES,
@@ -109,7 +110,9 @@ def main(argv) -> int:
             raise ConfigError(runner_problem)
         check_teacher(config)
         resuming = prepare_run_dir(config)
-    except ConfigError as e:
+        # Held until the league stops: a second league or a surgery on the run is refused.
+        lock = run_lock.hold(config.run_dir, f"a league (experiments.league --runner={config.runner})")
+    except (ConfigError, run_lock.RunLocked) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{'resuming' if resuming else 'starting'} a league: game={config.game} races={config.race_names} "
@@ -126,6 +129,8 @@ def main(argv) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise
+    finally:
+        lock.close()
     return 0
 
 

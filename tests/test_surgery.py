@@ -310,3 +310,21 @@ def test_bad_surgery_requests_are_refused_and_change_nothing(kuhn_run, tmp_path,
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert _tree_digest(run_dir) == digest
+
+
+def test_a_second_league_on_a_running_run_dir_is_refused(tmp_path):
+    import subprocess
+    import sys
+
+    from experiments import run_lock
+
+    run_dir = str(tmp_path / "run")
+    lock = run_lock.hold(run_dir, "a league (a test)")
+    try:
+        result = subprocess.run([sys.executable, "-m", "experiments.league", "--game=matrix_rps",
+                                 f"--run_dir={run_dir}", "--minutes=0.1"], capture_output=True, text=True,
+                                timeout=120)
+    finally:
+        lock.close()
+    assert result.returncode == 2
+    assert "is in use by a league (a test)" in result.stderr
