@@ -17,6 +17,11 @@ XLA's cost analysis of the compiled update (FLOPs per update) / its measured tim
 by the rate of a 2048^3 float32 matmul measured in the same run.
 
     python -m benchmarks.learner_bench [--updates=30] [--rounds=2] [--parts=reference,smax]
+                                       [--virtual_devices=2]
+
+`--virtual_devices=N` runs JAX on N virtual CPU devices (XLA's
+`--xla_force_host_platform_device_count`, set before JAX loads): the learner shards each
+batch over them, one thread per device.
 
 Last line: `RESULT learner ratio=<reverb/dataset over limit> target=0.8
 smax_learnt_steps_per_s=<n> smax_compile_s=<s> smax_flop_utilisation=<x>`.
@@ -24,15 +29,23 @@ smax_learnt_steps_per_s=<n> smax_compile_s=<s> smax_flop_utilisation=<x>`.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-from absl import app, flags
+# Virtual CPU devices must be configured before JAX is imported.
+for _arg in sys.argv:
+    if _arg.startswith("--virtual_devices="):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_"
+                                   f"device_count={int(_arg.split('=', 1)[1])}").strip()
 
-from agents.networks import NetworkConfig, ReferenceNetwork
-from agents.trajectory import (
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+from agents.networks import NetworkConfig, ReferenceNetwork  # noqa: E402
+from agents.trajectory import (  # noqa: E402
     Step,
     Unroll,
     reverb_signature,
@@ -40,7 +53,7 @@ from agents.trajectory import (
     write_unroll,
     zeros_unroll,
 )
-from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("updates", 30, "Updates timed per mode and round.")
@@ -52,6 +65,7 @@ flags.DEFINE_integer("num_actions", 16, "Actions of the single policy head.")
 flags.DEFINE_integer("items", 256, "Unrolls prefilled into the table.")
 flags.DEFINE_list("parts", ["reference", "smax"], "What to measure: reference, smax.")
 flags.DEFINE_integer("matmul_size", 2048, "Side of the square matmul whose rate is the peak.")
+flags.DEFINE_integer("virtual_devices", 1, "JAX virtual CPU devices (read before JAX loads).")
 
 
 def random_unroll(rng, net, T, obs_size, num_actions):
@@ -243,7 +257,8 @@ def smax_part(peak: float) -> dict:
         cpu.append((time.process_time() - start) / FLAGS.updates)
     rate = float(np.median(rates))
     utilisation = flops * rate / steps_per_update / peak
-    print(f"smax unit net (hidden {run.network.hidden_size}, core {run.network.core_size}): "
+    print(f"smax unit net (hidden {run.network.hidden_size}, core {run.network.core_size}, "
+          f"{len(learner._devices)} device(s)): "
           f"{n_params:,} params, {len(network.head_names if hasattr(network, 'head_names') else [])}"
           f" heads, B={B}, T={T}: {rate:,.0f} learnt steps/s ({1e3 * steps_per_update / rate:.1f} ms"
           f" per update, {1e3 * float(np.median(cpu)):.0f} ms CPU; rounds: "
