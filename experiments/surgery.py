@@ -115,15 +115,22 @@ def _read_checkpoint(path: str) -> dict:
     return payload
 
 
-def _widen_moments(plan, tree, params_like):
-    """Adam's moments (parameter-shaped subtrees of the optimiser's state dict) widened with
-    zeros; counts and empty states as they are."""
+def _widen_moments(plan, tree, old_params, params_like):
+    """Adam's moments in the optimiser's state dict widened with zeros: parameter-shaped
+    subtrees, or vectors of every parameter flattened (`optax.flatten`, leaves in
+    `tree_leaves` order); counts and empty states as they are."""
+    from jax.flatten_util import ravel_pytree
+
     from agents import surgery
 
     if isinstance(tree, dict):
         if tree and set(tree) == set(params_like):
             return surgery.widen_zeros(plan, tree, params_like)
-        return {k: _widen_moments(plan, v, params_like) for k, v in tree.items()}
+        return {k: _widen_moments(plan, v, old_params, params_like) for k, v in tree.items()}
+    old_flat, unravel = ravel_pytree(old_params)
+    if np.ndim(tree) == 1 and np.size(tree) == old_flat.size:
+        widened = surgery.widen_zeros(plan, unravel(np.asarray(tree)), params_like)
+        return np.asarray(ravel_pytree(widened)[0], np.asarray(tree).dtype)
     return tree
 
 
@@ -162,24 +169,40 @@ def record(config: RunConfig, network, params, games: int, steps: int, seed: int
     return stack(obs0), stack(obs1), np.stack(firsts), stack(actions)
 
 
-def differences(old_net, new_net, recorded):
+def old_features_only(obs, positions):
+    """A reference network's observation reduced to the features the old network read (in
+    `split_observation`'s order), as one leaf; the legal masks kept."""
+    from agents.networks import MASK_KEY, split_observation
+
+    features, mask = split_observation(obs, 2)
+    reduced = {"features": features[..., np.asarray(positions)]}
+    if mask is not None:
+        reduced[MASK_KEY] = mask
+    return reduced
+
+
+def differences(old_net, new_net, recorded, old_positions=None):
     """A function (old params, new params) -> (largest |change| of any action probability,
-    of the value) over the recorded observations."""
+    of the value) over the recorded observations. `old_positions`: the old network reads only
+    these features of today's observation (it was saved before the others existed)."""
     import jax
     import jax.numpy as jnp
 
     obs, opp, first, actions = recorded
     batch = first.shape[1]
 
-    def outputs(network):
+    def outputs(network, old):
         kwargs = {"actions_seq": actions} if hasattr(network, "act") else {}
+        o, p = obs, opp
+        if old and old_positions is not None:
+            o, p = old_features_only(obs, old_positions), old_features_only(opp, old_positions)
 
         def run(params):
-            out, _ = network.unroll(params, obs, first, network.initial_state(batch), opp, **kwargs)
+            out, _ = network.unroll(params, o, first, network.initial_state(batch), p, **kwargs)
             return {h: jax.nn.softmax(x) for h, x in out.logits.items()}, out.value
         return jax.jit(run)
 
-    run_old, run_new = outputs(old_net), outputs(new_net)
+    run_old, run_new = outputs(old_net, True), outputs(new_net, False)
 
     def measure(old_params, new_params):
         (p_old, v_old), (p_new, v_new) = run_old(old_params), run_new(new_params)
@@ -200,18 +223,16 @@ class Report:
     backup: str | None = None
 
 
-def operate(run_dir: str, requested: dict[str, int | None], *, lstm_noise: float = 0.0,
-            tolerance: float = 0.05, exact_tolerance: float = 1e-5, games: int = 8, steps: int = 32,
-            check_only: bool = False, seed: int = 0, out=sys.stdout) -> Report:
+def operate(run_dir: str, requested: dict[str, int | None], *, new_features=None,
+            lstm_noise: float = 0.0, tolerance: float = 0.05, exact_tolerance: float = 1e-5,
+            games: int = 8, steps: int = 32, check_only: bool = False, seed: int = 0,
+            out=sys.stdout) -> Report:
     """Widens every player of the stopped run in `run_dir` (see the module docstring).
     Refused (nothing written) if it cannot be done or the check fails."""
     from experiments import run_lock
 
     config = load_run_config(run_dir)
     sizes = new_sizes(config, requested)
-    if sizes == config.network and lstm_noise == 0:
-        print(f"nothing to do: the run's network is already {dataclasses.asdict(sizes)}", file=out)
-        return Report()
     if config.teacher:
         raise Refused(f"the run learns from --teacher={config.teacher}, whose parameters are not "
                       "part of this run and would no longer fit the wider network; widen the "
@@ -221,14 +242,35 @@ def operate(run_dir: str, requested: dict[str, int | None], *, lstm_noise: float
     except run_lock.RunLocked as e:
         raise Refused(str(e)) from None
     try:
-        return _operate(run_dir, config, sizes, lstm_noise, tolerance, exact_tolerance, games,
-                        steps, check_only, seed, out)
+        return _operate(run_dir, config, sizes, new_features, lstm_noise, tolerance,
+                        exact_tolerance, games, steps, check_only, seed, out)
     finally:
         lock.close()
 
 
-def _operate(run_dir, config, sizes, lstm_noise, tolerance, exact_tolerance, games, steps,
-             check_only, seed, out) -> Report:
+def old_feature_positions(saved: int, features: int, new_features) -> list[int] | None:
+    """Where the saved players' observation features are in today's observation (None if it
+    did not change), given the positions of the new ones; Refused if that does not add up."""
+    new = sorted({int(k) for k in new_features or ()})
+    if saved == features:
+        if new:
+            raise Refused(f"--new_features given, but the game's observation has the same {features} "
+                          "features the saved players read")
+        return None
+    if saved > features:
+        raise Refused(f"the game's observation has {features} features, fewer than the {saved} the "
+                      "saved players read: surgery cannot remove inputs")
+    if len(new) != features - saved or new[0] < 0 or new[-1] >= features:
+        raise Refused(
+            f"the game's observation has {features} features, the saved players read {saved}: pass "
+            f"--new_features with the positions of the {features - saved} new ones (0..{features - 1}, in "
+            "agents.networks.split_observation's order: the observation's leaves by sorted key, "
+            f"flattened){'; got ' + ','.join(map(str, new)) if new else ''}")
+    return [k for k in range(features) if k not in set(new)]
+
+
+def _operate(run_dir, config, sizes, new_features, lstm_noise, tolerance, exact_tolerance, games,
+             steps, check_only, seed, out) -> Report:
     import jax
 
     from agents import surgery
@@ -246,13 +288,21 @@ def _operate(run_dir, config, sizes, lstm_noise, tolerance, exact_tolerance, gam
     payloads = {os.path.relpath(p, run_dir): _read_checkpoint(p) for p in checkpoints}
     template = initial_params(new_net, spec, 0, config.seed + 7919)
     some = next(iter(payloads.values()))["params"] if payloads else next(iter(players.values()))[1]
+    keep = None  # the old features' positions in today's observation, if it gained some
     if hasattr(old_net, "act"):
         own, global_features = surgery.unit_input_sizes(old_net.config, some)
         plan = surgery.plan(old_net.config, new_net.config, own_features=own,
                             global_features=global_features, lstm_noise=lstm_noise)
     else:
         features = int(split_observation(spec.sides[0].zero_observation(), 0)[0].shape[-1])
-        plan = surgery.plan(old_net.config, new_net.config, old_features=features, lstm_noise=lstm_noise)
+        saved = int(np.shape(some["agent/~/torso/~/linear_0"]["w"])[0])
+        keep = old_feature_positions(saved, features, new_features)
+        plan = surgery.plan(old_net.config, new_net.config, old_features=saved, new_features=features,
+                            feature_positions=keep, lstm_noise=lstm_noise)
+    if sizes == config.network and keep is None and lstm_noise == 0:
+        print(f"nothing to do: the run's network is already {dataclasses.asdict(sizes)} and the "
+              "observation has not changed", file=out)
+        return Report()
     limit = exact_tolerance if plan.exact else tolerance
     print(f"surgery on {run_dir}: {dataclasses.asdict(config.network)} -> {dataclasses.asdict(sizes)}; "
           f"{len(players)} parameter files, {len(checkpoints)} learner checkpoints", file=out)
@@ -265,10 +315,14 @@ def _operate(run_dir, config, sizes, lstm_noise, tolerance, exact_tolerance, gam
         except surgery.SurgeryError as e:
             raise Refused(f"{name}: {e} (is it a player of this run's game and network?)") from None
 
-    # Observations from the newest player (a learner if any), recorded with the old network.
+    # Observations from the newest player (a learner if any), recorded with the old network
+    # (with the widened one if the observation gained features: the old cannot read them).
     newest = next(iter(payloads.values()))["params"] if payloads else some
-    recorded = record(config, old_net, jax.tree_util.tree_map(np.asarray, newest), games, steps, seed)
-    measure = differences(old_net, new_net, recorded)
+    if keep is None:
+        recorded = record(config, old_net, jax.tree_util.tree_map(np.asarray, newest), games, steps, seed)
+    else:
+        recorded = record(config, new_net, widen("the newest player", newest), games, steps, seed)
+    measure = differences(old_net, new_net, recorded, keep)
     report = Report()
     widened_players, widened_payloads = {}, {}
     started = time.time()
@@ -312,7 +366,7 @@ def _operate(run_dir, config, sizes, lstm_noise, tolerance, exact_tolerance, gam
         write_atomic(os.path.join(run_dir, name), params_to_npz_bytes(params, version))
     for name, params in widened_payloads.items():
         payload = payloads[name]
-        opt_state = _widen_moments(plan, payload["opt_state"], params)
+        opt_state = _widen_moments(plan, payload["opt_state"], payload["params"], params)
         checkpoint.save(os.path.join(run_dir, name), checkpoint.Checkpoint(
             int(payload["version"]), int(payload["steps"]), int(payload["num_skipped"]), params, opt_state))
     write_atomic(os.path.join(run_dir, "config.json"),
@@ -346,6 +400,9 @@ def define_flags() -> None:
     for name in SIZE_FIELDS:
         flags.DEFINE_integer(name, None, f"The new network.{name} (at least the run's; unchanged if left out).")
         flags.DEFINE_alias(f"network.{name}", name)
+    flags.DEFINE_list("new_features", [], "Poker and matrix games: positions of the features the "
+                      "game's observation gained since the run was saved (their input weights start "
+                      "at zero: exact).")
     flags.DEFINE_float("lstm_noise", 0.0, "Scale of random values for the new LSTM units' weights into "
                        "the old gates (OpenAI Five's 'random small values'); 0 keeps the LSTM exact.")
     flags.DEFINE_float("tolerance", 0.05, "Largest accepted change of any action probability or value "
@@ -364,7 +421,14 @@ def main(argv) -> int:
         return 2
     requested = {name: FLAGS[name].value for name in SIZE_FIELDS}
     try:
-        operate(FLAGS.run_dir, requested, lstm_noise=FLAGS.lstm_noise, tolerance=FLAGS.tolerance,
+        new_features = [int(k) for k in FLAGS.new_features]
+    except ValueError:
+        print(f"error: --new_features takes integer positions, got {','.join(FLAGS.new_features)}",
+              file=sys.stderr)
+        return 2
+    try:
+        operate(FLAGS.run_dir, requested, new_features=new_features, lstm_noise=FLAGS.lstm_noise,
+                tolerance=FLAGS.tolerance,
                 exact_tolerance=FLAGS.exact_tolerance, games=FLAGS.games, steps=FLAGS.steps,
                 check_only=FLAGS.check, seed=FLAGS.seed)
     except Refused as e:

@@ -328,3 +328,39 @@ def test_a_second_league_on_a_running_run_dir_is_refused(tmp_path):
         lock.close()
     assert result.returncode == 2
     assert "is in use by a league (a test)" in result.stderr
+
+
+def test_a_feature_the_saved_players_never_saw_gets_zero_weights_and_changes_nothing(kuhn_run, tmp_path):
+    """Players saved before the observation's feature 3 existed (simulated: that input row
+    removed from every player) are widened with --new_features=3: exact (seed 003, eq. 9)."""
+    import os
+    import shutil
+
+    from coordinator.param_store import params_from_npz_bytes, params_to_npz_bytes
+    from experiments import surgery as tool
+
+    run_dir = str(tmp_path / "run")
+    shutil.copytree(kuhn_run.run_dir, run_dir)
+    shutil.rmtree(os.path.join(run_dir, "learners"))
+    inputs = ("agent/~/torso/~/linear_0", "agent/~/opponent_torso/~/linear_0")
+    saved = {}
+    for name in os.listdir(os.path.join(run_dir, "params")):
+        path = os.path.join(run_dir, "params", name)
+        with open(path, "rb") as f:
+            version, params = params_from_npz_bytes(f.read())
+        for module in inputs:
+            params[module]["w"] = np.delete(params[module]["w"], 3, axis=0)
+        saved[name] = params
+        with open(path, "wb") as f:
+            f.write(params_to_npz_bytes(params, version))
+
+    with pytest.raises(tool.Refused, match="pass --new_features with the positions of the 1 new ones"):
+        tool.operate(run_dir, {}, out=open(os.devnull, "w"))
+    report = tool.operate(run_dir, {}, new_features=[3], out=open(os.devnull, "w"))
+    assert report.max_prob < 1e-5 and report.max_value < 1e-5 and report.players == len(saved)
+    for name, old in saved.items():
+        with open(os.path.join(run_dir, "params", name), "rb") as f:
+            _, new = params_from_npz_bytes(f.read())
+        for module in inputs:
+            assert np.all(new[module]["w"][3] == 0)
+            np.testing.assert_array_equal(np.delete(new[module]["w"], 3, axis=0), old[module]["w"])
