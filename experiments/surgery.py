@@ -20,7 +20,9 @@ writing anything the tool plays `--games` games with the league's newest player,
 player old and new on the recorded observations, prints the largest change of any action
 probability and value, and refuses (exit 2, nothing written) if a change meant to be exact
 exceeds `--exact_tolerance` or an approximate one `--tolerance`. The old files are kept in
-`<run_dir>/surgery-<date>/`. `--check` measures without writing.
+`<run_dir>/surgery-<date>/`. `--check` measures without writing. `--new_features=3,7`: the
+positions of features a poker or matrix game's observation gained since the run was saved
+(zero input weights; the check runs the old players on today's observations without them).
 
 Exit codes: 0 done (or nothing to do), 2 refused (the reason printed; the run is unchanged).
 """
