@@ -129,7 +129,9 @@ def test_z_by_hand():
 def small_config():
     from actors.games import smax_races
 
-    return smax_races.SmaxRacesConfig(max_steps=30)
+    # 3 units a side (the default menu's 16 make every jitted function several times slower
+    # to compile), and short battles.
+    return smax_races.SmaxRacesConfig(menu=smax_races.fixed_size_menu(3), max_steps=30)
 
 
 @pytest.fixture(scope="module")
@@ -160,9 +162,11 @@ def test_record_heuristic_games(recorded, small_config):
         for s in range(2):
             assert c[f"side{s}/obs/choosing"][:, 0].all()
             np.testing.assert_array_equal(c[f"side{s}/action/composition"][:, 0], c["compositions"][:, s])
+            valid = np.arange(c["length"].max())[None, :] < c["length"][:, None]
             for h in ("composition", "action_type", "target"):  # every stored action is legal
                 mask, a = c[f"side{s}/obs/action_mask/{h}"], c[f"side{s}/action/{h}"]
-                assert np.take_along_axis(mask, a[..., None], -1).all()
+                assert np.take_along_axis(mask, a[..., None], -1)[valid].all()
+                assert not mask[~valid].any()  # zeros after the game's end
         # the battle: units of side 0 attack, and z says whom (an enemy race's unit types)
         attacked = c["z/attack_order"][:, 0]
         enemy_types = c["unit_types"][:, 1]
