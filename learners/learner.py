@@ -79,18 +79,24 @@ class TrainingState(NamedTuple):
     num_skipped: jax.Array   # int32 scalar: non-finite updates skipped
 
 
-def make_optimizer(config: LearnerConfig) -> optax.GradientTransformation:
+def make_optimizer(config: LearnerConfig, flat: bool = True) -> optax.GradientTransformation:
+    """Adam after global-norm clipping, on the parameters flattened into one vector
+    (`optax.flatten`; the same arithmetic, elementwise, on one array instead of one per
+    parameter: a network of ~45 parameter arrays otherwise compiles ~45 copies of Adam's
+    loops, seconds of XLA compile time). `flat=False`: the per-parameter optimiser state of
+    checkpoints written before (read by `Learner` to convert them)."""
     adam = optax.adam(config.learning_rate, b1=config.adam_b1, b2=config.adam_b2,
                       eps=config.adam_eps)
     if config.max_grad_norm:
-        return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), adam)
-    return adam
+        adam = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), adam)
+    return optax.flatten(adam) if flat else adam
 
 
 def _all_finite(tree: PyTree) -> jax.Array:
-    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(tree)
+    """Every float in the tree is finite: one check over the leaves concatenated."""
+    leaves = [jnp.ravel(x) for x in jax.tree_util.tree_leaves(tree)
               if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
-    return jnp.all(jnp.stack(leaves)) if leaves else jnp.asarray(True)
+    return jnp.all(jnp.isfinite(jnp.concatenate(leaves))) if leaves else jnp.asarray(True)
 
 
 def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation):
@@ -155,6 +161,32 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         return new_state, metrics
 
     return update
+
+
+def _restore(path: str, config: LearnerConfig, optimizer, params_like) -> checkpoint.Checkpoint:
+    """A checkpoint with the flat optimiser state of `make_optimizer`, or one written before
+    it (per-parameter Adam moments), whose moments are then flattened the way `optax.flatten`
+    lays them out (the same leaf order): the run resumes with the same optimiser state."""
+    try:
+        return checkpoint.restore(path, params_like, jax.eval_shape(optimizer.init, params_like))
+    except CheckpointError as flat_error:
+        per_param = make_optimizer(config, flat=False)
+        try:
+            saved = checkpoint.restore(path, params_like,
+                                       jax.eval_shape(per_param.init, params_like))
+        except CheckpointError:
+            raise flat_error from None
+    structure = jax.tree_util.tree_structure(params_like)
+
+    def flatten(node):
+        if jax.tree_util.tree_structure(node) != structure:
+            return node
+        return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(node)])
+
+    opt_state = jax.tree_util.tree_map(
+        flatten, saved.opt_state,
+        is_leaf=lambda node: jax.tree_util.tree_structure(node) == structure)
+    return saved._replace(opt_state=opt_state)
 
 
 _COMPILED: dict = {}
@@ -284,8 +316,7 @@ class Learner:
                 f.write(config.to_json())
         version, steps, skipped, params, opt_state = 0, 0, 0, initial_params, None
         if self._checkpoint_path and os.path.exists(self._checkpoint_path):
-            saved = checkpoint.restore(self._checkpoint_path, initial_params,
-                                       jax.eval_shape(self._optimizer.init, initial_params))
+            saved = _restore(self._checkpoint_path, config, self._optimizer, initial_params)
             version, steps, skipped = saved.version, saved.steps, saved.num_skipped
             params, opt_state = saved.params, saved.opt_state
         self._install(params, opt_state, version, skipped, steps)

@@ -500,3 +500,33 @@ def test_a_ppo_run_optimises_the_clipped_objective():
     assert float(metrics["loss/policy"]) == pytest.approx(-surrogate.mean(), rel=1e-4)
     assert float(metrics["ppo_clipped_fraction"]) == pytest.approx(np.mean(np.abs(ratio - 1) > 0.2))
     assert "loss/upgo" not in metrics
+
+
+def test_a_checkpoint_with_per_parameter_adam_state_resumes_with_the_same_state(tmp_path):
+    """Checkpoints written before the optimiser ran on the flattened parameters (optax.flatten)
+    hold Adam's moments per parameter: restoring flattens them in optax.flatten's order, so the
+    resumed state equals the one the flat optimiser reaches on the same updates."""
+    import jax.numpy as jnp
+
+    from learners import checkpoint
+    from learners.learner import _restore, make_optimizer
+
+    config = LearnerConfig()
+    params = {"a": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, "c": {"w": jnp.arange(4.0)}}
+    grads = jax.tree_util.tree_map(lambda x: x * 0.3 + 1.0, params)
+    per_param, flat = make_optimizer(config, flat=False), make_optimizer(config)
+    old_state, flat_state = per_param.init(params), flat.init(params)
+    for _ in range(3):
+        _, old_state = per_param.update(grads, old_state, params)
+        _, flat_state = flat.update(grads, flat_state, params)
+    path = str(tmp_path / "checkpoint.msgpack")
+    checkpoint.save(path, checkpoint.Checkpoint(3, 10, 0, params, old_state))
+    restored = _restore(path, config, flat, params)
+    assert restored.version == 3
+    for a, b in zip(jax.tree_util.tree_leaves(restored.opt_state),
+                    jax.tree_util.tree_leaves(flat_state), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    # a checkpoint of other parameters is still refused, with the flat template's message
+    checkpoint.save(path, checkpoint.Checkpoint(3, 10, 0, {"z": jnp.ones(2)}, old_state))
+    with pytest.raises(CheckpointError, match="cannot restore"):
+        _restore(path, config, flat, params)
