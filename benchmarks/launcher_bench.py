@@ -5,8 +5,9 @@ environment; Launchpad: the 3.10 Launchpad environment), for `--minutes` each, a
 - games/s and learner updates/s: the league's own progress lines (games/s is the league's
   total games over its run time; updates/s the learners' summed rate), the median of the
   lines after the first learner update;
-- memory: the summed RSS of the league's whole process tree (driver, node processes, Ray's
-  own processes) sampled every 2 s: median and peak over the same window.
+- memory: the summed RSS of the league's whole process tree sampled every 2 s (the driver and
+  its descendants: Launchpad's node processes; a local Ray instance's GCS, raylet and worker
+  processes, which the driver starts), median and peak over the same window.
 
     python -m benchmarks.launcher_bench --game=kuhn_poker --minutes=3 \\
         --ray_python=.venv/bin/python --launchpad_python=.venv-launchpad/bin/python
@@ -53,19 +54,6 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def ray_rss() -> int:
-    """Ray's own daemons (GCS, raylet, workers) are not children of the driver."""
-    total = 0
-    for p in psutil.process_iter(["name", "cmdline"]):
-        try:
-            cmd = " ".join(p.info["cmdline"] or [])
-            if "ray::" in cmd or "gcs_server" in cmd or "raylet" in cmd or "ray/_private" in cmd:
-                total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
 def measure(python: str, runner: str) -> dict:
     run_dir = tempfile.mkdtemp(prefix=f"launcher_bench_{runner}_")
     args = [python, "-u", "-m", "experiments.league", f"--runner={runner}", f"--game={FLAGS.game}",
@@ -76,7 +64,7 @@ def measure(python: str, runner: str) -> dict:
 
     def sample():
         while process.poll() is None:
-            samples.append((time.time(), tree_rss(process.pid) + (ray_rss() if runner == "ray" else 0)))
+            samples.append((time.time(), tree_rss(process.pid)))
             time.sleep(2.0)
 
     threading.Thread(target=sample, daemon=True).start()
