@@ -19,8 +19,8 @@ chunk's longest game `T` (zeros after a game's `length`):
     side{s}/action/<head>               [G, T, ...]  side s's action at step t in the network's
                                         head format (SMAX: composition [], action_type [n],
                                         target [n]); actions the mask forbids (dead units, the
-                                        composition after the first step, a target that is not
-                                        used) are stored as the first legal value
+                                        composition after the first step) are stored as the
+                                        first legal value, the target of a non-attack as 0
     length  [G] int32                   steps of the game (the strategy step included)
     outcome [G] int8                    side 0's result: +1 win, 0 draw, -1 loss
     races [G, 2], compositions [G, 2]   race and army (menu index) of each side

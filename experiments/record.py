@@ -133,15 +133,23 @@ def _player_play(network, config: smax_races.SmaxRacesConfig):
 
 
 def legalise(actions: dict, masks: dict) -> tuple[dict, int]:
-    """Actions a mask forbids -> the mask's first legal value (what the game does with them:
-    ignores them); returns (actions, how many of them were a real choice, i.e. a mask row with
-    more than one legal value)."""
+    """Actions a mask forbids -> the mask's first legal value (the game ignores them: dead
+    units, the composition after the first step); the target of a unit whose action type is
+    not attack -> 0 (the network's convention: it forces target 0 where the type does not use
+    it, agents/unit_network.py). Returns (actions, how many forbidden actions were a real
+    choice: a mask row with more than one legal value, for targets only attacks)."""
     out, illegal = {}, 0
     for head, action in actions.items():
         mask = masks[head]
         legal = np.take_along_axis(mask, action[..., None].astype(np.int64), -1)[..., 0]
-        out[head] = np.where(legal, action, mask.argmax(-1)).astype(action.dtype)
-        illegal += int(np.sum(~legal & (mask.sum(-1) > 1)))
+        chosen = mask.sum(-1) > 1
+        fixed = np.where(legal, action, mask.argmax(-1))
+        if head == "target":
+            attacks = actions["action_type"] == smax_races.ATTACK
+            fixed = np.where(attacks, fixed, 0)
+            chosen &= attacks
+        out[head] = fixed.astype(action.dtype)
+        illegal += int(np.sum(~legal & chosen))
     return out, illegal
 
 

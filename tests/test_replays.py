@@ -163,9 +163,12 @@ def test_record_heuristic_games(recorded, small_config):
             assert c[f"side{s}/obs/choosing"][:, 0].all()
             np.testing.assert_array_equal(c[f"side{s}/action/composition"][:, 0], c["compositions"][:, s])
             valid = np.arange(c["length"].max())[None, :] < c["length"][:, None]
+            attacks = c[f"side{s}/action/action_type"] == smax_races.ATTACK
+            assert (c[f"side{s}/action/target"][~attacks] == 0).all()  # the network's convention
             for h in ("composition", "action_type", "target"):  # every stored action is legal
                 mask, a = c[f"side{s}/obs/action_mask/{h}"], c[f"side{s}/action/{h}"]
-                assert np.take_along_axis(mask, a[..., None], -1)[valid].all()
+                legal = np.take_along_axis(mask, a[..., None], -1)[..., 0]
+                assert legal[valid[..., None] & attacks if h == "target" else valid].all()
                 assert not mask[~valid].any()  # zeros after the game's end
         # the battle: units of side 0 attack, and z says whom (an enemy race's unit types)
         attacked = c["z/attack_order"][:, 0]
