@@ -131,3 +131,27 @@ def test_scores_as_win_rates_is_the_win_rate_for_outcome_scores_and_keeps_chip_n
     np.testing.assert_allclose(meta.nash_distribution(w), [1 / 2, 1 / 3, 1 / 6], atol=1e-6)
     with pytest.raises(ValueError, match="finite"):
         meta.scores_as_win_rates([[0, np.nan], [np.nan, 0]])
+
+
+def test_closed_form_trueskill_follows_the_trueskill_package_over_many_games():
+    """league.meta's closed-form 1-vs-1 update against the `trueskill` package's factor graph
+    (the independent reference), over 1,500 random games in sequence, draws included."""
+    import random
+
+    import trueskill
+
+    env = trueskill.TrueSkill(draw_probability=0.05)
+    rng = random.Random(0)
+    players = list("abcde")
+    games = [(rng.choice(players), rng.choice(players), rng.choice(["win", "draw", "loss"])) for _ in range(1500)]
+    ours = trueskill_ratings(games, players)
+    ref = {p: env.create_rating() for p in players}
+    for home, away, outcome in games:
+        if home == away:
+            continue
+        if outcome == "loss":
+            ref[away], ref[home] = trueskill.rate_1vs1(ref[away], ref[home], env=env)
+        else:
+            ref[home], ref[away] = trueskill.rate_1vs1(ref[home], ref[away], drawn=outcome == "draw", env=env)
+    for p in players:
+        assert ours[p] == pytest.approx((ref[p].mu, ref[p].sigma), abs=1e-5)
