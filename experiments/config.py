@@ -171,6 +171,9 @@ class RunConfig:
     # The KL term's teacher (weight: learner.loss.kl_teacher_weight): "RUN_DIR:PLAYER_ID" (any
     # saved player of a run) or a params .npz file; it keeps its own recurrent state.
     teacher: str = ""
+    # SMAX: a file of experiments.supervised ({race: params}); every learning agent starts from
+    # its race's supervised parameters and exploiters reset to them (AlphaStar's start).
+    init: str = ""
     # Co-location of the program's nodes (experiments/program.py): all learners in one node
     # (one process: a laptop), one node per race, or one per agent (a cluster); actors alike.
     learner_groups: str = "all"  # learners: all in one node, one node per race, or per agent

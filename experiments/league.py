@@ -82,14 +82,16 @@ def _define(name: str, default, text: str, kind=None) -> None:
 
 
 def check_teacher(config: RunConfig) -> None:
-    """Loads `--teacher` once before anything is written: ConfigError if it cannot be read or
-    its shapes are not the run's network's."""
-    if not config.teacher:
+    """Loads `--teacher` and `--init` once before anything is written: ConfigError if they
+    cannot be read or their shapes are not the run's network's."""
+    if not config.teacher and not config.init:
         return
-    from experiments.nodes import initial_params, load_teacher, make_game, make_network
+    from experiments.nodes import initial_params, load_init, load_teacher, make_game, make_network
 
     spec = make_game(config, 1).spec
-    load_teacher(config, initial_params(make_network(config, spec), spec, 0, config.seed))
+    like = initial_params(make_network(config, spec), spec, 0, config.seed)
+    load_teacher(config, like)
+    load_init(config, like)
 
 
 def main(argv) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from experiments.config import POKER_GAMES, RunConfig
+from league.players import learning_agents
 
 
 class ParamsSource:
@@ -108,7 +109,16 @@ def load_teacher(config: RunConfig, like):
     except Exception as e:  # noqa: BLE001 -- any failure to read is the flag's problem
         raise ConfigError(f"--teacher={source}: cannot load its parameters ({type(e).__name__}: {e}); "
                           "pass RUN_DIR:PLAYER_ID of a saved player or a params .npz file") from None
+
+    check_shapes(f"--teacher={source}", params, like)
+    return params
+
+
+def check_shapes(what: str, params, like) -> None:
+    """ConfigError naming the first parameter of `params` whose shape is not `like`'s."""
     import jax
+
+    from experiments.config import ConfigError
 
     want = jax.tree_util.tree_flatten_with_path(like)[0]
     got = dict(jax.tree_util.tree_flatten_with_path(params)[0])
@@ -116,10 +126,30 @@ def load_teacher(config: RunConfig, like):
         if path not in got or np.shape(got[path]) != np.shape(leaf):
             where = jax.tree_util.keystr(path)
             shape = np.shape(got[path]) if path in got else "missing"
-            raise ConfigError(f"--teacher={source}: parameter {where} has shape {shape}, the run's "
-                              f"network has {np.shape(leaf)}; the teacher must use the same game "
-                              "and network sizes (--hidden_size, --core_size)")
-    return params
+            raise ConfigError(f"{what}: parameter {where} has shape {shape}, the run's network has "
+                              f"{np.shape(leaf)}; it must come from the same game and network sizes "
+                              "(--hidden_size, --core_size)")
+
+
+def load_init(config: RunConfig, like) -> dict | None:
+    """`--init`'s supervised parameters by race (None without one), shape-checked against the
+    run's network (`like`: its initial parameters); ConfigError naming the file and the
+    problem if a race is missing or a shape differs."""
+    from experiments.config import ConfigError
+
+    if not config.init:
+        return None
+    from experiments.supervised import load_supervised
+
+    init = {}
+    for race in config.race_names:
+        try:
+            init[race] = load_supervised(config.init, race)
+        except Exception as e:  # noqa: BLE001 -- any failure to read is the flag's problem
+            raise ConfigError(f"--init={config.init}: cannot load race {race!r} ({type(e).__name__}: "
+                              f"{e}); pass a file written by experiments.supervised") from None
+        check_shapes(f"--init={config.init} ({race})", init[race], like)
+    return init
 
 
 def initial_params(network, spec, agent_index: int, seed: int):
@@ -149,6 +179,10 @@ class LearnerGroup:
         self.spec = probe.spec
         self.network = make_network(config, self.spec)
         self._initial = {a: initial_params(self.network, self.spec, agent_indices[a], config.seed) for a in agent_ids}
+        init = load_init(config, next(iter(self._initial.values())))
+        if init:  # AlphaStar: every agent starts (and exploiters reset) from the supervised agent
+            races = {p.player_id: p.race for p in learning_agents(config.league)}
+            self._initial = {a: init[races[a]] for a in agent_ids}
         teacher = load_teacher(config, next(iter(self._initial.values())))
         run = config.learner
         example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teacher is not None)
