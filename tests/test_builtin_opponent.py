@@ -21,7 +21,8 @@ GAMES = 32
 
 def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd):
     run_dir = str(tmp_path / "run")
-    config = RunConfig.make(races=1, runner="inprocess", run_dir=run_dir, minutes=0.5, batch_size=16,
+    # Stopped by learnt steps (a minute under load can pass in compiling), capped at 5 minutes.
+    config = RunConfig.make(races=1, runner="inprocess", run_dir=run_dir, minutes=5.0, learner_steps=300, batch_size=16,
                        main_exploiters_per_race=0, league_exploiters_per_race=0, evaluators=0,
                        dashboard_port=-1, progress_every_seconds=30.0)
     prepare_run_dir(config)
