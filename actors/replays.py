@@ -44,6 +44,8 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
+from coordinator.param_store import write_atomic
+
 FORMAT_NAME = "league-replays"
 FORMAT_VERSION = 1
 HEADER_FILE = "header.json"
@@ -223,7 +225,7 @@ class ReplayWriter:
                       "spec_fingerprint": spec_fingerprint(spec), "spec": spec_description(spec),
                       "game_config": dict(game_config or {}),
                       "created": datetime.datetime.now(datetime.UTC).isoformat()}
-            _atomic_write(header_path, json.dumps(header, indent=1, sort_keys=True).encode())
+            write_atomic(header_path, json.dumps(header, indent=1, sort_keys=True).encode())
         else:
             _check_header(header, header_path, spec.name, spec)
             if game_config is not None and header.get("game_config") != json.loads(json.dumps(dict(game_config))):
@@ -240,7 +242,7 @@ class ReplayWriter:
         np.savez_compressed(buffer, **arrays)
         data = buffer.getvalue()
         name = f"chunk_{self._next:06d}.npz"
-        _atomic_write(os.path.join(self.directory, name), data)
+        write_atomic(os.path.join(self.directory, name), data)
         line = json.dumps({"file": name, "sha256": hashlib.sha256(data).hexdigest(),
                            "games": games, "steps": steps}, sort_keys=True)
         with open(os.path.join(self.directory, INDEX_FILE), "a") as f:
@@ -265,15 +267,6 @@ def make_chunk(obs: tuple[Mapping, Mapping], actions: tuple[Mapping, Mapping], l
     if "side0/action/action_type" in arrays:
         arrays.update(smax_z_of_chunk(arrays))
     return arrays
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------
