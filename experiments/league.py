@@ -30,7 +30,8 @@ from experiments.config import (
 
 FLAGS = flags.FLAGS
 # Flags whose default is None: their type.
-_NONE_TYPES = {"learner.replay.error_buffer": float, "learner.max_grad_norm": float}
+_NONE_TYPES = {"learner.replay.error_buffer": float, "learner.max_grad_norm": float,
+               "learner.loss.entropy_weight_end": float}
 
 
 def config_from_flags() -> RunConfig:

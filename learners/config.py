@@ -25,6 +25,11 @@ class LossConfig:
     upgo_weight: float = 1.0             # weight of the UPGO policy term (0: off)
     value_weight: float = 1.0            # the value loss already carries the 1/2
     entropy_weight: float = 0.01         # entropy bonus (OpenAI Five: 0.01; poker runs: 0.1)
+    # Annealing of the entropy weight (MMD's temperature alpha -> 0: the regularised equilibrium
+    # approaches a Nash equilibrium): geometric from entropy_weight to entropy_weight_end over
+    # entropy_anneal_updates learner updates, then constant (`losses.entropy_schedule`).
+    entropy_weight_end: float | None = None  # final entropy weight of the annealing (None: constant)
+    entropy_anneal_updates: int = 0  # learner updates over which the entropy weight anneals
     kl_teacher_weight: float = 0.0       # KL(teacher || policy), AlphaStar's supervised penalty
     # 1/eta of magnetic mirror descent: KL(pi || behaviour policy), `kl_to_behaviour_loss`.
     kl_behaviour_weight: float = 0.0
@@ -52,6 +57,10 @@ class LossConfig:
                      "ppo_clip_epsilon"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.entropy_weight_end is not None:
+            if not 0 < self.entropy_weight_end <= self.entropy_weight or self.entropy_anneal_updates < 1:
+                raise ValueError("entropy annealing needs 0 < entropy_weight_end <= entropy_weight "
+                                 "and entropy_anneal_updates >= 1 (or entropy_weight_end unset)")
 
     @classmethod
     def ppo(cls, **overrides) -> LossConfig:

@@ -115,7 +115,7 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         raise ValueError("the learner needs the unit heads' unit axis (each unit learns from its "
                          "own value and advantage): use UnitNetworkConfig(split_units=False)")
 
-    def loss_fn(params, unroll: Unroll, teacher_params):
+    def loss_fn(params, unroll: Unroll, teacher_params, version):
         steps = unroll.steps
         # Autoregressive heads (the unit network's pointer target depends on the action type)
         # are evaluated on the actions the behaviour policy took (teacher forcing).
@@ -138,12 +138,12 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         return losses.total_loss(
             config.loss, learn(out.logits), out.value[:-1], out.value[-1], learn(steps.action),
             learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
-            teacher_logits)
+            teacher_logits, losses.entropy_schedule(config.loss, version))
 
     def update(state: TrainingState, batch: Unroll, teacher_params):
         unroll = time_major(batch)
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, unroll, teacher_params)
+            state.params, unroll, teacher_params, state.version)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(params)

@@ -35,6 +35,7 @@ from typing import Any
 import chex
 import jax
 import jax.numpy as jnp
+import optax
 import rlax
 
 from learners.config import LossConfig
@@ -298,6 +299,25 @@ def entropy(logits: Logits) -> Array:
     return total
 
 
+def entropy_schedule(config: LossConfig, update: Array) -> Array:
+    """The entropy weight after `update` learner updates: geometric annealing
+
+        alpha_k = alpha_0 (alpha_end / alpha_0) ** min(k / K, 1),   K = entropy_anneal_updates,
+
+    (`optax.exponential_decay`), or the constant alpha_0 without `entropy_weight_end`. With the
+    entropy weight read as magnetic mirror descent's temperature (uniform magnet; Sokota et al.
+    2023, eq. 3 and Sec. 5: the regularised equilibrium is a quantal response equilibrium that
+    tends to a Nash equilibrium as alpha -> 0), annealing lowers the floor that a fixed bonus
+    puts under the NashConv reachable (BENCHMARKS.md, "Poker")."""
+    if config.entropy_weight_end is None:
+        return jnp.asarray(config.entropy_weight, jnp.float32)
+    schedule = optax.exponential_decay(
+        init_value=config.entropy_weight, transition_steps=config.entropy_anneal_updates,
+        decay_rate=config.entropy_weight_end / config.entropy_weight,
+        end_value=config.entropy_weight_end)
+    return schedule(update)
+
+
 def entropy_loss(logits: Logits) -> Array:
     """Entropy regularisation (A3C, Mnih et al. 2016; AlphaStar "standard entropy
     regularization loss"): L = - mean_{t,b} H(pi(.|s_t)). Minimising it raises the entropy."""
@@ -412,8 +432,8 @@ def log_prob(logits: Array, actions: Array) -> Array:
 
 def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_value: Array,
                actions: dict[str, Array], behaviour_log_probs: Logits, rewards: Array,
-               discounts: Array, teacher_logits: Logits | None = None
-               ) -> tuple[Array, dict[str, Array]]:
+               discounts: Array, teacher_logits: Logits | None = None,
+               entropy_weight: Array | None = None) -> tuple[Array, dict[str, Array]]:
     """The weighted sum of the terms above, every weight from `config`:
 
         L = w_pi L_pi + w_upgo L_upgo + w_V L_TD(lambda) + w_H L_entropy + w_KL L_KL
@@ -425,7 +445,9 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     All inputs time-major over the `T` learning steps: `values`, `rewards` [T, B, *U] (one per
     unit, or [T, B]), `bootstrap_value` [B, *U], `discounts` [T, B] (the data's; multiplied by
     `config.discount`), unit heads' logits [T, B, *U, A] and team heads' [T, B, A] (module
-    docstring). Each term is the sum over units of the unit's own term. Returns (loss, metrics).
+    docstring). Each term is the sum over units of the unit's own term. `entropy_weight`, if
+    given, replaces `config.entropy_weight` (the learner passes `entropy_schedule`'s value).
+    Returns (loss, metrics).
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
     discounts = discounts * config.discount
@@ -454,7 +476,10 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     else:
         value = td_lambda_value_loss(values, rewards, discounts, bootstrap_value, config.td_lambda)
     terms["value"] = (config.value_weight, value)
-    terms["entropy"] = (config.entropy_weight, entropy_loss(logits))
+    if entropy_weight is None:
+        entropy_weight = config.entropy_weight
+    terms["entropy"] = (entropy_weight, entropy_loss(logits))
+    metrics["entropy_weight"] = jnp.asarray(entropy_weight, jnp.float32)
     if config.kl_teacher_weight and teacher_logits is not None:
         terms["kl_teacher"] = (config.kl_teacher_weight, kl_to_teacher_loss(logits, teacher_logits))
     if config.kl_behaviour_weight:

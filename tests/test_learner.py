@@ -502,6 +502,41 @@ def test_a_ppo_run_optimises_the_clipped_objective():
     assert "loss/upgo" not in metrics
 
 
+
+def test_the_learner_anneals_the_entropy_weight_with_its_version():
+    """The update reads the entropy weight from the schedule at the state's version: at
+    version 0 the loss's entropy term has weight 0.1, at version 30 of a 30-update anneal to
+    0.001 it has 0.001 (same batch, same parameters: only the weight differs)."""
+    from learners.learner import TrainingState, make_optimizer, make_update_fn
+
+    T, B = 5, 3
+    net = small_net(3, num_actions=3, size=8)
+    rng = np.random.default_rng(4)
+    obs = rng.normal(size=(B, T, 3)).astype(np.float32)
+    steps = Step(observation=obs, opponent_observation=obs,
+                 action={"action": rng.integers(0, 3, (B, T)).astype(np.int32)},
+                 behaviour_log_prob={"action": np.full((B, T), np.log(1 / 3), np.float32)},
+                 reward=rng.normal(size=(B, T)).astype(np.float32),
+                 discount=np.ones((B, T), np.float32), first=np.zeros((B, T), bool),
+                 policy_version=np.zeros((B, T), np.int32))
+    loss = losses.LossConfig(entropy_weight=0.1, entropy_weight_end=0.001, entropy_anneal_updates=30)
+    config = LearnerConfig(batch_size=B, unroll_length=T, loss=loss)
+    optimizer = make_optimizer(config)
+    update = jax.jit(make_update_fn(net, config, optimizer))
+    params = net.init(jax.random.PRNGKey(0), obs[0, 0])
+    totals = {}
+    for version in (0, 30):
+        state = TrainingState(params, optimizer.init(params), np.int32(version), np.int32(0))
+        _, metrics = update(state, Unroll(steps, net.initial_state(B)), None)
+        totals[version] = metrics
+    assert float(totals[0]["entropy_weight"]) == pytest.approx(0.1)
+    assert float(totals[30]["entropy_weight"]) == pytest.approx(0.001)
+    entropy_term = float(totals[0]["loss/entropy"])
+    assert entropy_term < 0
+    assert float(totals[30]["loss/total"]) - float(totals[0]["loss/total"]) == pytest.approx(
+        (0.001 - 0.1) * entropy_term, rel=1e-4)
+
+
 def test_a_checkpoint_with_per_parameter_adam_state_resumes_with_the_same_state(tmp_path):
     """Checkpoints written before the optimiser ran on the flattened parameters (optax.flatten)
     hold Adam's moments per parameter: restoring flattens them in optax.flatten's order, so the

@@ -395,6 +395,28 @@ def test_total_loss_adds_kl_to_behaviour_only_with_weight():
         losses.LossConfig(kl_behaviour_weight=-0.1)
 
 
+
+def test_entropy_schedule_hand_worked_and_total_loss_uses_it():
+    """alpha_k = 0.1 (0.001 / 0.1) ** min(k / 100, 1): 0.1, 0.01 at k = 50, 0.001 from k = 100
+    on (worked by hand); without an end the weight stays 0.1. total_loss's entropy term is
+    the given weight times L_entropy."""
+    config = losses.LossConfig(entropy_weight=0.1, entropy_weight_end=0.001, entropy_anneal_updates=100)
+    for k, want in ((0, 0.1), (25, 0.1 * 0.01 ** 0.25), (50, 0.01), (100, 0.001), (400, 0.001)):
+        np.testing.assert_allclose(losses.entropy_schedule(config, jnp.int32(k)), want, rtol=1e-5)
+    np.testing.assert_allclose(losses.entropy_schedule(losses.LossConfig(entropy_weight=0.1),
+                                                       jnp.int32(1000)), 0.1, rtol=1e-7)
+    c = random_case(12)
+    args = (c["logits"], c["v"], c["boot"], c["actions"], c["log_mu"], c["r"], c["g"])
+    base, m0 = losses.total_loss(losses.LossConfig(entropy_weight=0.1), *args)
+    got, m1 = losses.total_loss(losses.LossConfig(entropy_weight=0.1), *args, None, 0.01)
+    np.testing.assert_allclose(got - base, (0.01 - 0.1) * m0["loss/entropy"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(m1["entropy_weight"], 0.01)
+    for bad in (dict(entropy_weight_end=0.2), dict(entropy_weight_end=0.0),
+                dict(entropy_weight_end=0.01, entropy_anneal_updates=0)):
+        with pytest.raises(ValueError, match="entropy annealing"):
+            losses.LossConfig(entropy_weight=0.1, **bad)
+
+
 # ----------------------------------------------------------------------------- PPO + GAE
 
 
