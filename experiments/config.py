@@ -168,11 +168,15 @@ class RunConfig:
     minutes: float = 0.0  # stop after this many minutes; 0: until Ctrl-C (or learner_steps)
     learner_steps: int = 0  # stop once every learner has learnt this many agent steps; 0: no limit
     seed: int = 0  # seed of the league, the initial parameters and the games
-    # The KL term's teacher (weight: learner.loss.kl_teacher_weight): "RUN_DIR:PLAYER_ID" (any
-    # saved player of a run) or a params .npz file; it keeps its own recurrent state.
+    # The KL term's teacher (weight: learner.loss.kl_teacher_weight) for every agent:
+    # "RUN_DIR:PLAYER_ID" (any saved player of a run) or a params .npz file; it keeps its own
+    # recurrent state. Left out with a weight and a supervised start (init): each agent's
+    # teacher is its own race's supervised policy (AlphaStar's KL to the supervised policy).
     teacher: str = ""
-    # SMAX: a file of experiments.supervised ({race: params}); every learning agent starts from
-    # its race's supervised parameters and exploiters reset to them (AlphaStar's start).
+    # SMAX's start: a file of experiments.supervised ({race: params}), every learning agent
+    # starting from its race's supervised parameters and exploiters resetting to them
+    # (AlphaStar); "auto" (experiments.league's default on SMAX) builds or reuses the cached
+    # supervised start (experiments/supervised_start.py); "none" or "": random parameters.
     init: str = ""
     # Co-location of the program's nodes (experiments/program.py): all learners in one node
     # (one process: a laptop), one node per race, or one per agent (a cluster); actors alike.
@@ -212,10 +216,18 @@ class RunConfig:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
         if self.league.main_agents_per_race < 1:
             raise ConfigError("a league needs at least one main agent per race (--league.main_agents_per_race >= 1)")
+        if self.init not in ("", "none") and self.game != "smax_races":
+            raise ConfigError(f"--init={self.init}: a supervised start exists for smax_races only; "
+                              f"leave --init out for --game={self.game}")
         kl = self.learner.loss.kl_teacher_weight
-        if bool(kl) != bool(self.teacher):
+        if self.teacher and not kl:
             raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
-                              "pass both (e.g. --kl_teacher_cost=0.1 --teacher=RUN_DIR:PLAYER_ID) or neither")
+                              "--teacher is the KL term's teacher; pass its weight too (e.g. --kl_teacher_cost=0.1)")
+        if kl and self.teacher_source is None:
+            raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
+                              "a KL weight needs a teacher: --teacher=RUN_DIR:PLAYER_ID, or on smax_races a "
+                              "supervised start (--init=FILE, or --init=auto) whose race's policy is each "
+                              "agent's teacher")
         plugin = self.actor.reward_plugin
         if plugin and plugin not in BUILTIN_REWARDS and not os.path.isfile(plugin):
             raise ConfigError(f"--actor.reward_plugin {plugin!r} is not a file; pass the path of a .py "
@@ -285,6 +297,28 @@ class RunConfig:
         if self.game in POKER_GAMES:
             return "game"
         return "openai_five" if self.game == "smax_races" else "outcome"
+
+    @property
+    def init_file(self) -> str | None:
+        """The supervised start's file, or None for random initial parameters. "auto" must have
+        been replaced by its file (`experiments.supervised_start.resolve_start`, which
+        experiments.league calls before building the program)."""
+        if self.init in ("", "none"):
+            return None
+        if self.init == "auto":
+            raise ConfigError("--init=auto is built by experiments.league before the program starts; "
+                              "a program built in code needs --init=FILE (or none)")
+        return self.init
+
+    @property
+    def teacher_source(self) -> str | None:
+        """Where the KL term's teacher comes from: "teacher" (--teacher, one for every agent),
+        "init" (each agent's race's supervised parameters of the start), or None (no KL term)."""
+        if not self.learner.loss.kl_teacher_weight:
+            return None
+        if self.teacher:
+            return "teacher"
+        return "init" if self.init not in ("", "none") else None
 
     @property
     def race_names(self) -> tuple[str, ...]:

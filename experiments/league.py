@@ -83,16 +83,16 @@ def _define(name: str, default, text: str, kind=None) -> None:
 
 
 def check_teacher(config: RunConfig) -> None:
-    """Loads `--teacher` and `--init` once before anything is written: ConfigError if they
-    cannot be read or their shapes are not the run's network's."""
-    if not config.teacher and not config.init:
+    """Loads `--init` and the KL term's teachers (`--teacher`, or each race's supervised
+    parameters) once before anything is written: ConfigError if they cannot be read, a race is
+    missing or their shapes are not the run's network's."""
+    if not config.teacher and config.init_file is None:
         return
-    from experiments.nodes import initial_params, load_init, load_teacher, make_game, make_network
+    from experiments.nodes import initial_params, load_init, load_teachers, make_game, make_network
 
     spec = make_game(config, 1).spec
     like = initial_params(make_network(config, spec), spec, 0, config.seed)
-    load_teacher(config, like)
-    load_init(config, like)
+    load_teachers(config, like, load_init(config, like))
 
 
 def main(argv) -> int:

@@ -137,19 +137,41 @@ def load_init(config: RunConfig, like) -> dict | None:
     problem if a race is missing or a shape differs."""
     from experiments.config import ConfigError
 
-    if not config.init:
+    path = config.init_file
+    if path is None:
         return None
     from experiments.supervised import load_supervised
 
     init = {}
     for race in config.race_names:
         try:
-            init[race] = load_supervised(config.init, race)
+            init[race] = load_supervised(path, race)
         except Exception as e:  # noqa: BLE001 -- any failure to read is the flag's problem
-            raise ConfigError(f"--init={config.init}: cannot load race {race!r} ({type(e).__name__}: "
-                              f"{e}); pass a file written by experiments.supervised") from None
-        check_shapes(f"--init={config.init} ({race})", init[race], like)
+            raise ConfigError(f"--init={path}: cannot load race {race!r} ({type(e).__name__}: "
+                              f"{e}); pass a file written by experiments.supervised with every race "
+                              f"of the run ({', '.join(config.race_names)}), or --init=none") from None
+        check_shapes(f"--init={path} ({race})", init[race], like)
     return init
+
+
+def load_teachers(config: RunConfig, like, init: dict | None = None) -> dict | None:
+    """The KL term's teacher by race ({race: params}), or None without a KL weight: the
+    `--teacher` player for every race, else each race's supervised parameters of `--init`
+    (AlphaStar: "a penalty whenever their action probabilities differ from the supervised
+    policy", each agent's own race's). `init`: `load_init`'s result if already loaded.
+    ConfigError naming the source if it cannot be loaded or does not fit `like`."""
+    source = config.teacher_source
+    if source == "teacher":
+        teacher = load_teacher(config, like)
+        return {race: teacher for race in config.race_names}
+    if source == "init":
+        return init if init is not None else load_init(config, like)
+    return None
+
+
+def agent_races(config: RunConfig) -> dict[str, str]:
+    """Each learning agent's race."""
+    return {p.player_id: p.race for p in learning_agents(config.league)}
 
 
 def initial_params(network, spec, agent_index: int, seed: int):
@@ -179,13 +201,15 @@ class LearnerGroup:
         self.spec = probe.spec
         self.network = make_network(config, self.spec)
         self._initial = {a: initial_params(self.network, self.spec, agent_indices[a], config.seed) for a in agent_ids}
-        init = load_init(config, next(iter(self._initial.values())))
+        like = next(iter(self._initial.values()))
+        races = agent_races(config)
+        init = load_init(config, like)
         if init:  # AlphaStar: every agent starts (and exploiters reset) from the supervised agent
-            races = {p.player_id: p.race for p in learning_agents(config.league)}
             self._initial = {a: init[races[a]] for a in agent_ids}
-        teacher = load_teacher(config, next(iter(self._initial.values())))
+        teachers = load_teachers(config, like, init)
+        self._teachers = {a: None if teachers is None else teachers[races[a]] for a in agent_ids}
         run = config.learner
-        example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teacher is not None)
+        example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers is not None)
         learner_configs, tables = {}, []
         for agent in agent_ids:
             # One table per agent, named after it; sampling starts once a batch is there.
@@ -200,7 +224,7 @@ class LearnerGroup:
             agent: Learner(self.network, self._initial[agent], learner_configs[agent], example,
                            reverb_address=self._address,
                            checkpoint_dir=checkpoint.directory(config.run_dir, agent),
-                           teacher_params=teacher)
+                           teacher_params=self._teachers[agent])
             for agent in agent_ids
         }
         self._stop = threading.Event()
@@ -278,12 +302,13 @@ class ActorGroup:
         params_source = ParamsSource(learner_groups, coordinator)
         addresses = {agent: group.reverb_address() for agent, group in learner_groups.items()}
         self.actors = {}
-        network = teacher = None
+        network = teachers = None
+        races = agent_races(config)
         for index, (actor_id, agent_id) in enumerate(assignments):
             game = make_game(config, config.actor.batch_size)
             if network is None:
                 network = make_network(config, game.spec)
-                teacher = load_teacher(config, initial_params(network, game.spec, 0, config.seed))
+                teachers = load_teachers(config, initial_params(network, game.spec, 0, config.seed))
             actor_config = ActorConfig(unroll_length=config.learner.unroll_length,
                                        episodes_per_match=config.actor.episodes_per_match,
                                        refresh_seconds=config.actor.param_refresh_seconds,
@@ -294,7 +319,7 @@ class ActorGroup:
                                        seed=config.seed * 7919 + index)
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
                                           addresses[agent_id], agent_id, actor_config,
-                                          teacher_params=teacher)
+                                          teacher_params=None if teachers is None else teachers[races[agent_id]])
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
 

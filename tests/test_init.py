@@ -68,3 +68,73 @@ def test_an_init_file_that_does_not_fit_is_refused_and_nothing_is_written(tmp_pa
     assert missing_race.returncode == 2
     assert "cannot load race 'protoss'" in missing_race.stderr
     assert not os.path.exists(run_dir / "config.json")
+
+
+class SelfPlay:
+    """The match source of the KL test: every agent plays itself in its own race."""
+
+    def __init__(self, races):
+        self.races = races
+
+    def request_match(self, agent_id):
+        race = self.races[agent_id]
+        return {"opponent_id": agent_id, "branch": "self_play", "home_race": race, "away_race": race}
+
+    def report_results(self, results):
+        pass
+
+
+def test_each_agents_kl_teacher_is_its_own_races_supervised_policy(tmp_path):
+    """--init=FILE with a KL weight and no --teacher: each learner's teacher is its own race's
+    supervised parameters. Every agent also starts from them, so the first update's KL is zero
+    (it would not be with the races' teachers swapped: their parameters differ), and it grows
+    once the RL loss has moved the policy."""
+    from experiments.nodes import ActorGroup, LearnerGroup, agent_races
+    from experiments.program import agent_indices
+
+    file = str(tmp_path / "supervised.npz")
+    supervised_file(file, ["terran", "protoss"])
+    config = RunConfig.make(game="smax_races", races=2, hidden_size=16, core_size=16, init=file,
+                            kl_teacher_cost=1.0, main_exploiters_per_race=0,
+                            league_exploiters_per_race=0, batch_size=4, learner_batch_size=4,
+                            unroll_length=6, learning_rate=0.01, run_dir=str(tmp_path / "run"))
+    assert config.teacher_source == "init"
+    indices = agent_indices(config)
+    assert sorted(indices) == ["protoss_main_agent_0", "terran_main_agent_0"]
+    learners = LearnerGroup(config, list(indices), indices)
+    actors = ActorGroup(config, [(f"{a}/actor", a) for a in indices], SelfPlay(agent_races(config)),
+                        {a: learners for a in indices})
+    try:
+        for actor in actors.actors.values():
+            actor.run(num_steps=4 * 5)  # 4 unrolls of 4 games: 16 items per agent
+        first, later = {}, {}
+        for agent, learner in learners.learners.items():
+            assert learner.update(1, timeout=60) == 1
+            first[agent] = learners.metrics()[agent]["loss/kl_teacher"]
+            assert learner.update(5, timeout=60) == 5
+            learner._history.clear()  # the metrics of the next update alone
+            assert learner.update(1, timeout=60) == 1
+            later[agent] = learners.metrics()[agent]["loss/kl_teacher"]
+    finally:
+        actors.close()
+        learners.close()
+    assert all(abs(v) < 1e-5 for v in first.values()), first
+    assert all(v > 1e-4 for v in later.values()), later
+
+
+def test_a_kl_weight_without_a_teacher_source_is_refused_and_nothing_is_written(tmp_path):
+    import pytest
+
+    from experiments.config import ConfigError
+
+    with pytest.raises(ConfigError, match="a KL weight needs a teacher"):
+        RunConfig.make(game="smax_races", kl_teacher_cost=0.1, init="none")
+    with pytest.raises(ConfigError, match="supervised start exists for smax_races only"):
+        RunConfig.make(game="kuhn_poker", init=str(tmp_path / "supervised.npz"))
+    assert RunConfig.make(game="smax_races", kl_teacher_cost=0.1, init="x.npz").teacher_source == "init"
+    assert RunConfig.make(game="smax_races", kl_teacher_cost=0.1, init="x.npz",
+                          teacher="run:p").teacher_source == "teacher"   # --teacher wins
+    run_dir = tmp_path / "run"
+    result = league_cli("--kl_teacher_cost=0.1", "--init=none", f"--run_dir={run_dir}", "--runner=inprocess")
+    assert result.returncode == 2 and "a KL weight needs a teacher" in result.stderr, result.stderr
+    assert not run_dir.exists()
