@@ -3,6 +3,8 @@
     python -m benchmarks.poker_quality --game=kuhn_poker --minutes=10
     python -m benchmarks.poker_quality --game=leduc_poker --minutes=30 --arms=league
     python -m benchmarks.poker_quality --game=kuhn_poker --minutes=3 --psro   # + OpenSpiel PSRO peer
+    python -m benchmarks.poker_quality --game=leduc_poker --minutes=5 --arms= --peers=nfsp \
+        --nfsp_source=DIR   # peers only: OpenSpiel NFSP (TF1, v1.5 files under DIR)
 
 Each arm trains a league through the real program (`experiments.launchers.run_inprocess`, the
 `inprocess` runner) for the same wall-clock budget and seed:
@@ -182,26 +184,157 @@ def run_psro(game: str, minutes: float, oracle: str) -> list[tuple[float, float]
     return points
 
 
-def run_mccfr(game: str, minutes: float, every: float) -> list[tuple[float, float]]:
+def run_timed(name: str, train, measure, minutes: float, every: float) -> list[tuple]:
+    """The peers' clock: calls `train()` (one chunk of training; returns how many iterations or
+    episodes it ran) until `minutes` of training wall-clock have passed, and after the chunk
+    that crosses each multiple of `every` seconds (the arms' measuring times) and at the end
+    records (seconds, measure(), iterations so far). Time spent measuring is not training
+    time."""
+    points, started, measuring, work = [], time.time(), 0.0, 0
+    next_at = every
+    while time.time() - started - measuring < minutes * 60:
+        work += train()
+        elapsed = time.time() - started - measuring
+        if elapsed >= next_at or elapsed >= minutes * 60:
+            t = time.time()
+            points.append((elapsed, measure(), work))
+            measuring += time.time() - t          # measuring is not training time
+            print(f"  [{name}] {elapsed:6.0f} s  {work:10d} it  NashConv {points[-1][1]:.4f}",
+                  flush=True)
+            while next_at <= elapsed:
+                next_at += every
+    return points
+
+
+def run_mccfr(game: str, minutes: float, every: float) -> list[tuple]:
     """OpenSpiel's outcome-sampling MCCFR (C++, tabular, sample-based) for `minutes` of
-    wall-clock: (seconds, NashConv of its average policy) every `every` seconds."""
+    wall-clock: (seconds, NashConv of its average policy, iterations) every `every` seconds."""
     import pyspiel
 
     spiel_game = pyspiel.load_game(game)
     solver = pyspiel.OutcomeSamplingMCCFRSolver(spiel_game)
-    points, started, measuring = [], time.time(), 0.0
-    next_at = every
-    while time.time() - started - measuring < minutes * 60:
+
+    def train():
         for _ in range(1000):
             solver.run_iteration()
-        elapsed = time.time() - started - measuring
-        if elapsed >= next_at or elapsed >= minutes * 60:
-            t = time.time()
-            points.append((elapsed, pyspiel.nash_conv(spiel_game, solver.average_policy(), True)))
-            measuring += time.time() - t          # measuring is not training time
-            print(f"  [mccfr] {elapsed:6.0f} s  NashConv {points[-1][1]:.4f}", flush=True)
-            next_at += every
-    return points
+        return 1000
+
+    return run_timed("mccfr", train,
+                     lambda: pyspiel.nash_conv(spiel_game, solver.average_policy(), True),
+                     minutes, every)
+
+
+# OpenSpiel's NFSP (Heinrich & Silver 2016), TF1 version. OpenSpiel 2.0.2 (the pinned stack)
+# ships none that runs here: the TF1 one (open_spiel/python/algorithms/nfsp.py with dqn.py and
+# simple_nets.py) moved to algorithms/tf/ in 1.6 (commit 38d4aa0d, "no longer maintained"; its
+# `from open_spiel.python.algorithms import dqn` no longer resolved there) and was deleted in
+# 1.6.12 (commit 9b0c942a, "Planned TFv1 cleanup"); the JAX one calls flax nnx's
+# merge(..., copy=True) (flax >= 0.11; the stack pins 0.10.3: "TypeError: merge() got an
+# unexpected keyword argument 'copy'"); the PyTorch one needs torch (not installed).
+# `--nfsp_source=DIR` loads the TF1 modules, unmodified, from an OpenSpiel v1.5 source tree
+# (they run on TensorFlow 2.15 through tf.compat.v1), e.g.
+#   git -C open_spiel archive v1.5 open_spiel/python/simple_nets.py \
+#       open_spiel/python/algorithms/dqn.py open_spiel/python/algorithms/nfsp.py | tar -x -C DIR
+NFSP_FILES = ("open_spiel/python/simple_nets.py", "open_spiel/python/algorithms/dqn.py",
+              "open_spiel/python/algorithms/nfsp.py")
+# The hyperparameters of OpenSpiel v1.5's examples: open_spiel/python/examples/kuhn_nfsp.py
+# (hidden [128], replay 2e5, reservoir 2e6, anticipatory 0.1, epsilon 0.06 -> 0.001 over the
+# 3e6 training episodes, the rest the classes' defaults) and examples/leduc_nfsp.py (the same
+# plus min buffer 1000, batch 128, learn every 64, SGD at 0.01 for both networks, MSE loss,
+# target network every 19200 steps, discount 1, epsilon over 20e6 steps).
+NFSP_SETTINGS = {
+    "kuhn_poker": dict(hidden_layers_sizes=[128], reservoir_buffer_capacity=int(2e6),
+                       anticipatory_param=0.1, replay_buffer_capacity=int(2e5),
+                       epsilon_decay_duration=int(3e6), epsilon_start=0.06, epsilon_end=0.001),
+    "leduc_poker": dict(hidden_layers_sizes=[128], reservoir_buffer_capacity=int(2e6),
+                        anticipatory_param=0.1, replay_buffer_capacity=int(2e5),
+                        min_buffer_size_to_learn=1000, batch_size=128, learn_every=64,
+                        rl_learning_rate=0.01, sl_learning_rate=0.01, optimizer_str="sgd",
+                        loss_str="mse", update_target_network_every=19200, discount_factor=1.0,
+                        epsilon_decay_duration=int(20e6), epsilon_start=0.06, epsilon_end=0.001),
+}
+
+
+def load_nfsp(source: str | None):
+    """OpenSpiel's TF1 NFSP module: the installed one (OpenSpiel <= 1.5), or the unmodified
+    v1.5 files under `source`. Importing it calls tf.disable_v2_behavior() for the whole
+    process, so the benchmark runs this peer last. Exits with the reason if there is none."""
+    import importlib
+    import importlib.util
+
+    if source is None:
+        try:
+            return importlib.import_module("open_spiel.python.algorithms.nfsp")
+        except ModuleNotFoundError as e:
+            from importlib.metadata import version
+
+            raise SystemExit(
+                f"--peers=nfsp: OpenSpiel {version('open_spiel')} has no TF1 NFSP ({e}; moved to "
+                "algorithms/tf in 1.6, deleted in 1.6.12); its JAX NFSP needs flax >= 0.11 "
+                f"(installed: {version('flax')}) and its PyTorch one torch. Pass "
+                "--nfsp_source=DIR with OpenSpiel v1.5's " + ", ".join(NFSP_FILES)) from e
+    for path in NFSP_FILES:   # dependencies first, under their own names
+        name = path[:-3].replace("/", ".")
+        spec = importlib.util.spec_from_file_location(name, os.path.join(source, path))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["open_spiel.python.algorithms.nfsp"]
+
+
+def run_nfsp(game: str, minutes: float, every: float, source: str | None = None,
+             seed: int = 0) -> list[tuple]:
+    """OpenSpiel's NFSP (TF1, `load_nfsp`) with its example's hyperparameters
+    (`NFSP_SETTINGS`), trained as in the example (one agent per seat, `rl_environment`) for
+    `minutes` of wall-clock: (seconds, NashConv of the average policy, episodes) every `every`
+    seconds. NashConv: `exploitability.nash_conv` of the average-policy networks, read once
+    per information state into a tabular policy (the same value as on the callable)."""
+    import random
+
+    from open_spiel.python import policy, rl_environment
+    from open_spiel.python.algorithms import exploitability
+
+    nfsp = load_nfsp(source)
+    tf = nfsp.tf
+    env = rl_environment.Environment(game, players=2)
+    info_size = env.observation_spec()["info_state"][0]
+    num_actions = env.action_spec()["num_actions"]
+    settings = dict(NFSP_SETTINGS[game])
+    random.seed(seed)
+    np.random.seed(seed)
+    with tf.Graph().as_default(), tf.Session() as session:
+        tf.set_random_seed(seed)
+        agents = [nfsp.NFSP(session, p, info_size, num_actions, **settings) for p in range(2)]
+        session.run(tf.global_variables_initializer())
+
+        def average_policy(state):
+            player = state.current_player()
+            legal = state.legal_actions(player)
+            observations = {"info_state": [None, None], "legal_actions": [None, None],
+                            "current_player": player}
+            observations["info_state"][player] = state.information_state_tensor(player)
+            observations["legal_actions"][player] = legal
+            step = rl_environment.TimeStep(observations=observations, rewards=None,
+                                           discounts=None, step_type=None)
+            with agents[player].temp_mode_as(nfsp.MODE.average_policy):
+                probs = agents[player].step(step, is_evaluation=True).probs
+            return {a: probs[a] for a in legal}
+
+        def train(episodes=100):
+            for _ in range(episodes):
+                time_step = env.reset()
+                while not time_step.last():
+                    player = time_step.observations["current_player"]
+                    time_step = env.step([agents[player].step(time_step).action])
+                for agent in agents:   # the episode is over: both see the final step
+                    agent.step(time_step)
+            return episodes
+
+        def measure():
+            table = policy.tabular_policy_from_callable(env.game, average_policy)
+            return exploitability.nash_conv(env.game, table)
+
+        return run_timed("nfsp", train, measure, minutes, every)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,9 +356,10 @@ def plot(results: dict, psro: dict, game: str, path: str) -> None:
         if not all(np.isnan(p.nash_exact) for p in points):
             ax.plot(t, [p.nash_exact for p in points], ":", color=c,
                     label=f"{arm}: exact chip meta-game Nash")
-    for (name, points), color in zip(psro.items(), ("dimgray", "silver", "tab:brown", "tab:pink")):
-        ax.plot([s / 60 for s, _ in points], [v for _, v in points], "-", color=color,
-                label=f"OpenSpiel PSRO ({name})")
+    for (name, points), color in zip(psro.items(), ("dimgray", "silver", "tab:brown",
+                                                    "tab:pink", "tab:olive")):
+        ax.plot([p[0] / 60 for p in points], [p[1] for p in points], "-", color=color,
+                label=f"OpenSpiel {name}")
     ax.axhline(UNIFORM[game], color="red", lw=0.8, label="uniform random")
     ax.axhline(TARGETS[game], color="black", lw=0.8, ls="-.",
                label="target")
@@ -255,10 +389,12 @@ def main(argv=None) -> int:
                         "Nash (default: on for Kuhn)")
     parser.add_argument("--psro", action="store_true", help="also OpenSpiel's PSRO as a peer, with "
                         "the RL (policy-gradient) oracle and with the exact best-response oracle")
-    # OpenSpiel 2.0.2's NFSP is not a peer here: its JAX version needs flax nnx's
-    # merge(copy=...) (flax >= 0.11; the stack pins 0.10.3) and its other one PyTorch.
-    parser.add_argument("--peers", default="", help="also these peers, same wall-clock: mccfr "
-                        "(OpenSpiel's outcome-sampling MCCFR, C++)")
+    parser.add_argument("--peers", default="", help="also these peers, same wall-clock, "
+                        "comma-separated: mccfr (OpenSpiel's outcome-sampling MCCFR, C++), nfsp "
+                        "(OpenSpiel's NFSP, TF1; see --nfsp_source)")
+    parser.add_argument("--nfsp_source", default=None, help="OpenSpiel v1.5 source tree to load "
+                        "the TF1 NFSP from (OpenSpiel 2.0.2 ships none that runs here; "
+                        "see NFSP_FILES)")
     parser.add_argument("--set", action="append", default=[], help="RunConfig override k=v (JSON value)")
     parser.add_argument("--png", default=None)
     args = parser.parse_args(argv)
@@ -285,11 +421,14 @@ def main(argv=None) -> int:
     psro = {}
     if args.psro:  # OpenSpiel's PSRO, same wall-clock: the RL oracle (policy gradient), and the
         # exact best-response oracle as the ceiling
-        psro["PG oracle, prd"] = run_psro(args.game, args.minutes, "PG")
-        psro["exact BR oracle, prd"] = run_psro(args.game, args.minutes, "BR")
+        psro["PSRO, PG oracle, prd"] = run_psro(args.game, args.minutes, "PG")
+        psro["PSRO, exact BR oracle, prd"] = run_psro(args.game, args.minutes, "BR")
     peers = [p for p in args.peers.split(",") if p]
     if "mccfr" in peers:
         psro["outcome-sampling MCCFR"] = run_mccfr(args.game, args.minutes, args.every)
+    if "nfsp" in peers:   # last: importing the TF1 NFSP turns TF2 behaviour off process-wide
+        psro["NFSP (TF1)"] = run_nfsp(args.game, args.minutes, args.every, args.nfsp_source,
+                                      args.seed)
     png = args.png or os.path.join("docs", f"poker_{args.game.split('_')[0]}_nashconv.png")
     plot(results, psro, args.game, png)
 
@@ -303,9 +442,14 @@ def main(argv=None) -> int:
               f"{np.nanmin([p.nash for p in points]):>11.4f}")
     for name, points in psro.items():
         if points:
+            work = f", {points[-1][2]} iterations/episodes" if len(points[-1]) > 2 else ""
             print(f"OpenSpiel {name}: {points[-1][1]:.4f} after {points[-1][0]:.0f} s "
-                  f"({len(points)} measurements)")
+                  f"({len(points)} measurements{work}; best {min(p[1] for p in points):.4f})")
+        curve = "  ".join(f"{p[0]:.0f}s:{p[1]:.3f}" for p in points)
+        print(f"  curve {name}: {curve}")
     print(f"curve: {png}")
+    if not results:   # peers only (--arms=)
+        return 0
     league = results.get("league") or next(iter(results.values()))
     x = min(league[-1].main, league[-1].nash)
     print(f"RESULT poker nashconv_{args.game.split('_')[0]}={x:.4f} ratio={x / TARGETS[args.game]:.2f} target=1.0")
