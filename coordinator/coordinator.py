@@ -304,12 +304,14 @@ class Coordinator:
         self._last_checkpoint = self._clock()
 
     def publish_meta_game(self) -> dict:
-        """Writes the payoff, the Nash distribution over all players and ratings to history."""
+        """Writes the payoff, the Nash distribution (over the players whose payoffs are all
+        known) and ratings to history."""
         with self._lock:
             ids = list(self.league.players)
             wins, draws, _ = self.league.payoff.count_matrices(ids)
             scores = self.league.payoff.score_matrix(ids)
             exact = self.league.payoff.exact_mask(ids)
+            known = self.league.payoff.known_mask(ids)
             rates = self.league.payoff.win_rate_matrix(ids)
             pending, self._trueskill_pending = self._trueskill_pending, []
         with self._trueskill_lock:
@@ -317,7 +319,12 @@ class Coordinator:
                 meta.trueskill_update(self._trueskill, home, away, outcome)
             trueskill = dict(self._trueskill)
         now = self._clock()
-        nash = meta.nash_distribution(meta.scores_as_win_rates(scores))
+        # The Nash of the players whose payoffs are all known (players still waiting for an
+        # evaluation get weight 0 until they have one: `meta.fully_known_players`).
+        nash = np.zeros(len(ids))
+        evaluated = meta.fully_known_players(known)
+        nash[evaluated] = meta.nash_distribution(
+            meta.scores_as_win_rates(scores[np.ix_(evaluated, evaluated)]))
         # Exact pairs count as EXACT_GAMES games at their exact win rate.
         elo = meta.elo_ratings(np.where(exact, EXACT_GAMES * rates, wins), np.where(exact, 0.0, draws))
         self.history.add_payoff_snapshot(ids, wins, draws, now, scores=scores)

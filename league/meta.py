@@ -92,6 +92,32 @@ def scores_as_win_rates(scores) -> np.ndarray:
     return 0.5 + s / (2.0 * max(1.0, float(np.abs(s).max(initial=0.0))))
 
 
+def fully_known_players(known) -> np.ndarray:
+    """The players (indices, ascending) of a meta-game whose payoffs against each other are
+    all known, `known[i, j]` saying which pairs are: PSRO's meta-solver sees only policies whose
+    payoff entries have been computed (Lanctot et al. 2017, Algorithm 1, "compute missing
+    entries" before "compute a meta-strategy"). An unknown entry read as 0 is a draw nobody
+    played: a block of fresh players who never met would look unbeatable to the solver.
+
+    Greedy: while an unknown pair remains, drop the player with the most unknown entries (the
+    newest, i.e. highest index, among ties), so that players still waiting for their
+    evaluation leave and the evaluated population stays."""
+    k = np.asarray(known, dtype=bool)
+    if k.ndim != 2 or k.shape[0] != k.shape[1]:
+        raise ValueError(f"known must be a square matrix; got shape {k.shape}")
+    k = k | k.T  # a pair known in one order is known in both (antisymmetric payoffs)
+    np.fill_diagonal(k, True)
+    keep = np.ones(len(k), dtype=bool)
+    missing = (~k).sum(axis=1)
+    while True:
+        worst = np.flatnonzero(keep & (missing == missing[keep].max(initial=0)))
+        if not len(worst) or missing[worst[-1]] == 0:
+            return np.flatnonzero(keep)
+        drop = worst[-1]
+        keep[drop] = False
+        missing -= ~k[:, drop]
+
+
 def nash_distribution(win_rate_matrix, tolerance: float = 1e-9, grow: int = 64) -> np.ndarray:
     """A Nash mixture of the symmetric zero-sum meta-game with payoff A = W - 1/2.
 

@@ -150,6 +150,14 @@ class Payoff:
         idx = self.indices(player_ids) if player_ids is not None else np.arange(len(self._ids))
         return self._exact[idx[:, None], idx[None, :]].copy()
 
+    def known_mask(self, player_ids: Sequence[str] | None = None) -> np.ndarray:
+        """[n, n] True where a pair's payoff is known: exact, or played at least once (and on
+        the diagonal, a player against itself: a draw)."""
+        idx = self.indices(player_ids) if player_ids is not None else np.arange(len(self._ids))
+        i, j = idx[:, None], idx[None, :]
+        games = self._wins[i, j] + self._wins[j, i] + self._draws[i, j]
+        return (games > 0) | self._exact[i, j] | (i == j)
+
     # -- queries ---------------------------------------------------------------
 
     def _rates(self, h: np.ndarray | int, a: np.ndarray | int) -> np.ndarray:

@@ -146,12 +146,13 @@ def test_meta_game_is_published(tmp_path):
     coordinator, _ = make(tmp_path, races=("terran",))
     coordinator.report_results([{"home": "terran_main_agent_0", "away": "terran_main_exploiter_0", "outcome": "win"}] * 5)
     published = coordinator.publish_meta_game()
-    # The main exploiter is beaten; the main agent and the two (unplayed, so tied) league
-    # exploiters share the most even Nash mixture.
+    # The main exploiter is beaten; the two league exploiters never played, so their payoffs
+    # are unknown and they stay out of the meta-game (read as draws, they would have shared
+    # the Nash with the main agent): the main agent is the whole Nash.
     nash = published["nash"]
-    assert nash["terran_main_exploiter_0"] == pytest.approx(0.0, abs=1e-7)
-    for agent in ("terran_main_agent_0", "terran_league_exploiter_0", "terran_league_exploiter_1"):
-        assert nash[agent] == pytest.approx(1 / 3, abs=1e-6)
+    assert nash["terran_main_agent_0"] == pytest.approx(1.0, abs=1e-7)
+    for agent in ("terran_main_exploiter_0", "terran_league_exploiter_0", "terran_league_exploiter_1"):
+        assert nash[agent] == pytest.approx(0.0, abs=1e-7)
     history = LeagueHistory(str(tmp_path), readonly=True)
     _, players, wins, _, _ = history.latest_payoff()
     assert wins[players.index("terran_main_agent_0"), players.index("terran_main_exploiter_0")] == pytest.approx(sum(0.99**k for k in range(5)), rel=1e-5)

@@ -11,6 +11,7 @@ from league.meta import (
     elo_ratings,
     elo_win_probability,
     exploitability,
+    fully_known_players,
     nash_distribution,
     relative_population_performance,
     trueskill_ratings,
@@ -155,3 +156,22 @@ def test_closed_form_trueskill_follows_the_trueskill_package_over_many_games():
             ref[home], ref[away] = trueskill.rate_1vs1(ref[home], ref[away], drawn=outcome == "draw", env=env)
     for p in players:
         assert ours[p] == pytest.approx((ref[p].mu, ref[p].sigma), abs=1e-5)
+
+
+def test_only_players_whose_payoffs_are_all_known_enter_the_meta_game():
+    """Worked by hand. Players 0-3 know each other; 4 and 5 joined and were evaluated against
+    nobody: 5 (newest) goes first, then 4. Then player 1 misses two pairs and 3 one: 1 goes
+    and the rest is complete. A pair known in one order is known (payoffs are antisymmetric)."""
+    known = np.zeros((6, 6), bool)
+    known[:4, :4] = True
+    np.testing.assert_array_equal(fully_known_players(known), [0, 1, 2, 3])
+    known = np.ones((5, 5), bool)
+    known[1, 2] = known[2, 1] = known[1, 3] = known[3, 1] = False
+    np.testing.assert_array_equal(fully_known_players(known), [0, 2, 3, 4])
+    upper = np.triu(np.ones((4, 4), bool))
+    np.testing.assert_array_equal(fully_known_players(upper), [0, 1, 2, 3])
+    tie = np.ones((3, 3), bool)
+    tie[1, 2] = tie[2, 1] = False
+    np.testing.assert_array_equal(fully_known_players(tie), [0, 1])
+    with pytest.raises(ValueError, match="square"):
+        fully_known_players(np.ones((2, 3), bool))
