@@ -7,6 +7,7 @@
       .learner                learners.config.LearnerConfig (.loss: LossConfig, .replay: ReplayConfig)
       .actor                  ActorSettings
       .evaluator              EvaluatorSettings
+      .supervised             SupervisedStartSettings  the automatic supervised start (SMAX)
 
 Every leaf field is a command-line flag named by its path (`--learner.loss.entropy_weight`,
 `--league.snapshots.main_agent_snapshot_steps`, ...; `fields()` lists them, with help text
@@ -40,7 +41,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address",
-                     "progress_every_seconds", "learner_groups", "actor_groups")
+                     "progress_every_seconds", "learner_groups", "actor_groups", "supervised.cache_dir")
 # Leaves that are not settings: the league's races come from --game/--races, each learner's
 # table is named after its agent.
 DERIVED = ("league.races", "learner.replay.table")
@@ -142,6 +143,18 @@ class EvaluatorSettings:
     nash_conv_every_seconds: float = 60.0
 
 
+@dataclass(frozen=True)
+class SupervisedStartSettings:
+    """The automatic supervised start (--init=auto: experiments/supervised_start.py)."""
+
+    games: int = 324  # heuristic games recorded for the automatic supervised start (all races and armies)
+    steps: int = 150  # behaviour-cloning steps per race of the automatic supervised start
+    batch_size: int = 16  # games per behaviour-cloning step of the automatic supervised start
+    # Where automatic supervised starts are cached ("": $LEAGUE_SUPERVISED_CACHE, else
+    # $XDG_CACHE_HOME/league-trainer/supervised, else ~/.cache/league-trainer/supervised).
+    cache_dir: str = ""
+
+
 def _run_league() -> LeagueConfig:
     # AlphaStar's snapshot steps (2e9) scaled to a laptop.
     return LeagueConfig(snapshots=SnapshotConfig(
@@ -191,6 +204,7 @@ class RunConfig:
     learner: Any = field(default_factory=_run_learner)  # learners.config.LearnerConfig
     actor: ActorSettings = field(default_factory=ActorSettings)
     evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
+    supervised: SupervisedStartSettings = field(default_factory=SupervisedStartSettings)
 
     def __post_init__(self):
         if self.game not in GAMES:
@@ -205,7 +219,8 @@ class RunConfig:
             if getattr(self, name) not in COLOCATIONS:
                 raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
         for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
-                     "network.hidden_size", "network.core_size", "evaluator.games"):
+                     "network.hidden_size", "network.core_size", "evaluator.games",
+                     "supervised.games", "supervised.steps", "supervised.batch_size"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
         for name in ("actor.team_spirit_start", "actor.team_spirit_end"):

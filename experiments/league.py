@@ -6,6 +6,12 @@ Ray or as a Launchpad program (experiments/launchers.py; Launchpad needs its own
 environment, and `--runner=launchpad` elsewhere says how to create it). The run directory holds `config.json`, the league's history
 `league.db` (SQLite), frozen players' parameters and the learners' checkpoints; rerunning with the same --run_dir resumes. Ctrl-C stops cleanly
 with checkpoints written.
+
+The start (AlphaStar's): on SMAX every learning agent starts from a supervised agent of its race.
+With no --init the command builds one from the scripted heuristic's games, or reuses the one it
+cached before (experiments/supervised_start.py; `--supervised.*` sets its size); --init=FILE
+names a file of experiments.supervised; --init=none starts from random parameters. The output
+says which start the run uses. Other games start from random parameters.
 """
 
 from __future__ import annotations
@@ -41,9 +47,24 @@ def config_from_flags() -> RunConfig:
     values["game"] = FLAGS.game
     if FLAGS.races is not None:
         values["races"] = FLAGS.races
+    if FLAGS.game == "smax_races" and not FLAGS["init"].present:
+        values["init"] = "auto"  # AlphaStar's start: the supervised agents (experiments/supervised_start.py)
     config = RunConfig.make(**values)
     run_dir = FLAGS.run_dir or f"runs/{config.game}-r{config.races}"
     return dataclasses.replace(config, run_dir=run_dir)
+
+
+def choose_start(config: RunConfig, init_given: bool) -> tuple[RunConfig, str]:
+    """The run's start (experiments.supervised_start.resolve_start: the automatic supervised
+    start is built here if not cached) and the line saying which; a resumed run without
+    --init keeps the start it was started with."""
+    from experiments.supervised_start import resolve_start, saved_init
+
+    saved = saved_init(config.run_dir)
+    if (not init_given and config.init == "auto" and saved is not None
+            and (saved in ("", "none") or os.path.isfile(saved))):
+        config = dataclasses.replace(config, init=saved)
+    return resolve_start(config)
 
 
 def define_flags() -> None:
@@ -111,6 +132,7 @@ def main(argv) -> int:
         runner_problem = problem(config)
         if runner_problem:
             raise ConfigError(runner_problem)
+        config, start = choose_start(config, FLAGS["init"].present)
         check_teacher(config)
         resuming = prepare_run_dir(config)
         # Held until the league stops: a second league or a surgery on the run is refused.
@@ -118,8 +140,13 @@ def main(argv) -> int:
     except (ConfigError, run_lock.RunLocked) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted before the league started (a supervised start being built is not cached)",
+              file=sys.stderr)
+        return 130
     print(f"{'resuming' if resuming else 'starting'} a league: game={config.game} races={config.race_names} "
           f"runner={config.runner} run_dir={config.run_dir}", flush=True)
+    print(start, flush=True)
     from experiments.launchers import LAUNCHERS
 
     try:

@@ -284,9 +284,9 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
                                   learning_rate, seed, horizon, log)
         all_params[race] = params
         report["races"][race] = {"held_out": held, "seconds": time.time() - start}
-        log(f"[supervised] {race} held-out accuracy: " + ", ".join(
+        log(f"[supervised] {race} held-out accuracy: " + (", ".join(
             f"{h} {m['accuracy']:.3f} (chance {m['chance']:.3f}, {m['decisions']} decisions)"
-            for h, m in held.items()), flush=True)
+            for h, m in held.items()) or "no held-out games"), flush=True)
         if eval_games:
             from actors import scripted
 

@@ -1,0 +1,203 @@
+"""The automatic supervised start (issue 14 section 1): `python -m experiments.league --races=3`
+with no `--init` on SMAX starts every learning agent from a supervised agent of its race, as
+AlphaStar does, without the user running `experiments.record` and `experiments.supervised`.
+
+`resolve_start(config)` turns the config's `init` into the file the league starts from:
+- "auto" (the league command's default on SMAX): the cached start for this config, built first
+  if there is none: `--supervised.games` games of jaxmarl's scripted heuristic on both sides,
+  every race pairing and army evenly (experiments.record), then `--supervised.steps`
+  behaviour-cloning steps per race of the run (experiments.supervised), with their progress
+  lines;
+- a file: used as it is (`--init=FILE`);
+- "none" or "": random initial parameters.
+It returns the config with `init` replaced by the file (or left as none) and one line saying
+which start the run uses; the league prints it.
+
+The cache: under `--supervised.cache_dir`, else `$LEAGUE_SUPERVISED_CACHE`, else
+`$XDG_CACHE_HOME/league-trainer/supervised` (default `~/.cache/league-trainer/supervised`):
+- `replays-<key>/`: the recorded games, keyed by what determines them (this module's
+  `VERSION`, the replay format version, the game's spec fingerprint and menu, the number of
+  games and the recording seed);
+- `start-<key>/supervised.npz` (experiments.supervised's file, with its `.json` report) and
+  `key.json` (everything the key was made of): keyed by the replays' key, the network (its
+  sizes and every parameter's shape), the races and the training settings.
+Each entry is built in a temporary directory beside it and renamed into place when complete,
+so an interrupted build leaves nothing that a later run would take for a start; a second run
+with the same settings reuses the entry and trains nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+
+from experiments.config import ConfigError, RunConfig
+
+# Bump when recording or behaviour cloning changes what a start with the same settings is.
+VERSION = 1
+# Settings of the build that are not flags (experiments.supervised's defaults).
+RECORD_SEED = 0
+CHUNK_GAMES = 27
+LEARNING_RATE = 1e-3
+HOLDOUT = 0.1
+TRAIN_SEED = 0
+
+
+def cache_root(config: RunConfig) -> str:
+    """Where built starts are kept (see the module docstring)."""
+    if config.supervised.cache_dir:
+        return os.path.abspath(os.path.expanduser(config.supervised.cache_dir))
+    if os.environ.get("LEAGUE_SUPERVISED_CACHE"):
+        return os.path.abspath(os.path.expanduser(os.environ["LEAGUE_SUPERVISED_CACHE"]))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return os.path.join(base, "league-trainer", "supervised")
+
+
+def _digest(description: dict) -> str:
+    return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def describe(config: RunConfig) -> tuple[dict, dict]:
+    """(what determines the recorded games, what determines the start): the cache keys'
+    contents, written beside each entry."""
+    import jax
+    import numpy as np
+
+    from actors import replays
+    from actors.games import smax_races
+    from experiments import nodes, record
+
+    game_config = smax_races.SmaxRacesConfig()
+    spec = smax_races._cached_functions(game_config).spec
+    recorded = {"version": VERSION, "replay_format": replays.FORMAT_VERSION, "game": spec.name,
+                "spec_fingerprint": replays.spec_fingerprint(spec),
+                "game_config": record.game_config_description(game_config),
+                "policy": "heuristic", "games": config.supervised.games, "seed": RECORD_SEED}
+    like = nodes.initial_params(nodes.make_network(config, spec), spec, 0, 0)
+    shapes = {jax.tree_util.keystr(path): list(np.shape(leaf))
+              for path, leaf in jax.tree_util.tree_flatten_with_path(like)[0]}
+    start = {"version": VERSION, "replays": _digest(recorded), "races": list(config.race_names),
+             "network": dataclasses.asdict(config.network), "parameter_shapes": shapes,
+             "steps": config.supervised.steps, "batch_size": config.supervised.batch_size,
+             "learning_rate": LEARNING_RATE, "holdout": HOLDOUT, "seed": TRAIN_SEED}
+    return recorded, start
+
+
+def start_paths(config: RunConfig) -> tuple[str, str]:
+    """(replay directory, supervised file) of this config's start in the cache."""
+    recorded, start = describe(config)
+    root = cache_root(config)
+    return (os.path.join(root, f"replays-{_digest(recorded)}"),
+            os.path.join(root, f"start-{_digest(start)}", "supervised.npz"))
+
+
+def summary(path: str) -> str:
+    """Held-out accuracy per race (action type, target) from the start's report, if any."""
+    try:
+        with open(path + ".json") as f:
+            report = json.load(f)
+    except (OSError, ValueError):
+        return "no report"
+    parts = []
+    for race, r in report.get("races", {}).items():
+        held = r.get("held_out", {})
+        if held:
+            parts.append(f"{race} {held['action_type']['accuracy']:.2f}/{held['target']['accuracy']:.2f}")
+    return ("held-out accuracy (action type/target) " + ", ".join(parts)) if parts else "no held-out games"
+
+
+def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
+    """(the supervised file of this config's start, whether it was built now): reuses the
+    cached one, else records the heuristic's games (unless cached) and trains the run's races.
+    ConfigError if the cache cannot be written."""
+    from experiments import nodes, record, supervised
+
+    replay_dir, path = start_paths(config)
+    if os.path.isfile(path):
+        return path, False
+    root = cache_root(config)
+    try:
+        os.makedirs(root, exist_ok=True)
+        probe = tempfile.mkdtemp(dir=root, prefix=".probe-")
+        os.rmdir(probe)
+    except OSError as e:
+        raise ConfigError(f"cannot write the supervised start's cache {root} ({e.strerror}); pass "
+                          "--supervised.cache_dir=DIR (or set LEAGUE_SUPERVISED_CACHE) to a writable "
+                          "directory, or --init=none to start from random parameters") from None
+    nodes.enable_compilation_cache()  # a rebuild (other settings, other races) compiles less
+    s = config.supervised
+    log(f"[start] building the supervised start for {', '.join(config.race_names)} (once; cached in "
+        f"{root}): {s.games} games of the scripted heuristic, then {s.steps} behaviour-cloning steps "
+        f"of {s.batch_size} games per race (at the defaults about 5 minutes for 3 races on 2 CPU cores); "
+        "--init=none skips it", flush=True)
+    started = time.time()
+    recorded, start = describe(config)
+    if not os.path.isdir(replay_dir):
+        tmp = tempfile.mkdtemp(dir=root, prefix=".replays-")
+        try:
+            record.record(os.path.join(tmp, "replays"), "heuristic", s.games, CHUNK_GAMES,
+                          RECORD_SEED, log=log)
+            _write_json(os.path.join(tmp, "replays", "key.json"), recorded)
+            _move_into_place(os.path.join(tmp, "replays"), replay_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        log(f"[start] reusing the recorded games {replay_dir}", flush=True)
+    tmp = tempfile.mkdtemp(dir=root, prefix=".start-")
+    try:
+        out = os.path.join(tmp, "start", "supervised.npz")
+        os.makedirs(os.path.dirname(out))
+        supervised.supervised(replay_dir, out, config.race_names, steps=s.steps,
+                              batch_size=s.batch_size, learning_rate=LEARNING_RATE, holdout=HOLDOUT,
+                              hidden_size=config.network.hidden_size,
+                              core_size=config.network.core_size, seed=TRAIN_SEED, log=log)
+        _write_json(os.path.join(tmp, "start", "key.json"), start)
+        _move_into_place(os.path.join(tmp, "start"), os.path.dirname(path))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log(f"[start] built the supervised start in {time.time() - started:.0f}s: {path}", flush=True)
+    return path, True
+
+
+def _write_json(path: str, data: dict) -> None:
+    from coordinator.param_store import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
+
+
+def _move_into_place(built: str, final: str) -> None:
+    """Renames a complete entry into the cache; if another run put it there first, keeps theirs."""
+    try:
+        os.rename(built, final)
+    except OSError:
+        if not os.path.isdir(final):
+            raise
+
+
+def resolve_start(config: RunConfig, log=print) -> tuple[RunConfig, str]:
+    """(the config with `init` a file or none, the line saying which start the run uses);
+    builds the automatic start if it is not cached (see the module docstring)."""
+    if config.init == "auto":
+        path, built = build_start(config, log)
+        how = "built now" if built else "reused from the cache"
+        return (dataclasses.replace(config, init=path),
+                f"start: supervised agents of the scripted heuristic, {how} ({path}; {summary(path)})")
+    if config.init_file:
+        return config, f"start: supervised agents from --init={config.init} ({summary(config.init)})"
+    why = "--init=none" if config.init == "none" else "no supervised start for this game"
+    return config, f"start: random parameters ({why})"
+
+
+def saved_init(run_dir: str) -> str | None:
+    """The `init` a run directory was started with (its config.json), or None if it holds no
+    readable config: a resumed run keeps its own start unless --init is given."""
+    try:
+        with open(os.path.join(run_dir, "config.json")) as f:
+            return RunConfig.from_dict(json.load(f)).init
+    except (OSError, ValueError, TypeError):
+        return None

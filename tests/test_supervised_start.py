@@ -1,0 +1,90 @@
+"""The automatic supervised start (experiments/supervised_start.py): a SMAX league with no --init
+records the heuristic's games, trains the supervised agents, caches them and starts from them; a
+second run reuses the cache; --init=none and other games skip it."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+from experiments.config import RunConfig
+
+TINY = ["--races=1", "--supervised.games=3", "--supervised.steps=2", "--supervised.batch_size=2",
+        "--hidden_size=16", "--core_size=16"]
+
+
+def league_cli(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "experiments.league", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_a_smax_league_without_init_builds_the_supervised_start_and_the_next_run_reuses_it(tmp_path):
+    from experiments import league
+    from experiments.supervised import load_supervised
+
+    cache = tmp_path / "cache"
+
+    def run(run_dir):
+        result = league_cli(*TINY, "--main_exploiters_per_race=0", "--league_exploiters_per_race=0",
+                            "--evaluators=0", "--batch_size=4", "--learner_batch_size=4",
+                            "--unroll_length=6", "--minutes=0.01", "--runner=inprocess",
+                            "--dashboard_port=-1", f"--run_dir={run_dir}",
+                            env={"LEAGUE_SUPERVISED_CACHE": str(cache)})
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout, json.load(open(run_dir / "config.json"))["init"]
+
+    out, file = run(tmp_path / "run")
+    assert "[start] building the supervised start for terran" in out, out
+    assert "[record] wrote 3 games" in out and "[supervised] terran step 2/2" in out, out
+    assert "start: supervised agents of the scripted heuristic, built now" in out, out
+    assert file.startswith(str(cache)) and os.path.isfile(file), file   # the run names its start
+    assert not [e for e in os.listdir(cache) if e.startswith(".")], os.listdir(cache)  # no temporaries
+    load_supervised(file, "terran")
+
+    # The next run with the same settings reuses it: nothing recorded or trained.
+    mtime = os.path.getmtime(file)
+    out, second = run(tmp_path / "run2")
+    assert "start: supervised agents of the scripted heuristic, reused from the cache" in out, out
+    assert "[record]" not in out and "[supervised]" not in out and "[start]" not in out, out
+    assert second == file and os.path.getmtime(file) == mtime
+
+    # Other settings are another start (here: more training steps).
+    config = RunConfig.from_paths({"game": "smax_races", "races": 1, "init": "auto",
+                                   "network.hidden_size": 16, "network.core_size": 16,
+                                   "supervised.games": 3, "supervised.steps": 2,
+                                   "supervised.batch_size": 2, "supervised.cache_dir": str(cache),
+                                   "run_dir": str(tmp_path / "run")})
+    from experiments import supervised_start
+
+    assert supervised_start.start_paths(config)[1] == file
+    more_steps = dataclasses.replace(config, supervised=dataclasses.replace(config.supervised, steps=3))
+    assert supervised_start.start_paths(more_steps)[1] != file
+    # A resumed run without --init keeps the start it was started with (no build).
+    resumed, line = league.choose_start(more_steps, init_given=False)
+    assert resumed.init == file and line.startswith(f"start: supervised agents from --init={file}")
+
+
+def test_init_none_and_other_games_skip_the_supervised_start(tmp_path):
+    from experiments import supervised_start
+
+    cache = tmp_path / "cache"
+    for values, why in [({"game": "smax_races", "init": "none"}, "--init=none"),
+                        ({"game": "kuhn_poker"}, "no supervised start for this game")]:
+        config = RunConfig.make(**values, **{"supervised.cache_dir": str(cache)})
+        resolved, line = supervised_start.resolve_start(config, log=None)
+        assert resolved.init_file is None and line == f"start: random parameters ({why})"
+    assert not cache.exists()
+
+    # The command's default: the automatic start on SMAX only; --init=none is kept.
+    code = ("import sys, json; from experiments import league; league.define_flags(); "
+            "league.FLAGS(sys.argv); print(json.dumps(league.config_from_flags().to_dict()))")
+
+    def init_of(*args):
+        out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        return json.loads(out.splitlines()[-1])["init"]
+
+    assert init_of("--races=3") == "auto"
+    assert init_of("--races=3", "--init=none") == "none"
+    assert init_of("--game=kuhn_poker") == ""
