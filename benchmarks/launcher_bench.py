@@ -57,7 +57,8 @@ def tree_rss(pid: int) -> int:
 def measure(python: str, runner: str) -> dict:
     run_dir = tempfile.mkdtemp(prefix=f"launcher_bench_{runner}_")
     args = [python, "-u", "-m", "experiments.league", f"--runner={runner}", f"--game={FLAGS.game}",
-            f"--minutes={FLAGS.minutes}", f"--run_dir={run_dir}", "--dashboard_port=-1", *FLAGS.extra]
+            f"--minutes={FLAGS.minutes}", f"--run_dir={run_dir}", "--dashboard_port=-1",
+            *(["--init=none"] if FLAGS.game == "smax_races" else []), *FLAGS.extra]
     print(" ".join(args), flush=True)
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     samples, lines, started = [], [], time.time()

@@ -39,7 +39,7 @@ def league(run_dir: str, minutes: float, sizes: dict[str, int]) -> tuple[float, 
     """Runs (or resumes) the league; returns (start time, end time, mean learner updates/s of
     its progress lines after the first minute)."""
     args = [sys.executable, "-m", "experiments.league", "--races=1", "--runner=inprocess",
-            f"--minutes={minutes}", "--dashboard_port=-1", f"--run_dir={run_dir}",
+            "--init=none", f"--minutes={minutes}", "--dashboard_port=-1", f"--run_dir={run_dir}",
             *(f"--{k}={v}" for k, v in sizes.items())]
     print(" ".join(args[2:]), flush=True)
     start = time.time()

@@ -159,6 +159,7 @@ def test_smax_one_race_league_under_local_mp(tmp_path):
     the machine's load)."""
     run_dir = str(tmp_path / "run")
     out = finish(league("--runner=launchpad", "--game=smax_races", "--races=1", "--learner_steps=100",
+                        "--init=none",  # random parameters: no supervised start to build first
                         f"--run_dir={run_dir}", "--batch_size=16", "--learner_batch_size=8",
                         "--unroll_length=8", "--hidden_size=16", "--core_size=16",
                         "--evaluation_games=4", "--checkpoint_every_seconds=10",
