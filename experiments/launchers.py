@@ -11,6 +11,7 @@ called once with every node's handle when all run (benchmarks read live learners
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import os
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from experiments.config import RunConfig
 from experiments.launchpad_launcher import problem as launchpad_problem
@@ -30,8 +32,9 @@ class Supervisor:
     """The driver's loop: poll, record, print, stop."""
 
     def __init__(self, config: RunConfig, coordinator, learner_groups: list, out=sys.stdout,
-                 stop_event: threading.Event | None = None):
+                 stop_event: threading.Event | None = None, note: Callable[[], str] | None = None):
         self.config, self.coordinator, self.out = config, coordinator, out
+        self.note = note  # more for the progress line (Ray: hosts and node processes lost)
         self.learner_groups = learner_groups
         self.stop_event = stop_event or threading.Event()
         self.events: list[dict] = []
@@ -78,7 +81,7 @@ class Supervisor:
         print(
             f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
             f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s  "
-            f"main agents' win rate vs league: {vs or '-'}",
+            f"main agents' win rate vs league: {vs or '-'}" + (self.note() if self.note else ""),
             file=self.out, flush=True,
         )
         return {"summary": summary, "learners": metrics}
@@ -130,11 +133,11 @@ def per_learner_summary(metrics: dict) -> dict:
 
 
 def _supervise(program: Program, handles: dict, out, stop_event, on_launch, check_nodes,
-               stop_node, close_node) -> Supervisor:
+               stop_node, close_node, note: Callable[[], str] | None = None) -> Supervisor:
     """What both launchers share once the nodes run: the loop, then an orderly shutdown."""
     config = program.config
     supervisor = Supervisor(config, handles["coordinator"],
-                            [handles[n] for n in program.learner_groups()], out, stop_event)
+                            [handles[n] for n in program.learner_groups()], out, stop_event, note)
     previous = _install_sigint(supervisor.stop_event) if stop_event is None else None
     if config.dashboard_port >= 0:
         from experiments.dashboard import serve
@@ -226,35 +229,169 @@ class RayProxy:
         return (RayProxy, (self.handle,))
 
 
+# -- placement on a Ray cluster --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """How `run_ray` places the program's nodes (RunConfig.ray once experiments/config.py has
+    it, these defaults until then).
+
+    - coordinator: on the driver's node (it owns league.db and params/; the dashboard and the
+      driver read them there);
+    - learner groups: `learner_gpus` GPUs each when asked or when the cluster has GPUs (one
+      per group, shared fractions when groups outnumber GPUs); else one unit of the custom
+      resource `learner_resource` when some node offers it (`ray start --resources=
+      '{"learner": 4}'`); else the driver's node, next to the run directory their checkpoints
+      go to;
+    - actors and evaluators: one unit of `actor_resource` when some node offers it, and Ray's
+      SPREAD strategy (`spread`) over the nodes that qualify;
+    - code: the repository as the job's `working_dir` (`ship_code`: "auto" on a cluster given
+      by --ray_address, "always", "never" when every host has it installed);
+    - GPU memory: every JAX process with `XLA_PYTHON_CLIENT_PREALLOCATE=false` (no 75% grab
+      per process), or a fixed `gpu_memory_fraction` per learner group; nodes that asked for
+      no GPU on a cluster that has some run JAX on CPU (`JAX_PLATFORMS=cpu`).
+    """
+
+    learner_gpus: float = -1.0  # GPUs per learner group; -1: 1 when the cluster has GPUs, else 0
+    learner_resource: str = "learner"  # custom resource a learner group requests when offered
+    actor_resource: str = "actor"  # custom resource actors and evaluators request when offered
+    spread: bool = True  # actors and evaluators spread over the nodes (Ray's SPREAD strategy)
+    ship_code: str = "auto"  # the repository as runtime_env working_dir: auto, always, never
+    gpu_memory_fraction: float = 0.0  # XLA_PYTHON_CLIENT_MEM_FRACTION for learners; 0: grow
+
+
+def ray_settings(config: RunConfig) -> RaySettings:
+    settings = getattr(config, "ray", None)
+    return settings if settings is not None else RaySettings()
+
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Never shipped to workers: environments, run directories, caches, git.
+CODE_EXCLUDES = [".venv", ".venv-*", "runs", ".git", "*.egg-info", "__pycache__",
+                 ".pytest_cache", ".ruff_cache", ".hypothesis", "*.npz", "*.db", "*.db-*"]
+
+
+def job_runtime_env(config: RunConfig, settings: RaySettings) -> dict:
+    """The job's runtime_env: few malloc arenas (the many threads of co-located nodes otherwise
+    each keep their own) and, on a cluster, the code (the repository as working_dir)."""
+    env: dict = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
+    if settings.ship_code not in ("auto", "always", "never"):
+        raise ValueError(f"--ray.ship_code must be auto, always or never; got {settings.ship_code!r}")
+    if settings.ship_code == "always" or (settings.ship_code == "auto" and config.ray_address):
+        excludes = list(CODE_EXCLUDES)
+        run_dir = os.path.abspath(config.run_dir)
+        if run_dir.startswith(REPOSITORY + os.sep):
+            excludes.append("/" + os.path.relpath(run_dir, REPOSITORY))
+        env.update(working_dir=REPOSITORY, excludes=excludes)
+    return env
+
+
+def placement(program: Program, cluster: dict, driver_node: str, settings: RaySettings) -> dict:
+    """Ray actor options (resources, scheduling strategy, runtime_env) of every node, from
+    the cluster's total resources (`ray.cluster_resources()`) and the driver's node id;
+    ValueError when the cluster cannot hold what was asked (never a run that hangs pending)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    on_driver = NodeAffinitySchedulingStrategy(node_id=driver_node, soft=False)
+    groups = program.learner_groups()
+    others = [n.name for n in program.nodes if n.restartable]
+    total_gpus = float(cluster.get("GPU", 0))
+    gpus = settings.learner_gpus
+    if gpus < 0:  # auto: a GPU per group, or the GPUs shared out when groups outnumber them
+        gpus = 0.0 if not total_gpus else min(1.0, math.floor(100 * total_gpus / len(groups)) / 100)
+    if gpus and gpus * len(groups) > total_gpus + 1e-9:
+        raise ValueError(f"{len(groups)} learner groups x {gpus} GPUs do not fit the cluster's "
+                         f"{total_gpus:g} GPUs; lower --ray.learner_gpus or change --learner_groups")
+    no_preallocation = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    cpu_only = {**no_preallocation, **({"JAX_PLATFORMS": "cpu"} if total_gpus else {})}
+    options: dict[str, dict] = {}
+    for node in program.nodes:
+        o: dict = dict(num_cpus=0, max_concurrency=64 if node.name == "coordinator" else 32,
+                       runtime_env={"env_vars": dict(cpu_only)})
+        if node.restartable:
+            o["max_restarts"] = -1
+        options[node.name] = o
+    options["coordinator"]["scheduling_strategy"] = on_driver
+    for name in groups:
+        o = options[name]
+        if gpus:
+            o["num_gpus"] = gpus
+            o["runtime_env"] = {"env_vars": dict(no_preallocation) if not settings.gpu_memory_fraction else {
+                "XLA_PYTHON_CLIENT_MEM_FRACTION": str(settings.gpu_memory_fraction)}}
+        elif cluster.get(settings.learner_resource, 0) > 0:
+            if cluster[settings.learner_resource] < len(groups):
+                raise ValueError(f"{len(groups)} learner groups need {len(groups)} units of the "
+                                 f"'{settings.learner_resource}' resource; the cluster offers "
+                                 f"{cluster[settings.learner_resource]:g}")
+            o["resources"] = {settings.learner_resource: 1}
+        else:
+            o["scheduling_strategy"] = on_driver
+    for name in others:
+        o = options[name]
+        if cluster.get(settings.actor_resource, 0) > 0:
+            if cluster[settings.actor_resource] < len(others):
+                raise ValueError(f"{len(others)} actor and evaluator nodes need {len(others)} units "
+                                 f"of the '{settings.actor_resource}' resource; the cluster offers "
+                                 f"{cluster[settings.actor_resource]:g}")
+            o["resources"] = {settings.actor_resource: 1}
+        if settings.spread:
+            o["scheduling_strategy"] = "SPREAD"
+    return options
+
+
+def describe_placement(options: dict) -> str:
+    parts = []
+    for name, o in options.items():
+        where = []
+        if o.get("num_gpus"):
+            where.append(f"{o['num_gpus']:g} GPU")
+        where += [f"{k}={v:g}" for k, v in o.get("resources", {}).items()]
+        strategy = o.get("scheduling_strategy")
+        if strategy == "SPREAD":
+            where.append("spread")
+        elif strategy is not None:
+            where.append("driver's node")
+        parts.append(f"{name} ({', '.join(where) or 'anywhere'})")
+    return "; ".join(parts)
+
+
 def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sys.stdout,
             on_launch=None) -> Supervisor:
     """Each node a Ray actor, on a local Ray instance (ports on 127.0.0.1) or the cluster at
-    --ray_address. Ray restarts a dead actor or evaluator process and the driver resubmits
-    its work; a dead learner group stops the run (rerun to resume from checkpoints)."""
+    --ray_address, placed by `placement` (RaySettings). Ray restarts a dead actor or evaluator
+    process, also on another host when its host died, and the driver resubmits its work (the
+    progress line says what was lost); a dead learner group or coordinator stops the run
+    (rerun to resume from checkpoints: they are on the driver's host unless learners were
+    placed elsewhere)."""
     import ray
 
+    settings = ray_settings(config)
+    # Absolute: on a cluster each worker's current directory is its copy of the code.
+    config = dataclasses.replace(config, run_dir=os.path.abspath(config.run_dir))
     program = build_program(config)
     if not ray.is_initialized():
-        # Few malloc arenas: the many threads of co-located nodes otherwise each keep their own.
         kwargs = dict(include_dashboard=False, logging_level="ERROR", log_to_driver=True,
-                      runtime_env={"env_vars": {"MALLOC_ARENA_MAX": "2"}})
+                      runtime_env=job_runtime_env(config, settings))
         if config.ray_address:
             ray.init(address=config.ray_address, **kwargs)
         else:
             ray.init(_node_ip_address="127.0.0.1", num_cpus=max(os.cpu_count() or 2, 8), **kwargs)
+    options = placement(program, ray.cluster_resources(), ray.get_runtime_context().get_node_id(), settings)
+    if config.ray_address:
+        print(f"placement: {describe_placement(options)}", file=out, flush=True)
     handles: dict = {}
     for node in program.nodes:
         print(f"building {node.name} on Ray ...", file=out, flush=True)
-        options = dict(num_cpus=0, max_concurrency=64 if node.name == "coordinator" else 32)
-        if node.restartable:
-            options["max_restarts"] = -1
-        actor = ray.remote(**options)(node.cls).remote(**resolve(node.kwargs, handles))
+        actor = ray.remote(**options[node.name])(node.cls).remote(**resolve(node.kwargs, handles))
         handles[node.name] = RayProxy(actor)
     for call in program.calls:
         getattr(handles[call.node], call.method)(**resolve(call.kwargs, handles))
     running = {handles[n.name].handle.run.remote(): n for n in program.nodes if n.runs}
     died = (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError,
             ray.exceptions.ActorUnavailableError)
+    hosts = NodeHosts(ray, handles)
+    lost: list[str] = []
 
     def check_nodes(supervisor):
         ready, _ = ray.wait(list(running), timeout=0)
@@ -263,14 +400,26 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
             try:
                 ray.get(ref)
             except died:
+                was_on = hosts.of(node.name)
+                gone = hosts.dead_hosts()
                 if not node.restartable:
-                    raise RuntimeError(f"{node.name} died; rerun the same command to resume from "
-                                       "checkpoints") from None
-                print(f"  {node.name} died; Ray restarts it and it picks up where its learners are",
-                      file=out, flush=True)
+                    raise RuntimeError(f"{node.name} died (on {was_on}{', host lost' if was_on in gone else ''}); "
+                                       "rerun the same command to resume from checkpoints") from None
+                why = "its host was lost" if was_on in gone else "its process died"
+                print(f"  {node.name} died on {was_on} ({why}); Ray restarts it and it picks up "
+                      "where its learners are", file=out, flush=True)
+                lost.append(f"{node.name}@{was_on}")
                 supervisor.restarts += 1
+                hosts.forget(node.name)
             if not supervisor.stop_event.is_set():
                 running[handles[node.name].handle.run.remote()] = node
+
+    def lost_note() -> str:
+        gone = hosts.dead_hosts()
+        if not lost and not gone:
+            return ""
+        return (f"  lost: {len(gone)} host(s) {','.join(sorted(gone)) or '-'}, {len(lost)} node "
+                f"process(es) restarted ({', '.join(lost)}); their games in flight unrecorded")
 
     def stop(node):
         ray.get(handles[node.name].handle.stop.remote(), timeout=30)
@@ -279,11 +428,52 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     def close(node):
         ray.get(handles[node.name].handle.close.remote(), timeout=300)
 
+    def launched(handles_):
+        if config.ray_address:
+            print("hosts: " + ", ".join(f"{n} {hosts.of(n)}" for n in handles_), file=out, flush=True)
+        if on_launch is not None:
+            on_launch(handles_)
+
     try:
-        return _supervise(program, handles, out, stop_event, on_launch, check_nodes, stop, close)
+        return _supervise(program, handles, out, stop_event, launched, check_nodes, stop, close,
+                          note=lost_note)
     finally:
         if not config.ray_address:
             ray.shutdown()
+
+
+class NodeHosts:
+    """Which host (IP address) each node's Ray actor runs on, and which hosts died."""
+
+    def __init__(self, ray, handles: dict):
+        self.ray, self.handles = ray, handles
+        self._host: dict[str, str] = {}
+        self._known_dead: set[str] = set()
+        self._dead_before = self._dead()  # hosts dead before this run are not its losses
+
+    def _dead(self) -> set[str]:
+        nodes = self.ray.nodes()
+        alive = {n["NodeManagerAddress"] for n in nodes if n["Alive"]}
+        return {n["NodeManagerAddress"] for n in nodes if not n["Alive"]} - alive
+
+    def of(self, name: str) -> str:
+        if name not in self._host:
+            try:
+                self._host[name] = self.ray.get(self.handles[name].handle.__ray_call__.remote(
+                    lambda _self: __import__("ray").util.get_node_ip_address()), timeout=60)
+            except Exception:
+                return "?"
+        return self._host[name]
+
+    def forget(self, name: str) -> None:
+        self._host.pop(name, None)
+
+    def dead_hosts(self) -> set[str]:
+        try:
+            self._known_dead |= self._dead() - self._dead_before
+        except Exception:  # the GCS busy: what was known
+            pass
+        return set(self._known_dead)
 
 
 def problem(config: RunConfig) -> str | None:
