@@ -1,5 +1,5 @@
 """Does the league learn poker? CI-sized quality checks through the real program (issue 8, §1
-reduced): Kuhn for 1.5 minutes, Leduc for LEDUC_MINUTES.
+reduced): Kuhn for 1.5 minutes, Leduc for LEDUC_STEPS learnt steps.
 
 One short Kuhn league (the `inprocess` runner, the AlphaStar composition, the poker defaults:
 chip rewards, random seats, entropy 0.1) is trained for TRAIN_MINUTES; then the exact NashConv
@@ -16,9 +16,9 @@ under uniform, 0.15 above the worst measured), which a league stuck at the old 2
 fails; the main agent under 0.75 (clearly below uniform and the initial ~0.89). The issue's Kuhn target (< 0.01 in
 10 minutes) is a benchmark (benchmarks/poker_quality.py), not a test.
 
-Leduc (uniform 4.7472): one league with the Leduc defaults (`GAME_DEFAULTS`) for LEDUC_MINUTES,
-then the same two measurements. The bars are 25% below uniform (the issue: "below that of
-uniform random play by a clear margin"); see LEDUC_NASH_BAR for what was measured.
+Leduc (uniform 4.7472): one league with the Leduc defaults (`GAME_DEFAULTS`) until every
+learner has learnt LEDUC_STEPS agent steps, then the same two measurements: the Nash mixture
+must be below 2.0 (issue 18), the main agent 25% below uniform; see LEDUC_NASH_BAR.
 """
 
 import os
@@ -35,12 +35,14 @@ NASH_BAR = 0.5   # the league's Nash mixture; measured 0.29-0.35 (see the module
 MAIN_BAR = 0.75  # the current main agent; measured 0.32-0.52
 
 
-def train_and_measure(root, game: str, minutes: float) -> dict:
-    """One league of `game` with its defaults for `minutes`; the exact NashConv of its Nash
+def train_and_measure(root, game: str, minutes: float, learner_steps: int = 0) -> dict:
+    """One league of `game` with its defaults for `minutes` (or until every learner has learnt
+    `learner_steps` agent steps, if given, within `minutes`); the exact NashConv of its Nash
     mixture and of its main agent, and how many games it played."""
     run_dir = os.path.join(root, "run")
     config = RunConfig.for_game(game, races=1, runner="inprocess", run_dir=run_dir,
-                                minutes=minutes, dashboard_port=-1, progress_every_seconds=30.0)
+                                minutes=minutes, learner_steps=learner_steps, dashboard_port=-1,
+                                progress_every_seconds=30.0)
     prepare_run_dir(config)
     with open(os.path.join(root, "league.log"), "w") as log:
         launchers.run_inprocess(config, stop_event=threading.Event(), out=log)
@@ -64,19 +66,25 @@ def test_the_league_is_clearly_better_than_uniform(kuhn_league):
 
 
 UNIFORM_LEDUC = 4.747222222222222
-LEDUC_MINUTES = 3.0
-# 25% below uniform (3.56). Measured after 2.5 minutes with the machine shared with another
-# benchmark (86k games): Nash mixture 3.04, main agent 2.46; after 4 minutes (137k games)
-# 1.76 and 1.99 (BENCHMARKS.md, "Poker").
-LEDUC_NASH_BAR = LEDUC_MAIN_BAR = 0.75 * UNIFORM_LEDUC
+# Issue 18: a CI-sized Leduc league fails unless its Nash mixture is below 2.0. The league
+# stops once every learner has learnt LEDUC_STEPS agent steps (~1,040 updates of 480 steps), so
+# the bar measures learning, not the machine's load; LEDUC_MINUTES caps it. Measured (BENCHMARKS.md
+# "Poker"): five 5-minute leagues (1,000-1,770 updates) ended at 1.53-1.82; the evaluator's
+# curve after ~650 updates read 1.52-1.91; this test at 400k steps under load 30: 1.75 (252 s).
+# The current main agent swings more (1.83-2.75): its bar stays 25% below uniform (3.56).
+LEDUC_STEPS = 500_000
+LEDUC_MINUTES = 10.0
+LEDUC_NASH_BAR = 2.0
+LEDUC_MAIN_BAR = 0.75 * UNIFORM_LEDUC
 
 
 @pytest.fixture(scope="module")
 def leduc_league(tmp_path_factory):
-    return train_and_measure(tmp_path_factory.mktemp("leduc_league"), "leduc_poker", LEDUC_MINUTES)
+    return train_and_measure(tmp_path_factory.mktemp("leduc_league"), "leduc_poker", LEDUC_MINUTES,
+                             learner_steps=LEDUC_STEPS)
 
 
-def test_the_leduc_league_is_clearly_better_than_uniform(leduc_league):
+def test_the_leduc_league_nash_mixture_is_below_two(leduc_league):
     nash, main = leduc_league["nash"], leduc_league["main"]
     print(f"games {leduc_league['games']}  NashConv: Nash mixture {nash.nash_conv:.4f} "
           f"({len(nash.weights)} players, {nash.source}), main agent {main.nash_conv:.4f}, "
