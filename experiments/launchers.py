@@ -393,6 +393,8 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     hosts = NodeHosts(ray, handles)
     lost: list[str] = []
 
+    restarting: dict[str, tuple[float, object]] = {}  # node -> (next probe time, probe ref)
+
     def check_nodes(supervisor):
         ready, _ = ray.wait(list(running), timeout=0)
         for ref in ready:
@@ -400,7 +402,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
             try:
                 ray.get(ref)
             except died:
-                was_on = hosts.of(node.name)
+                was_on = hosts.known(node.name)
                 gone = hosts.dead_hosts()
                 if not node.restartable:
                     raise RuntimeError(f"{node.name} died (on {was_on}{', host lost' if was_on in gone else ''}); "
@@ -410,27 +412,54 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
                       "where its learners are", file=out, flush=True)
                 lost.append(f"{node.name}@{was_on}")
                 supervisor.restarts += 1
-                hosts.forget(node.name)
+                # Its run is resubmitted once it answers again (until then every call to it
+                # fails at once with "the actor is restarting").
+                restarting[node.name] = (time.time() + 2.0, None)
+                continue
             if not supervisor.stop_event.is_set():
                 running[handles[node.name].handle.run.remote()] = node
+        for name, (when, probe) in list(restarting.items()):
+            if probe is None:
+                if time.time() >= when:
+                    restarting[name] = (when, hosts.probe(name))
+                continue
+            if not ray.wait([probe], timeout=0)[0]:
+                continue
+            try:
+                where = ray.get(probe)
+            except Exception:  # still restarting: ask again in a while
+                restarting[name] = (time.time() + 5.0, None)
+                continue
+            del restarting[name]
+            hosts.set(name, where)
+            print(f"  {name} restarted on {where}", file=out, flush=True)
+            if not supervisor.stop_event.is_set():
+                running[handles[name].handle.run.remote()] = program.node(name)
 
     def lost_note() -> str:
         gone = hosts.dead_hosts()
         if not lost and not gone:
             return ""
         return (f"  lost: {len(gone)} host(s) {','.join(sorted(gone)) or '-'}, {len(lost)} node "
-                f"process(es) restarted ({', '.join(lost)}); their games in flight unrecorded")
+                f"process(es) ({', '.join(lost)}; {len(restarting)} not restarted yet), "
+                "their games in flight unrecorded")
 
     def stop(node):
+        if node.name in restarting:  # lost and not back yet: nothing of it to stop
+            return
         ray.get(handles[node.name].handle.stop.remote(), timeout=30)
         ray.wait([r for r, n in running.items() if n is node], timeout=60)
 
     def close(node):
+        if node.name in restarting:
+            print(f"  {node.name} was still restarting (lost with its host); not closed", file=out, flush=True)
+            return
         ray.get(handles[node.name].handle.close.remote(), timeout=300)
 
     def launched(handles_):
+        where = ", ".join(f"{n} {hosts.of(n)}" for n in handles_)  # also what a loss reports
         if config.ray_address:
-            print("hosts: " + ", ".join(f"{n} {hosts.of(n)}" for n in handles_), file=out, flush=True)
+            print(f"hosts: {where}", file=out, flush=True)
         if on_launch is not None:
             on_launch(handles_)
 
@@ -456,17 +485,24 @@ class NodeHosts:
         alive = {n["NodeManagerAddress"] for n in nodes if n["Alive"]}
         return {n["NodeManagerAddress"] for n in nodes if not n["Alive"]} - alive
 
+    def probe(self, name: str):
+        """The ref of a call answering the node's host address."""
+        return self.handles[name].handle.__ray_call__.remote(
+            lambda _self: __import__("ray").util.get_node_ip_address())
+
     def of(self, name: str) -> str:
         if name not in self._host:
             try:
-                self._host[name] = self.ray.get(self.handles[name].handle.__ray_call__.remote(
-                    lambda _self: __import__("ray").util.get_node_ip_address()), timeout=60)
+                self._host[name] = self.ray.get(self.probe(name), timeout=60)
             except Exception:
                 return "?"
         return self._host[name]
 
-    def forget(self, name: str) -> None:
-        self._host.pop(name, None)
+    def known(self, name: str) -> str:
+        return self._host.get(name, "?")
+
+    def set(self, name: str, host: str) -> None:
+        self._host[name] = host
 
     def dead_hosts(self) -> set[str]:
         try:

@@ -166,7 +166,8 @@ def build_program(config: RunConfig) -> Program:
                        for a in members for k in range(config.actor.per_learner)]
         nodes.append(Node(name, ActorGroup, dict(
             config=config, assignments=assignments, coordinator=coordinator,
-            learner_groups={a.player_id: learner_of[a.player_id] for a in members}),
+            # Every learning agent's group: opponents are any agent, not only the group's.
+            learner_groups=dict(learner_of)),
             restartable=True))
     for i in range(config.evaluator.count):
         nodes.append(Node(f"evaluator_{i}", EvaluatorNode, dict(
