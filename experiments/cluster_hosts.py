@@ -112,6 +112,8 @@ class NamespaceCluster:
         self.addresses = [f"{SUBNET}.{i + 1}" for i in range(hosts)]
         self.address = f"{self.addresses[0]}:{RAY_PORT}"
         self.runs = os.path.join(self.root, "runs")  # the run directories' parent (head's disk)
+        # Ray's session directories (logs, Unix sockets: paths under 108 bytes, so short).
+        self.ray_temp = f"/tmp/{self.name}"
         self.killed: list[int] = []
         self._created: list[str] = []
         self._processes: list[subprocess.Popen] = []
@@ -165,7 +167,7 @@ class NamespaceCluster:
 
     def _ray_start(self, host: int) -> None:
         ray = os.path.join(os.path.dirname(self.python), "ray")
-        temp = os.path.join(self.root, f"ray{host}")
+        temp = os.path.join(self.ray_temp, f"h{host}")
         os.makedirs(temp, exist_ok=True)
         resources = self.head_resources if host == 0 else self.worker_resources
         args = [ray, "start", "--block", f"--node-ip-address={self.addresses[host]}",
@@ -195,12 +197,23 @@ class NamespaceCluster:
         for host in range(1, self.hosts):
             os.makedirs(self.host_disk(host), exist_ok=True)
         self.create_network()
-        self._ray_start(0)
-        self.wait_nodes(1, timeout)
-        for host in range(1, self.hosts):
-            self._ray_start(host)
-            self.wait_nodes(host + 1, timeout)
+        for host in range(self.hosts):
+            self._start_host(host, timeout)
         return self
+
+    def _start_host(self, host: int, timeout: float, attempts: int = 3) -> None:
+        for attempt in range(attempts):
+            # Under load a raylet may miss Ray's 30 s registration window: start it again.
+            self._ray_start(host)
+            try:
+                self.wait_nodes(host + 1, timeout)
+                return
+            except RuntimeError as e:
+                if attempt == attempts - 1 or "exited" not in str(e):
+                    raise
+                self.log(f"host {host}: `ray start` failed ({e}); trying again")
+                kill_namespace(self.namespaces[host])
+                self._processes.pop().wait()
 
     def alive_nodes(self) -> int:
         code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
@@ -219,7 +232,8 @@ class NamespaceCluster:
         while time.time() < deadline:
             for p in self._processes:
                 if p.poll() is not None:
-                    raise RuntimeError(f"`ray start` exited ({p.returncode}); see {self.root}/ray_start_h*.log")
+                    raise RuntimeError(f"`ray start` exited ({p.returncode}); see {self.root}/ray_start_h*.log "
+                                       f"and {self.ray_temp}")
             started = 0
             for host in range(count):
                 with open(os.path.join(self.root, f"ray_start_h{host}.log")) as f:
@@ -288,8 +302,10 @@ class NamespaceCluster:
             self.close()
             raise
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
         self.close()
+        if kind is None:  # Ray's logs kept only when something failed
+            shutil.rmtree(self.ray_temp, ignore_errors=True)
 
 
 def _quote(arg: str) -> str:
