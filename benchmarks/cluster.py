@@ -52,7 +52,7 @@ PROGRESS = re.compile(r"\] players (\d+) \((\d+) frozen\)\s+games (\d+) \(([\d.]
 HOSTS_LINE = re.compile(r"^hosts: (.*)$")
 
 # SMAX, 3 races, small enough for a shared 2-core machine.
-FAST_SMAX = ["--races=3", "--hidden_size=16", "--core_size=16", "--batch_size=8",
+FAST_SMAX = ["--races=3", "--init=none", "--hidden_size=16", "--core_size=16", "--batch_size=8",
              "--learner_batch_size=8", "--unroll_length=8", "--replay_size=64",
              "--league_exploiters_per_race=1", "--episodes_per_match=8",
              "--main_agent_snapshot_steps=1000", "--exploiter_min_steps=1000",

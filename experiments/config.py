@@ -41,7 +41,9 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address",
-                     "progress_every_seconds", "learner_groups", "actor_groups", "supervised.cache_dir")
+                     "progress_every_seconds", "learner_groups", "actor_groups", "supervised.cache_dir",
+                     "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
+                     "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
 # Leaves that are not settings: the league's races come from --game/--races, each learner's
 # table is named after its agent.
 DERIVED = ("league.races", "learner.replay.table")
@@ -155,6 +157,40 @@ class SupervisedStartSettings:
     cache_dir: str = ""
 
 
+@dataclass(frozen=True)
+class RaySettings:
+    """How the Ray launcher places the program's nodes (experiments/launchers.py: `placement`).
+
+    - coordinator: on the driver's node (it owns league.db and params/; the dashboard and the
+      driver read them there);
+    - learner groups: `learner_gpus` GPUs each when asked or when the cluster has GPUs (one
+      per group, shared fractions when groups outnumber GPUs); else one unit of the custom
+      resource `learner_resource` when some node offers it (`ray start --resources=
+      '{"learner": 4}'`); else the driver's node, next to the run directory their checkpoints
+      go to;
+    - actors and evaluators: one unit of `actor_resource` when some node offers it, and Ray's
+      SPREAD strategy (`spread`) over the nodes that qualify;
+    - code: the repository as the job's `working_dir` (`ship_code`: "auto" on a cluster given
+      by --ray_address, "always", "never" when every host has it installed);
+    - GPU memory: every JAX process with `XLA_PYTHON_CLIENT_PREALLOCATE=false` (no 75% grab
+      per process), or a fixed `gpu_memory_fraction` per learner group; nodes that asked for
+      no GPU on a cluster that has some run JAX on CPU (`JAX_PLATFORMS=cpu`).
+    """
+
+    learner_gpus: float = -1.0  # GPUs per learner group; -1: 1 when the cluster has GPUs (shared if fewer), else 0
+    learner_resource: str = "learner"  # custom resource a learner group requests when some node offers it
+    actor_resource: str = "actor"  # custom resource actors and evaluators request when some node offers it
+    spread: bool = True  # actors and evaluators spread over the nodes (Ray's SPREAD strategy)
+    ship_code: str = "auto"  # the repository as Ray's working_dir: auto (with --ray_address), always, never
+    gpu_memory_fraction: float = 0.0  # XLA_PYTHON_CLIENT_MEM_FRACTION of learner groups; 0: no preallocation
+
+    def __post_init__(self):
+        if self.ship_code not in ("auto", "always", "never"):
+            raise ConfigError(f"--ray.ship_code must be auto, always or never; got {self.ship_code!r}")
+        if not 0.0 <= self.gpu_memory_fraction < 1.0:
+            raise ConfigError(f"--ray.gpu_memory_fraction must be in [0, 1); got {self.gpu_memory_fraction}")
+
+
 def _run_league() -> LeagueConfig:
     # AlphaStar's snapshot steps (2e9) scaled to a laptop.
     return LeagueConfig(snapshots=SnapshotConfig(
@@ -204,6 +240,7 @@ class RunConfig:
     learner: Any = field(default_factory=_run_learner)  # learners.config.LearnerConfig
     actor: ActorSettings = field(default_factory=ActorSettings)
     evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
+    ray: RaySettings = field(default_factory=RaySettings)
     supervised: SupervisedStartSettings = field(default_factory=SupervisedStartSettings)
 
     def __post_init__(self):

@@ -20,9 +20,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from experiments.config import RunConfig
+from experiments.config import RaySettings, RunConfig
 from experiments.launchpad_launcher import problem as launchpad_problem
 from experiments.launchpad_launcher import run_launchpad
 from experiments.program import Program, build_program, resolve
@@ -232,38 +231,10 @@ class RayProxy:
 # -- placement on a Ray cluster --------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RaySettings:
-    """How `run_ray` places the program's nodes (RunConfig.ray once experiments/config.py has
-    it, these defaults until then).
-
-    - coordinator: on the driver's node (it owns league.db and params/; the dashboard and the
-      driver read them there);
-    - learner groups: `learner_gpus` GPUs each when asked or when the cluster has GPUs (one
-      per group, shared fractions when groups outnumber GPUs); else one unit of the custom
-      resource `learner_resource` when some node offers it (`ray start --resources=
-      '{"learner": 4}'`); else the driver's node, next to the run directory their checkpoints
-      go to;
-    - actors and evaluators: one unit of `actor_resource` when some node offers it, and Ray's
-      SPREAD strategy (`spread`) over the nodes that qualify;
-    - code: the repository as the job's `working_dir` (`ship_code`: "auto" on a cluster given
-      by --ray_address, "always", "never" when every host has it installed);
-    - GPU memory: every JAX process with `XLA_PYTHON_CLIENT_PREALLOCATE=false` (no 75% grab
-      per process), or a fixed `gpu_memory_fraction` per learner group; nodes that asked for
-      no GPU on a cluster that has some run JAX on CPU (`JAX_PLATFORMS=cpu`).
-    """
-
-    learner_gpus: float = -1.0  # GPUs per learner group; -1: 1 when the cluster has GPUs, else 0
-    learner_resource: str = "learner"  # custom resource a learner group requests when offered
-    actor_resource: str = "actor"  # custom resource actors and evaluators request when offered
-    spread: bool = True  # actors and evaluators spread over the nodes (Ray's SPREAD strategy)
-    ship_code: str = "auto"  # the repository as runtime_env working_dir: auto, always, never
-    gpu_memory_fraction: float = 0.0  # XLA_PYTHON_CLIENT_MEM_FRACTION for learners; 0: grow
-
-
 def ray_settings(config: RunConfig) -> RaySettings:
-    settings = getattr(config, "ray", None)
-    return settings if settings is not None else RaySettings()
+    """The run's placement settings (`RunConfig.ray`; config.json files written before it
+    existed read as the defaults)."""
+    return config.ray
 
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -276,8 +247,6 @@ def job_runtime_env(config: RunConfig, settings: RaySettings) -> dict:
     """The job's runtime_env: few malloc arenas (the many threads of co-located nodes otherwise
     each keep their own) and, on a cluster, the code (the repository as working_dir)."""
     env: dict = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
-    if settings.ship_code not in ("auto", "always", "never"):
-        raise ValueError(f"--ray.ship_code must be auto, always or never; got {settings.ship_code!r}")
     if settings.ship_code == "always" or (settings.ship_code == "auto" and config.ray_address):
         excludes = list(CODE_EXCLUDES)
         run_dir = os.path.abspath(config.run_dir)

@@ -27,7 +27,8 @@ def require_cluster() -> None:
 
 
 def options_of(cluster: dict, **values):
-    from experiments.launchers import RaySettings, placement
+    from experiments.config import RaySettings
+    from experiments.launchers import placement
     from experiments.program import build_program
 
     program = build_program(RunConfig.make(**{"game": "smax_races", "races": 3, **values}))
@@ -66,7 +67,8 @@ def test_placement_refuses_what_the_cluster_cannot_hold():
 
 
 def test_code_ships_to_a_cluster_without_environments_or_runs(tmp_path):
-    from experiments.launchers import REPOSITORY, RaySettings, job_runtime_env
+    from experiments.config import RaySettings
+    from experiments.launchers import REPOSITORY, job_runtime_env
 
     local = RunConfig.make(game="matrix_rps", run_dir=str(tmp_path / "run"))
     assert "working_dir" not in job_runtime_env(local, RaySettings())
