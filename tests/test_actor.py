@@ -1,6 +1,8 @@
 """The actor node on real parts: SMAX races and OpenSpiel games, a real Reverb server, and the
 learner node consuming what the actor writes."""
 
+import time
+
 import jax
 import numpy as np
 import pytest
@@ -49,6 +51,16 @@ class CountingParams:
         if min_version is not None:
             self.version += 1
         return self.version, self.params
+
+
+def wait_for_refresh(source: CountingParams, timeout: float = 60.0) -> None:
+    """Waits until the actor's background refresher has asked `source` for newer parameters
+    (it runs on its own thread, which a loaded machine may not schedule for a while: the
+    actor never waits for it), so that the next unroll starts with a refreshed version."""
+    deadline = time.monotonic() + timeout
+    while source.version < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert source.version >= 1, "the actor's refresher never asked for newer parameters"
 
 
 class LearnerParams:
@@ -154,7 +166,9 @@ def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
                   ActorConfig(unroll_length=T, refresh_seconds=0.01, episodes_per_match=1000))
     try:
         unrolls = 4
-        actor.run(num_steps=unrolls * (T - 1))
+        actor.run(num_steps=2 * (T - 1))
+        wait_for_refresh(source)
+        actor.run(num_steps=2 * (T - 1))
         actor.close()
         items = drain(server, example)
     finally:
@@ -229,13 +243,15 @@ def test_each_unit_keeps_its_own_reward_and_the_plugin_sees_the_acting_version(s
     game, network, params = smax
     example = example_unroll(game.spec, network, T)
     server = queue_server(example)
-    reward = PerUnitReward()
-    actor = Actor("actor-r", "agent", game, network, FixedOpponent(), CountingParams(params),
+    reward, source = PerUnitReward(), CountingParams(params)
+    actor = Actor("actor-r", "agent", game, network, FixedOpponent(), source,
                   f"localhost:{server.port}", "queue",
                   ActorConfig(unroll_length=T, refresh_seconds=0.01, episodes_per_match=1000),
                   reward=reward)
     try:
-        actor.run(num_steps=2 * (T - 1))
+        actor.run(num_steps=T - 1)
+        wait_for_refresh(source)
+        actor.run(num_steps=T - 1)
         actor.close()
         items = drain(server, example)
     finally:
