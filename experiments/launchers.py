@@ -231,12 +231,6 @@ class RayProxy:
 # -- placement on a Ray cluster --------------------------------------------------------
 
 
-def ray_settings(config: RunConfig) -> RaySettings:
-    """The run's placement settings (`RunConfig.ray`; config.json files written before it
-    existed read as the defaults)."""
-    return config.ray
-
-
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Never shipped to workers: environments, run directories, caches, git.
 CODE_EXCLUDES = [".venv", ".venv-*", "runs", ".git", "*.egg-info", "__pycache__",
@@ -254,6 +248,16 @@ def job_runtime_env(config: RunConfig, settings: RaySettings) -> dict:
             excludes.append("/" + os.path.relpath(run_dir, REPOSITORY))
         env.update(working_dir=REPOSITORY, excludes=excludes)
     return env
+
+
+def _offers(cluster: dict, resource: str, count: int, what: str) -> bool:
+    """Whether some node offers the custom `resource`; ValueError if it does, but fewer than
+    the `count` units the nodes (`what`) that request one each need."""
+    offered = cluster.get(resource, 0)
+    if 0 < offered < count:
+        raise ValueError(f"{count} {what} need {count} units of the '{resource}' resource; "
+                         f"the cluster offers {offered:g}")
+    return offered > 0
 
 
 def placement(program: Program, cluster: dict, driver_node: str, settings: RaySettings) -> dict:
@@ -288,21 +292,13 @@ def placement(program: Program, cluster: dict, driver_node: str, settings: RaySe
             o["num_gpus"] = gpus
             o["runtime_env"] = {"env_vars": dict(no_preallocation) if not settings.gpu_memory_fraction else {
                 "XLA_PYTHON_CLIENT_MEM_FRACTION": str(settings.gpu_memory_fraction)}}
-        elif cluster.get(settings.learner_resource, 0) > 0:
-            if cluster[settings.learner_resource] < len(groups):
-                raise ValueError(f"{len(groups)} learner groups need {len(groups)} units of the "
-                                 f"'{settings.learner_resource}' resource; the cluster offers "
-                                 f"{cluster[settings.learner_resource]:g}")
+        elif _offers(cluster, settings.learner_resource, len(groups), "learner groups"):
             o["resources"] = {settings.learner_resource: 1}
         else:
             o["scheduling_strategy"] = on_driver
     for name in others:
         o = options[name]
-        if cluster.get(settings.actor_resource, 0) > 0:
-            if cluster[settings.actor_resource] < len(others):
-                raise ValueError(f"{len(others)} actor and evaluator nodes need {len(others)} units "
-                                 f"of the '{settings.actor_resource}' resource; the cluster offers "
-                                 f"{cluster[settings.actor_resource]:g}")
+        if _offers(cluster, settings.actor_resource, len(others), "actor and evaluator nodes"):
             o["resources"] = {settings.actor_resource: 1}
         if settings.spread:
             o["scheduling_strategy"] = "SPREAD"
@@ -335,7 +331,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     placed elsewhere)."""
     import ray
 
-    settings = ray_settings(config)
+    settings = config.ray
     # Absolute: on a cluster each worker's current directory is its copy of the code.
     config = dataclasses.replace(config, run_dir=os.path.abspath(config.run_dir))
     program = build_program(config)
