@@ -141,7 +141,7 @@ class ExactEvaluator:
         self.game = poker.load_game(game_name)
         self.network, self.params_source = network, params_source
         self.paths = poker_policy.TerminalPaths(self.game)
-        self._step_fn = poker_policy.make_step_fn(network)
+        self._walk = poker_policy.PolicyWalk(self.game, network)
         self._reaches: dict[str, np.ndarray] = {}
         self._tables: dict = {}
         self._m = dict(players=0, tabular_seconds=0.0, payoff_seconds=0.0, pairs=0)
@@ -155,7 +155,7 @@ class ExactEvaluator:
         got = self.params_source.latest_params(player_id)
         if got is None:
             raise LookupError(f"no parameters for player {player_id!r}")
-        table = poker_policy.network_policy(self.game, self.network, got[1], step_fn=self._step_fn)
+        table = poker_policy.network_policy(self.game, self.network, got[1], walk=self._walk)
         if cache:
             self._tables[player_id] = table
         return table

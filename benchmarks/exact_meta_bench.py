@@ -33,13 +33,13 @@ def main(argv):
     game = poker.load_game(FLAGS.game)
     spec = make_game(config, 1).spec
     network = make_network(config, spec)
-    step_fn = poker_policy.make_step_fn(network)
+    walk = poker_policy.PolicyWalk(game, network)
     paths = poker_policy.TerminalPaths(game)
 
     def new_player(seed):
         params = initial_params(network, spec, seed, 0)
         started = time.perf_counter()
-        table = poker_policy.network_policy(game, network, params, step_fn=step_fn)
+        table = poker_policy.network_policy(game, network, params, walk=walk)
         reach = paths.reaches(table)
         return reach, time.perf_counter() - started
 

@@ -101,7 +101,7 @@ class RunReader:
         self.run_dir = run_dir
         self.game = poker.load_game(self.config.game)
         self.network = make_network(self.config, poker.make_spec(self.game))
-        self._step_fn = poker_policy.make_step_fn(self.network)
+        self._walk = None  # poker_policy.PolicyWalk, built on the first conversion
         self._policies: dict[tuple[str, int], object] = {}
 
     def history(self):
@@ -128,8 +128,9 @@ class RunReader:
         version, params = self.params(player_id, override)
         key = (player_id, version)
         if key not in self._policies:
+            self._walk = self._walk or poker_policy.PolicyWalk(self.game, self.network)
             self._policies[key] = poker_policy.network_policy(
-                self.game, self.network, params, step_fn=self._step_fn)
+                self.game, self.network, params, walk=self._walk)
         return self._policies[key]
 
     def main_agents(self) -> list[str]:

@@ -5,6 +5,7 @@ run directory."""
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from open_spiel.python.algorithms import expected_game_score, policy_aggregator
@@ -95,9 +96,10 @@ def test_tabular_policy_is_what_the_actor_plays(game_name, steps):
     # The same network with its memory cut (core reset before every step): must NOT match, or
     # the comparison could not tell a history-blind converter from the right one.
     step = poker_policy.make_step_fn(network)
-    blind = [poker_policy.network_policy(
-        game, network, p, check_tolerance=1.0,
-        step_fn=lambda prm, obs, st, first: step(prm, obs, st, np.ones_like(first))) for p in (pa, pb)]
+    blind_walk = poker_policy.PolicyWalk(
+        game, network, step=lambda prm, obs, st, first: step(prm, obs, st, jnp.ones_like(first)))
+    blind = [poker_policy.network_policy(game, network, p, walk=blind_walk, check_tolerance=1.0)
+             for p in (pa, pb)]
     for side, key, action, prob in decisions:  # tables[side]: the policy of side's parameters
         index = tables[side].state_lookup[key]
         errors.append(abs(tables[side].action_probability_array[index, action] - prob))

@@ -9,7 +9,9 @@ tensor, `acting`, and its legal-action mask (one-hot at 0 when the other player 
 inside the pool, so chance nodes and the terminal state are never observed. Here the game tree
 is walked breadth-first by decision step and each side's core state is carried along every
 history, so the network sees at each decision exactly the sequence of inputs the actor gave it.
-The walk is batched over all histories of one depth (one `network.step` per depth).
+The walk is batched over all histories of one depth (one `network.step` per depth and side),
+and all depths are one jitted program (`PolicyWalk`): the tree is walked in Python once per
+game, so converting one more player costs one XLA call.
 
 With perfect recall a player's information state fixes its own past observations, so every
 history of one information state must give the same probabilities; `network_policy` checks it
@@ -29,6 +31,7 @@ Games", Theorem 7 -- the realisation-equivalent behaviour strategy). OpenSpiel's
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import jax
@@ -52,95 +55,113 @@ def _decision_states(state: pyspiel.State, prob: float = 1.0):
     return out
 
 
-def _pad(n: int) -> int:
-    """Batch sizes padded to powers of two (few distinct jit shapes)."""
-    return 1 << max(0, (n - 1).bit_length())
-
-
 def make_step_fn(network):
-    """jitted (params, obs, state, first) -> (probabilities of the action head, new state)."""
+    """(params, obs, state, first) -> (probabilities of the action head, new state), unjitted
+    (`PolicyWalk` jits the whole walk around it)."""
 
     def step(params, obs, state, first):
         out, state = network.step(params, obs, state, first)
         return jax.nn.softmax(out.logits[poker.ACTION_HEAD].astype(jnp.float32), axis=-1), state
 
-    return jax.jit(step)
+    return step
 
 
-def network_policy(game: pyspiel.Game, network, params, *, step_fn=None,
+class PolicyWalk:
+    """The game tree as the actor feeds it to a network, walked once; then any parameters'
+    exact tabular policy is one jitted call.
+
+    Built once per game: the tree is walked breadth-first by decision step (chance resolved
+    in between, as the pool does), and each level keeps what the network sees there, for both
+    sides (`poker.observe`), each history's parent on the level before, and the information
+    state, acting player and legal actions of each history. `__call__(params)` then runs the
+    network over every level in one XLA program (the core state of each history carried from
+    its parent), and writes each information state's probabilities into a `TabularPolicy`.
+    The tree walk in Python (the slow part) is paid once, not per player.
+
+    `step` (optional) replaces `make_step_fn(network)`: tests use it to cut the network's memory.
+    """
+
+    def __init__(self, game: pyspiel.Game, network, step=None):
+        self.game = game
+        self.num_actions = game.num_distinct_actions()
+        dim = int(np.prod(game.information_state_tensor_shape()))
+        self._template = os_policy.TabularPolicy(game)
+        self.levels = []  # per level: obs per side, parents, infostate index, player, legal
+        frontier = [s for s, _ in _decision_states(game.new_initial_state())]
+        parents = np.zeros(0, np.int64)
+        while frontier:
+            index, player, legal, children, child_parents = [], [], [], [], []
+            for i, state in enumerate(frontier):
+                p = state.current_player()
+                index.append(self._template.state_lookup[self._template._state_key(state, p)])  # noqa: SLF001
+                player.append(p)
+                mask = np.zeros(self.num_actions, bool)
+                mask[state.legal_actions(p)] = True
+                legal.append(mask)
+                for action in state.legal_actions(p):
+                    for child, _ in _decision_states(state.child(action)):
+                        children.append(child)
+                        child_parents.append(i)
+            obs = [poker.stack([poker.observe(s, side, self.num_actions, dim) for s in frontier])
+                   for side in range(2)]
+            self.levels.append(dict(obs=obs, parents=parents, index=np.asarray(index, np.int64),
+                                    player=np.asarray(player, np.int64), legal=np.stack(legal)))
+            frontier, parents = children, np.asarray(child_parents, np.int64)
+        self.index = np.concatenate([lv["index"] for lv in self.levels])
+        self.legal = np.concatenate([lv["legal"] for lv in self.levels])
+        self.histories = len(self.index)
+        unreached = len(self._template.state_lookup) - len(np.unique(self.index))
+        if unreached:
+            raise ValueError(f"{unreached} information states were never reached")
+        step = step or make_step_fn(network)
+        self._probs = jax.jit(lambda params: self._walk(network, step, params))
+
+    def _walk(self, network, step, params):
+        """[histories, A] the acting player's action probabilities at every decision history."""
+        core, rows = None, []
+        for depth, level in enumerate(self.levels):
+            n = len(level["index"])
+            if core is None:
+                core = [network.initial_state(n) for _ in range(2)]
+            else:
+                core = [jax.tree_util.tree_map(lambda x, idx=level["parents"]: x[idx], c) for c in core]
+            probs = []
+            for side in range(2):
+                p, core[side] = step(params, level["obs"][side], core[side], jnp.full(n, depth == 0))
+                probs.append(p)
+            rows.append(jnp.where((level["player"] == 0)[:, None], probs[0], probs[1]))
+        return jnp.concatenate(rows)
+
+    def __call__(self, params, check_tolerance: float = 1e-5,
+                 report: dict | None = None) -> os_policy.TabularPolicy:
+        """The exact tabular policy of `params` (see `network_policy`)."""
+        rows = np.where(self.legal, np.asarray(self._probs(params), np.float64), 0.0)
+        rows /= rows.sum(-1, keepdims=True)
+        tabular = copy.copy(self._template)  # shares the structure, copies the array (OpenSpiel)
+        _, first = np.unique(self.index, return_index=True)
+        tabular.action_probability_array[self.index[first]] = rows[first]
+        spread = float(np.abs(tabular.action_probability_array[self.index] - rows).max())
+        if spread > check_tolerance:
+            raise ValueError(f"histories of one information state disagree by {spread:.2e}: the "
+                             "network's inputs are not a function of the information state")
+        if report is not None:
+            report.update(histories=self.histories, infostates=len(self._template.state_lookup),
+                          max_infostate_spread=spread)
+        return tabular
+
+
+def network_policy(game: pyspiel.Game, network, params, *, walk: PolicyWalk | None = None,
                    check_tolerance: float = 1e-5, report: dict | None = None
                    ) -> os_policy.TabularPolicy:
     """The exact tabular policy of `network` with `params` playing `game` as the actor plays it.
 
-    `report` (optional dict) receives `histories` (decision nodes visited), `infostates` and
-    `max_infostate_spread` (the largest difference of probabilities between two histories of
-    one information state; a ValueError if above `check_tolerance`)."""
-    step_fn = step_fn or make_step_fn(network)
-    num_actions = game.num_distinct_actions()
-    dim = int(np.prod(game.information_state_tensor_shape()))
-    tabular = os_policy.TabularPolicy(game)
-    seen = np.zeros(len(tabular.state_lookup), bool)
-    spread = 0.0
-    histories = 0
-
-    frontier = [s for s, _ in _decision_states(game.new_initial_state())]
-    core = None  # per side: pytree [len(frontier), ...]
-    first_step = True
-    while frontier:
-        n = len(frontier)
-        padded = _pad(n)
-        histories += n
-        if core is None:
-            core = [network.initial_state(n) for _ in range(2)]
-        probs, new_core = [], []
-        for side in range(2):
-            obs = poker.stack([poker.observe(s, side, num_actions, dim) for s in frontier])
-            obs = jax.tree_util.tree_map(lambda x, r=padded: _pad_rows(x, r), obs)
-            state = jax.tree_util.tree_map(lambda x, r=padded: _pad_rows(x, r), core[side])
-            first = np.full(padded, first_step)
-            p, s = step_fn(params, obs, state, first)
-            probs.append(np.asarray(p, np.float64)[:n])
-            new_core.append(jax.tree_util.tree_map(lambda x, m=n: np.asarray(x)[:m], s))
-        children, parents = [], []
-        for i, state in enumerate(frontier):
-            player = state.current_player()
-            key = tabular._state_key(state, player)  # noqa: SLF001 -- OpenSpiel's own key rule
-            index = tabular.state_lookup[key]
-            legal = np.zeros(num_actions, bool)
-            legal[state.legal_actions(player)] = True
-            row = np.where(legal, probs[player][i], 0.0)
-            row /= row.sum()
-            if seen[index]:
-                spread = max(spread, float(np.abs(tabular.action_probability_array[index] - row).max()))
-            else:
-                tabular.action_probability_array[index] = row
-                seen[index] = True
-            for action in state.legal_actions(player):
-                for child, _ in _decision_states(state.child(action)):
-                    children.append(child)
-                    parents.append(i)
-        parents = np.asarray(parents, np.int64)
-        core = [jax.tree_util.tree_map(lambda x, idx=parents: x[idx], c) for c in new_core]
-        frontier = children
-        first_step = False
-    if not seen.all():
-        raise ValueError(f"{int((~seen).sum())} information states were never reached")
-    if spread > check_tolerance:
-        raise ValueError(f"histories of one information state disagree by {spread:.2e}: the "
-                         "network's inputs are not a function of the information state")
-    if report is not None:
-        report.update(histories=histories, infostates=int(seen.size), max_infostate_spread=spread)
-    return tabular
-
-
-def _pad_rows(x: np.ndarray, rows: int) -> np.ndarray:
-    x = np.asarray(x)
-    if len(x) == rows:
-        return x
-    pad = np.zeros((rows - len(x), *x.shape[1:]), x.dtype)
-    if x.dtype == np.bool_ and x.ndim == 2:  # masks: keep one legal action in padding rows
-        pad[:, 0] = True
-    return np.concatenate([x, pad])
+    `walk`: a `PolicyWalk` of this game and network to reuse (callers converting many players
+    keep one; without it the tree is walked again). `report` (optional dict) receives
+    `histories` (decision nodes visited), `infostates` and `max_infostate_spread` (the largest
+    difference of probabilities between two histories of one information state; a ValueError
+    if above `check_tolerance`)."""
+    walk = walk or PolicyWalk(game, network)
+    return walk(params, check_tolerance=check_tolerance, report=report)
 
 
 def own_reach(game: pyspiel.Game, policies: Sequence[os_policy.TabularPolicy]) -> np.ndarray:
