@@ -329,6 +329,8 @@ class Coordinator:
         elo = meta.elo_ratings(np.where(exact, EXACT_GAMES * rates, wins), np.where(exact, 0.0, draws))
         self.history.add_payoff_snapshot(ids, wins, draws, now, scores=scores)
         self.history.add_nash(dict(zip(ids, nash)), now)
+        with self._lock:
+            self.league.set_nash_weights(dict(zip(ids, nash.tolist())))
         self.history.add_ratings(
             {p: (elo[i], *trueskill.get(p, (25.0, 25.0 / 3))) for i, p in enumerate(ids)}, now
         )

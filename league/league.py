@@ -41,6 +41,9 @@ class League:
         self.snapshot_count: dict[str, int] = {}
         # OpenAI Five quality scores of each agent's past selves, aligned with snapshots_of.
         self._quality: dict[str, list[float]] = {}
+        # The latest meta-game Nash weights the coordinator published (`set_nash_weights`); not
+        # saved: a resumed league has none until the next publication.
+        self.nash_weights: dict[str, float] = {}
         for player in learning_agents(config):
             self._add(player)
         if config.initial_snapshots:
@@ -101,6 +104,14 @@ class League:
         dist = self.match_distribution(agent_id)
         i = self.rng.choice(len(dist.opponents), p=dist.probabilities)
         return Match(agent_id, dist.opponents[i], dist.branches[i])
+
+    def set_nash_weights(self, weights: dict[str, float]) -> None:
+        """The latest Nash distribution of the meta-game (player id -> weight), for matchmakers
+        that target it (`MatchmakingConfig.league_exploiter_opponents="nash"`)."""
+        unknown = set(weights) - set(self.players)
+        if unknown:
+            raise ValueError(f"Nash weights name players not in the league: {sorted(unknown)}")
+        self.nash_weights = {p: float(w) for p, w in weights.items()}
 
     def record_result(self, home: str, away: str, outcome: str, score: float | None = None) -> None:
         """One game's outcome ("win" | "draw" | "loss" from home's side) and, if the game

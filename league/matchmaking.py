@@ -243,10 +243,21 @@ def main_exploiter_distribution(league: League, agent_id: str) -> MatchDistribut
 
 
 def league_exploiter_distribution(league: League, agent_id: str) -> MatchDistribution:
-    """AlphaStar's league exploiter: PFSP(linear_capped) over all historical players."""
+    """AlphaStar's league exploiter: PFSP(linear_capped) over all historical players.
+
+    With `league_exploiter_opponents="nash"`, PSRO's best-response target instead (Lanctot
+    et al. 2017, "A Unified Game-Theoretic Approach to Multiagent Reinforcement Learning",
+    Alg. 1: each new policy is trained against the meta-strategy of the population): the
+    opponent is drawn from the league's latest Nash mixture (`League.nash_weights`)
+    restricted to historical players; PFSP until there is one."""
     historical = league.historical_ids()
     if not historical:
         return _uniform(agent_id, _self_play_opponents(league, agent_id), "self_play_fallback")
+    if league.config.matchmaking.league_exploiter_opponents == "nash":
+        support = [p for p in historical if league.nash_weights.get(p, 0.0) > 0]
+        if support:
+            weights = np.asarray([league.nash_weights[p] for p in support])
+            return _over(agent_id, support, weights / weights.sum(), "nash")
     return _pfsp(league, agent_id, historical, league.config.matchmaking.league_exploiter_weighting, "pfsp")
 
 

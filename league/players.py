@@ -73,6 +73,10 @@ class MatchmakingConfig:
     main_exploiter_curriculum_win_rate: float = 0.2
     main_exploiter_curriculum_probability: float = 0.5  # share of the curriculum when below it
     league_exploiter_weighting: str = "linear_capped"  # league exploiters' PFSP weighting
+    # League exploiters' opponents: "pfsp" (AlphaStar: PFSP over all historical players) or
+    # "nash" (PSRO's best-response target: the league's latest meta-game Nash mixture over
+    # historical players; PFSP until the coordinator has published one).
+    league_exploiter_opponents: str = "pfsp"
     # The exponent p of the "hard" weighting f_hard(x) = (1 - x)^p, wherever a weighting above
     # is "hard" (AlphaStar: "squared" is p = 2; larger p focuses harder on the strongest).
     pfsp_hard_exponent: float = 2.0
@@ -131,6 +135,9 @@ class LeagueConfig:
                 f"allowed: {', '.join(MAIN_AGENT_MATCHMAKERS)}"
             )
         _check_probabilities(self.matchmaking, self.snapshots)
+        if self.matchmaking.league_exploiter_opponents not in ("pfsp", "nash"):
+            raise ValueError("league_exploiter_opponents must be pfsp or nash; got "
+                             f"{self.matchmaking.league_exploiter_opponents!r}")
         if not 0.0 < self.payoff_decay <= 1.0:
             raise ValueError(f"payoff_decay must lie in (0, 1]; got {self.payoff_decay!r}")
 

@@ -407,6 +407,30 @@ def test_league_exploiter_uses_capped_linear_pfsp_over_all_past_players():
     assert_exact(league.match_distribution(exploiter), {(a, "pfsp"): 5 / 9, (b, "pfsp"): 4 / 9})
 
 
+def test_league_exploiter_targets_the_nash_mixture_when_asked():
+    """PSRO's target: opponents drawn from the published Nash weights over historical players
+    (learning players' weight dropped, renormalised by hand); PFSP before any is published."""
+    mm = MatchmakingConfig(league_exploiter_opponents="nash")
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=1,
+                          payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
+    league = League(config, rng=5)
+    exploiter = "terran_league_exploiter_0"
+    a = snapshot(league, "terran_main_agent_0")
+    b = snapshot(league, "terran_main_exploiter_0")
+    c = snapshot(league, "terran_main_agent_0")
+    play(league, exploiter, a, 1, 4)
+    play(league, exploiter, b, 3, 2)
+    play(league, exploiter, c, 1, 1)
+    before = league.match_distribution(exploiter)
+    assert set(before.branches) == {"pfsp"}
+    league.set_nash_weights({a: 0.3, b: 0.0, c: 0.1, "terran_main_agent_0": 0.6})
+    assert_exact(league.match_distribution(exploiter), {(a, "nash"): 0.75, (c, "nash"): 0.25})
+    with pytest.raises(ValueError, match="not in the league"):
+        league.set_nash_weights({"nobody": 1.0})
+    with pytest.raises(ValueError, match="league_exploiter_opponents must be pfsp or nash"):
+        LeagueConfig(matchmaking=MatchmakingConfig(league_exploiter_opponents="psro"))
+
+
 @pytest.mark.parametrize("role_weighting", ["main_pfsp_weighting", "league_exploiter_weighting"])
 def test_hard_pfsp_uses_its_exponent(role_weighting):
     """f_hard(x) = (1 - x)^p with the configured p; x = 0.2, 0.5, 0.9 and p = 3 by hand."""
