@@ -36,6 +36,17 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
   `match_source.report_results([{"home", "away", "outcome": "win"|"draw"|"loss" (home's view),
   "score" (the sum of the game's own rewards to home: chips in poker, the outcome in SMAX),
   "length", "actor_id", "branch"}])`. The coordinator's meta-game is built on the scores.
+- z (SMAX, a network with a z input: `agents.z_size`; AlphaStar, seed 002). At the start of
+  every game the learner's side gets a z, `obs["z"]`, kept for the whole game: a main agent's
+  (`z_bank`, an `actors.replays.ZBank`) is drawn uniformly from the recorded z of its race
+  against the game's enemy race, and each of its pseudo-rewards for following z
+  (`actors.replays.PSEUDO_REWARDS`) is active with probability `z_pseudo_reward_probability`
+  (AlphaStar: 25%); without a bank (exploiters, who AlphaStar does not condition on z, or no
+  replays) z = 0 and no pseudo-reward is active. The candidates are drawn on the host once per
+  unroll, one per step and game (`_z_plan`), and a game takes its step's candidate when it
+  starts. At a game's last step the actor computes the pseudo-rewards from the z the game
+  produced (army, enemy types in first-attack order, types attacked: `z_pseudo_rewards`) and
+  writes them with the active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
 - Parameters. A background thread asks `params_source.latest_params(agent_id,
   min_version=version + 1)` every `refresh_seconds` (AlphaStar: 10 s), puts new parameters on
   the device and the loop swaps them in between two steps (two unrolls for fused games): play
@@ -55,8 +66,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from actors import replays
 from actors import rewards as reward_plugins
-from agents import act, head_names, network_key
+from agents import act, head_names, network_key, pseudo_reward_count, z_size
 from agents.trajectory import Step, Unroll, zeros_unroll
 
 PyTree = Any
@@ -78,6 +90,8 @@ class ActorConfig:
     team_spirit_start: float = 0.3     # OpenAI Five's rerun: 0.3
     team_spirit_end: float = 0.8       # OpenAI Five's rerun: 0.8
     team_spirit_updates: int = 2_000
+    # AlphaStar: each pseudo-reward for following z is active in a game with probability 25%.
+    z_pseudo_reward_probability: float = 0.25
 
     def __post_init__(self):
         if self.unroll_length < 2:
@@ -88,22 +102,34 @@ class ActorConfig:
             raise ValueError("team spirit must be in [0, 1]")
         if self.team_spirit_updates < 0:
             raise ValueError("team_spirit_updates must be >= 0")
+        if not 0.0 <= self.z_pseudo_reward_probability <= 1.0:
+            raise ValueError("z_pseudo_reward_probability must be in [0, 1]")
 
     @property
     def team_spirit(self) -> tuple[float, float, int]:
         return self.team_spirit_start, self.team_spirit_end, self.team_spirit_updates
 
 
+def observation_template(game_spec, network) -> dict:
+    """A zero observation of side 0 as trajectories store it: the game's, plus `z` [z_size]
+    for a network conditioned on z."""
+    obs = game_spec.side(0).zero_observation()
+    if z_size(network):
+        obs["z"] = np.zeros(z_size(network), np.float32)
+    return obs
+
+
 def example_unroll(game_spec, network, unroll_length: int, teacher: bool = False) -> Unroll:
     """An all-zero item of the actor's trajectories (Reverb signature, the learner's example).
     With `teacher`, the core state is (the policy's, the teacher's): see `Actor`."""
     side = game_spec.side(0)
-    obs = side.zero_observation()
     core = jax.tree_util.tree_map(lambda x: np.asarray(x)[0], network.initial_state(1))
     if teacher:
         core = (core, core)
-    return zeros_unroll(obs, side.zero_observation(), head_shapes(network), core, unroll_length,
-                        reward_shape=value_shape(network))
+    return zeros_unroll(observation_template(game_spec, network), side.zero_observation(),
+                        head_shapes(network), core, unroll_length,
+                        reward_shape=value_shape(network),
+                        pseudo_rewards=pseudo_reward_count(network))
 
 
 def head_shapes(network) -> dict[str, tuple[int, ...]]:
@@ -166,6 +192,9 @@ class Stream(NamedTuple):
     teacher_state: Any    # the teacher's core state before the next unroll (None: no teacher)
     lengths: np.ndarray   # [B] steps of each running game so far
     scores: np.ndarray    # [B] each running game's payoff to side 0 so far
+    z: Any = None         # (z [B, Z], active [B, K]) of the running games (None: no z)
+    z_army: Any = None    # [B] the army each running game's side 0 chose (-1 before)
+    z_first_attack: Any = None  # [B, 6] step of each enemy type's first attack (inf: none)
 
 
 class Match(NamedTuple):
@@ -212,22 +241,37 @@ def _make_fused_unroll(network, game_step, num_steps: int):
     """
     step = jax.vmap(game_step)
 
-    def body(params0, params1, carry, key):
-        game_state, obs, state0, state1, first = carry
+    def body(params0, params1, carry, xs):
+        game_state, obs, state0, state1, first, z = carry
+        key, plan = xs
         k0, k1 = jax.random.split(key)
-        a0, next0 = act(network, params0, k0, obs[0], state0, first)
+        obs0, z = with_z(obs[0], z, plan, first)
+        a0, next0 = act(network, params0, k0, obs0, state0, first)
         a1, next1 = act(network, params1, k1, obs[1], state1, first)
         game_state, next_obs, rewards, done, outcome, signals = step(game_state, (a0.game, a1.game))
-        record = step_record(obs, a0, first, done, outcome, rewards, signals)
-        return (game_state, next_obs, next0, next1, done), (record, state0)
+        record = step_record((obs0, obs[1]), a0, first, done, outcome, rewards, signals)
+        if z is not None:
+            record["z_active"] = z[1]
+        return (game_state, next_obs, next0, next1, done, z), (record, state0)
 
-    def unroll(params0, params1, rng, game_state, obs, state0, state1, first):
-        carry = (game_state, obs, state0, state1, jnp.asarray(first, bool))
+    def unroll(params0, params1, rng, game_state, obs, state0, state1, first, z=None, z_plan=None):
+        carry = (game_state, obs, state0, state1, jnp.asarray(first, bool), z)
         carry, (chunk, before) = jax.lax.scan(
-            lambda c, k: body(params0, params1, c, k), carry, jax.random.split(rng, num_steps))
+            lambda c, x: body(params0, params1, c, x), carry,
+            (jax.random.split(rng, num_steps), z_plan))
         return carry, chunk, jax.tree_util.tree_map(lambda x: x[-1], before)
 
     return jax.jit(unroll)
+
+
+def with_z(obs, z, plan, first):
+    """(side 0's observation with `z`, the new (z, active)): games starting this step (`first`
+    [B]) take this step's candidates `plan` (z [B, Z], active [B, K]), the others keep theirs.
+    (obs, None) without z."""
+    if z is None:
+        return obs, None
+    new = tuple(jnp.where(jnp.reshape(first, (-1, 1)), p, c) for p, c in zip(plan, z))
+    return {**obs, "z": new[0]}, new
 
 
 def reset_game(game, seed: int, match: dict):
@@ -398,7 +442,7 @@ class Actor:
 
     def __init__(self, actor_id: str, agent_id: str, game, network, match_source, params_source,
                  reverb_address: str | None, table: str, config: ActorConfig | None = None,
-                 *, reward=None, teacher_params=None):
+                 *, reward=None, teacher_params=None, z_bank: replays.ZBank | None = None):
         self.actor_id, self.agent_id = str(actor_id), str(agent_id)
         self.game, self.network = game, network
         self.match_source, self.params_source = match_source, params_source
@@ -412,7 +456,14 @@ class Actor:
         self._reward_fn = reward or reward_plugins.load_reward_plugin(
             self.config.reward_plugin, game.spec, 0, team_spirit=self.config.team_spirit)
         self._reward_shape = value_shape(network)
-        self._obs_template = game.spec.side(0).zero_observation()
+        self._obs_template = observation_template(game.spec, network)
+        self._opponent_template = game.spec.side(0).zero_observation()
+        # z (module docstring): the bank of a main agent, None for exploiters (z = 0).
+        self._z_size, self._pseudo_count = z_size(network), pseudo_reward_count(network)
+        self.z_bank = z_bank if self._z_size else None
+        self._z_rng = np.random.default_rng(self.config.seed + 7)
+        menu = getattr(getattr(getattr(game, "fns", None), "env", None), "menu_table", None)
+        self._menu_table = None if menu is None else np.asarray(menu)
         self._teacher = None if teacher_params is None else jax.device_put(teacher_params)
         self._advance_teacher = None if teacher_params is None else make_teacher_advance(network)
         self._rng = jax.random.PRNGKey(self.config.seed)
@@ -475,7 +526,8 @@ class Actor:
             obs=timestep.observations, first=np.ones(self._batch, bool), state0=initial,
             state1=initial, carry=None, carry_state=initial,
             teacher_state=None if self._teacher is None else initial,
-            lengths=np.zeros(self._batch, np.int64), scores=np.zeros(self._batch, np.float64))
+            lengths=np.zeros(self._batch, np.int64), scores=np.zeros(self._batch, np.float64),
+            **self._z_reset())
         with self._lock:
             self._m["matches"] += 1
             self._m["games_abandoned"] += abandoned
@@ -495,18 +547,23 @@ class Actor:
         state before the last step)."""
         records, versions, last_state = [], [], None
         s = self._stream
-        obs, first, state0, state1 = s.obs, s.first, s.state0, s.state1
-        for _ in range(num_steps):
+        obs, first, state0, state1, z = s.obs, s.first, s.state0, s.state1, s.z
+        plan = self._z_plan(num_steps)
+        for k in range(num_steps):
             self._take_refresh()
             last_state = state0
             self._rng, key = jax.random.split(self._rng)
+            obs0, z = with_z(obs[0], z, None if plan is None else (plan[0][k], plan[1][k]), first)
             a0, a1, state0, state1 = self._policy(
-                self._params, self._match.opponent_params, key, obs[0], obs[1], state0, state1, first)
+                self._params, self._match.opponent_params, key, obs0, obs[1], state0, state1, first)
             t = self.game.step((a0.game, a1.game))
-            records.append(step_record(obs, a0, first, t.done, t.outcome, t.rewards, t.signals))
+            record = step_record((obs0, obs[1]), a0, first, t.done, t.outcome, t.rewards, t.signals)
+            if z is not None:
+                record["z_active"] = z[1]
+            records.append(record)
             versions.append(self._version)
             obs, first = t.observations, t.done
-        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1)
+        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1, z=z)
         host = jax.device_get(records)   # the one synchronisation of the unroll
         chunk = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *host)
         chunk["version"] = np.asarray(versions, np.int32)
@@ -518,11 +575,11 @@ class Actor:
         self._take_refresh()
         self._rng, key = jax.random.split(self._rng)
         s = self._stream
-        (game_state, obs, state0, state1, first), chunk, last_state = self._fused(num_steps)(
+        (game_state, obs, state0, state1, first, z), chunk, last_state = self._fused(num_steps)(
             self._params, self._match.opponent_params, key, self.game.state, s.obs, s.state0,
-            s.state1, s.first)
+            s.state1, s.first, s.z, self._z_plan(num_steps))
         self.game.state = game_state
-        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1)
+        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1, z=z)
         chunk = jax.device_get(chunk)
         chunk["version"] = np.full(num_steps, self._version, np.int32)
         return chunk, last_state
@@ -533,12 +590,90 @@ class Actor:
                                                            num_steps)
         return self._fused_fns[num_steps]
 
+    # ------------------------------------------------------------------ z
+
+    def _z_reset(self) -> dict:
+        """The z fields of a new match's Stream (all None without z)."""
+        if not self._z_size:
+            return {}
+        b, k = self._batch, self._pseudo_count
+        return dict(z=(np.zeros((b, self._z_size), np.float32), np.zeros((b, k), np.float32)),
+                    z_army=np.full(b, -1, np.int64),
+                    z_first_attack=np.full((b, replays.NUM_UNIT_TYPES), np.inf))
+
+    def _z_plan(self, num_steps: int):
+        """Candidate (z [T, B, Z], active [T, B, K]) for games starting at each step of the
+        next unroll: drawn from the bank by each game's matchup (zeros without a bank)."""
+        if not self._z_size:
+            return None
+        b, k = self._batch, self._pseudo_count
+        z = np.zeros((num_steps, b, self._z_size), np.float32)
+        active = np.zeros((num_steps, b, k), np.float32)
+        if self.z_bank is not None:
+            bank = self.z_bank
+            races = self._match_races()
+            matchup = races[:, 0] * bank.races + races[:, 1]
+            counts = bank.counts[matchup]                                  # [B]
+            pick = np.floor(self._z_rng.random((num_steps, b)) * np.maximum(counts, 1)).astype(int)
+            z = bank.table[matchup[None, :], pick] * (counts > 0)[None, :, None]
+            active = ((self._z_rng.random((num_steps, b, k)) < self.config.z_pseudo_reward_probability)
+                      & (counts > 0)[None, :, None]).astype(np.float32)
+        return z.astype(np.float32), active
+
+    def _match_races(self) -> np.ndarray:
+        """[B, 2] race indices of the batch's games (zeros for games without races)."""
+        races = getattr(self.game, "races", None)
+        if races is None:
+            return np.zeros((self._batch, 2), np.int64)
+        return np.asarray(races, np.int64).reshape(self._batch, 2)
+
+    def _pseudo_rewards(self, chunk: dict) -> dict:
+        """z's pseudo-rewards of the new steps ({"reward", "active"} [T', B, K]): at each game's
+        last step, `replays.z_pseudo_rewards` of the z it was given and the z it produced
+        (tracked across unrolls in the Stream), times the game's active flags."""
+        s = self._stream
+        first = np.asarray(chunk["first"], bool)
+        done = np.asarray(chunk["done"], bool)
+        active = np.asarray(chunk["z_active"], np.float32)
+        given = np.asarray(chunk["observation"]["z"], np.float32)
+        reward = np.zeros_like(active)
+        army, first_attack = s.z_army, s.z_first_attack
+        if self._menu_table is None:
+            return {"reward": reward, "active": active}
+        obs = chunk["observation"]
+        actions = chunk["action"]
+        enemy = np.asarray(obs["races"])[:, :, 1].argmax(-1)                 # [T', B]
+        enemy_army = np.asarray(obs["compositions"])[:, :, 1].argmax(-1)
+        enemy_types = self._menu_table[enemy, enemy_army]                    # [T', B, n]
+        choosing = np.asarray(obs["choosing"], bool)
+        step_of_game = s.lengths.astype(np.float64).copy()  # steps played before the unroll
+        for t in range(first.shape[0]):
+            starts = first[t]
+            army[starts] = -1
+            first_attack[starts] = np.inf
+            step_of_game[starts] = 0
+            army = np.where(choosing[t], np.asarray(actions["composition"][t]), army)
+            hit = replays.attacked_types(actions["action_type"][t], actions["target"][t],
+                                         obs["alive"][t], enemy_types[t]) & ~choosing[t][:, None]
+            first_attack = np.where(hit & ~np.isfinite(first_attack), step_of_game[:, None],
+                                    first_attack)
+            step_of_game += 1
+            for b in np.flatnonzero(done[t] & active[t].any(-1)):
+                order = replays.produced_order(first_attack[b])
+                reward[t, b] = active[t, b] * replays.z_pseudo_rewards(
+                    given[t, b], int(army[b]), order, np.isfinite(first_attack[b]))
+        self._stream = s._replace(z_army=army, z_first_attack=first_attack)
+        return {"reward": reward, "active": active}
+
     def _unroll(self):
         """Plays the steps of one unroll, writes it, reports results; may start a new match."""
         steps_needed = self.config.unroll_length - (0 if self._stream.carry is None else 1)
         play = self._play_fused if self._fused_fns is not None else self._play_stepwise
         before = self._stream
         chunk, last_state = play(steps_needed)
+        if self._z_size:
+            chunk["pseudo_reward"] = self._pseudo_rewards(chunk)
+            del chunk["z_active"]
         self._reward_and_report(chunk)
         if before.carry is not None:
             chunk = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), before.carry, chunk)
@@ -604,22 +739,25 @@ class Actor:
             x = np.swapaxes(np.asarray(x), 0, 1)
             return np.ascontiguousarray(x if dtype is None else x.astype(dtype, copy=False))
 
-        def observation(tree):
+        def observation(tree, template):
             return jax.tree_util.tree_map(lambda tmpl, x: batch_major(x, tmpl.dtype),
-                                          self._obs_template, tree)
+                                          template, tree)
 
         b = self._batch
         batch = Unroll(
             steps=Step(
-                observation=observation(chunk["observation"]),
-                opponent_observation=observation(chunk["opponent_observation"]),
+                observation=observation(chunk["observation"], self._obs_template),
+                opponent_observation=observation(chunk["opponent_observation"],
+                                                 self._opponent_template),
                 action={h: batch_major(chunk["action"][h], np.int32) for h in self._heads},
                 behaviour_log_prob={h: batch_major(chunk["behaviour_log_prob"][h], np.float32)
                                     for h in self._heads},
                 reward=batch_major(chunk["reward"], np.float32),   # [B, T, *value_shape]
                 discount=batch_major(1.0 - np.asarray(chunk["done"], np.float32)),
                 first=batch_major(chunk["first"], bool),
-                policy_version=np.repeat(chunk["version"][None], b, 0)),
+                policy_version=np.repeat(chunk["version"][None], b, 0),
+                pseudo_reward=None if "pseudo_reward" not in chunk else {
+                    k: batch_major(v, np.float32) for k, v in chunk["pseudo_reward"].items()}),
             core_state=jax.tree_util.tree_map(np.asarray, jax.device_get(core_state)))
         self._writer.put(batch, self._stop)
         with self._lock:

@@ -146,6 +146,158 @@ def smax_z_of_chunk(chunk: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {f"z/{k}": np.stack(v) for k, v in out.items()}
 
 
+
+# ---------------------------------------------------------------------------------------------
+# z as a network input and the pseudo-rewards for following it (issue 14 section 1, "z").
+
+Z_ARMIES = 3  # actors.games.smax_races.COMPOSITIONS_PER_RACE (menu entries per race)
+Z_SIZE = Z_ARMIES + NUM_UNIT_TYPES * NUM_UNIT_TYPES + NUM_UNIT_TYPES
+"""The length of z's fixed-size numeric encoding (`encode_z`): 3 + 36 + 6 = 45."""
+PSEUDO_REWARDS = ("build_order", "attacked_types")
+"""The pseudo-rewards for following z, in this order (value heads, `Step.pseudo_reward`)."""
+
+
+def encode_z(army, attack_order, attack_counts) -> np.ndarray:
+    """z's fixed-size encoding, float32 [..., Z_SIZE] (any leading axes), in three parts:
+
+    - [0:3]   the army: one-hot of the menu index (all zero for -1, no army);
+    - [3:39]  the attack order: 6 ranks x 6 unit types, row k the one-hot of the k-th enemy unit
+              type first attacked (all zero past the end of the order, -1);
+    - [39:45] the cumulative statistic binarised: 1 for each enemy unit type attacked at all
+              (attack_counts > 0).
+
+    The all-zero vector is "no z" (AlphaStar's z = 0: the unconditioned policy). `decode_z`
+    inverts it."""
+    army = np.asarray(army)
+    order = np.asarray(attack_order)
+    counts = np.asarray(attack_counts)
+    lead = army.shape
+    out = np.zeros(lead + (Z_SIZE,), np.float32)
+    arange = np.arange(Z_ARMIES)
+    out[..., :Z_ARMIES] = army[..., None] == arange
+    ranks = (order[..., :, None] == np.arange(NUM_UNIT_TYPES)).reshape(*lead, -1)
+    out[..., Z_ARMIES:Z_ARMIES + NUM_UNIT_TYPES ** 2] = ranks
+    out[..., Z_ARMIES + NUM_UNIT_TYPES ** 2:] = counts > 0
+    return out
+
+
+def decode_z(z) -> tuple[int, list[int], np.ndarray]:
+    """(army or -1, attack order as a list of unit types, attacked types bool [6]) of one
+    encoded z [Z_SIZE] (`encode_z`)."""
+    z = np.asarray(z)
+    army_part = z[:Z_ARMIES]
+    army = int(np.argmax(army_part)) if army_part.any() else -1
+    ranks = z[Z_ARMIES:Z_ARMIES + NUM_UNIT_TYPES ** 2].reshape(NUM_UNIT_TYPES, NUM_UNIT_TYPES)
+    order = [int(np.argmax(row)) for row in ranks if row.any()]
+    return army, order, z[Z_ARMIES + NUM_UNIT_TYPES ** 2:] > 0.5
+
+
+def build_order(army: int, attack_order) -> list[int]:
+    """SMAX's "build order": the army (token NUM_UNIT_TYPES + army; left out for -1) then the
+    enemy unit types in the order first attacked (-1 padding dropped)."""
+    head = [NUM_UNIT_TYPES + int(army)] if army >= 0 else []
+    return head + [int(t) for t in attack_order if t >= 0]
+
+
+def edit_distance(a, b) -> int:
+    """Levenshtein distance between two sequences (insertions, deletions, substitutions, each
+    cost 1; Wagner-Fischer dynamic programme)."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def z_pseudo_rewards(target_z, army: int, attack_order, attacked) -> np.ndarray:
+    """The two pseudo-rewards of one finished game, float32 [2] (`PSEUDO_REWARDS` order), given
+    at the game's last step (AlphaStar, Methods "Supervised learning"/"Reinforcement learning":
+    the agent is rewarded for following the sampled z, by the edit distance between build
+    orders and the Hamming distance between cumulative statistics; here reduced to our z and
+    given once, at the end, as the negated distance between the sampled z and the z the game
+    produced, each normalised to [-1, 0]):
+
+        r_build_order    = - edit(build_order(z), build_order(produced)) / max(len of both, 1)
+        r_attacked_types = - hamming(attacked types of z, produced attacked types) / 6
+
+    target_z: the encoded z the agent was given ([Z_SIZE]); army, attack_order, attacked:
+    what it played (the army index, the types in first-attack order, bool [6])."""
+    z_army, z_order, z_attacked = decode_z(target_z)
+    want, got = build_order(z_army, z_order), build_order(army, attack_order)
+    r_build = -edit_distance(want, got) / max(len(want), len(got), 1)
+    r_types = -np.sum(z_attacked != np.asarray(attacked, bool)) / NUM_UNIT_TYPES
+    return np.asarray([r_build, r_types], np.float32)
+
+
+def attacked_types(action_type, target, alive, enemy_types, side: int = 0) -> np.ndarray:
+    """bool [..., 6]: the SMAX unit types side `side` orders attacks on this step (as `smax_z`
+    counts them: `action_type == ATTACK` by a live unit, on enemy slot `enemy_slot(side,
+    target)` of type `enemy_types[..., slot]`, -1 empty). action_type, target, alive: [..., n];
+    enemy_types [..., n]."""
+    n = np.shape(alive)[-1]
+    slot = np.clip(enemy_slot(side, target, n), 0, n - 1)
+    types = np.take_along_axis(np.asarray(enemy_types), slot, axis=-1)
+    attacking = (np.asarray(action_type) == ATTACK) & np.asarray(alive, bool) & (types >= 0)
+    return np.any((types[..., None] == np.arange(NUM_UNIT_TYPES)) & attacking[..., None], axis=-2)
+
+
+def produced_order(first_attack_step) -> list[int]:
+    """The attack order from each type's first attack step (float [6], inf never): types by
+    step, ties in type-index order (as `smax_z`)."""
+    steps = np.asarray(first_attack_step, np.float64)
+    return [int(k) for k in sorted(np.flatnonzero(np.isfinite(steps)), key=lambda k: (steps[k], k))]
+
+
+class ZBank:
+    """The z of every recorded side of a replay directory, by (own race, enemy race): what a
+    main agent samples its z from at each game's start (AlphaStar: z sampled from the human
+    games of the agent's race). `table` [R * R, N, Z_SIZE] float32 and `counts` [R * R]
+    int32 (matchup index own * R + enemy); a matchup without games of its own falls back to
+    every game of the own race; a race without any game has count 0 (z = 0)."""
+
+    def __init__(self, table: np.ndarray, counts: np.ndarray, source: str = ""):
+        self.table = np.asarray(table, np.float32)
+        self.counts = np.asarray(counts, np.int32)
+        self.source = source
+
+    @property
+    def races(self) -> int:
+        return int(round(np.sqrt(self.counts.shape[0])))
+
+    @classmethod
+    def from_replays(cls, directory: str, spec=None, races: int = 3) -> ZBank:
+        """Reads `directory` (ReplayError naming the file for another game, spec or version)."""
+        data = open_replays(directory, game=None if spec is None else spec.name, spec=spec)
+        by: dict[tuple[int, int], list] = {}
+        for chunk in data.iter_chunks():
+            if "z/army" not in chunk:
+                raise ReplayError(f"{directory}: its chunks hold no z (not SMAX races replays)")
+            z = encode_z(chunk["z/army"], chunk["z/attack_order"], chunk["z/attack_counts"])
+            for g in range(z.shape[0]):
+                for s in range(2):
+                    key = (int(chunk["races"][g, s]), int(chunk["races"][g, 1 - s]))
+                    by.setdefault(key, []).append(z[g, s])
+        lists = []
+        for own in range(races):
+            for enemy in range(races):
+                rows = by.get((own, enemy)) or [v for (o, _), vs in sorted(by.items()) if o == own for v in vs]
+                lists.append(rows)
+        size = max(1, max(len(r) for r in lists))
+        table = np.zeros((races * races, size, Z_SIZE), np.float32)
+        for m, rows in enumerate(lists):
+            if rows:
+                table[m, :len(rows)] = np.stack(rows)
+        return cls(table, [len(r) for r in lists], directory)
+
+    def sample(self, rng: np.random.Generator, own: int, enemy: int) -> np.ndarray:
+        """One z of the matchup (zeros if it has none)."""
+        m = own * self.races + enemy
+        if self.counts[m] == 0:
+            return np.zeros(Z_SIZE, np.float32)
+        return self.table[m, rng.integers(self.counts[m])]
+
 # ---------------------------------------------------------------------------------------------
 # Writing.
 

@@ -22,14 +22,17 @@ SMALL_REFERENCE = dict(mlp_sizes=(64,), lstm_size=64)
 
 
 def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | None = None,
-                 side: int = 0, *, hidden_size: int | None = None, core_size: int | None = None):
+                 side: int = 0, *, hidden_size: int | None = None, core_size: int | None = None,
+                 z: bool = False):
     """The network for a game: `UnitNetwork` for unit games (SMAX races: per-unit heads and a
     `composition` head), the MLP+LSTM `ReferenceNetwork` otherwise (poker, matrix games).
 
     `config` is a full config object, or a dict of overrides of the small defaults (sizes
     and head counts are taken from the spec). `hidden_size` / `core_size` are the two sizes a
     run config usually sets: the embedding (unit network: unit embedding and policy replica;
-    reference network: its MLP) and the recurrent core."""
+    reference network: its MLP) and the recurrent core. `z`: the unit network takes the
+    statistic z as an input (`obs["z"]`, `actors.replays.encode_z`) and has a value head per
+    pseudo-reward for following it (`actors.replays.PSEUDO_REWARDS`); ignored for other games."""
     side_spec = game_spec.side(side)
     heads = side_spec.action.heads
     unit_game = all(h in heads for h in ("composition", "action_type", "target"))
@@ -41,6 +44,10 @@ def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | N
             overrides.update(embed_size=hidden_size, replica_size=hidden_size)
         if core_size:
             overrides.update(core_size=core_size)
+        if z:
+            from actors.replays import PSEUDO_REWARDS, Z_SIZE
+
+            overrides.update(z_size=Z_SIZE, pseudo_rewards=len(PSEUDO_REWARDS))
         overrides.update(config or {})
         return UnitNetwork(UnitNetworkConfig.from_spec(side_spec, **overrides))
     values = dict(SMALL_REFERENCE, heads=side_spec.network_heads(), value_uses_opponent=True)
@@ -58,6 +65,16 @@ def network_key(network):
     without a `config` is its own key (the cache then holds it: never confused with another)."""
     config = getattr(network, "config", None)
     return network if config is None else (type(network).__qualname__, repr(config))
+
+
+def z_size(network) -> int:
+    """The length of the network's z input (0: the network takes no z)."""
+    return int(getattr(getattr(network, "config", None), "z_size", 0))
+
+
+def pseudo_reward_count(network) -> int:
+    """How many pseudo-rewards (value heads) for following z the network has (0: none)."""
+    return int(getattr(getattr(network, "config", None), "pseudo_rewards", 0))
 
 
 def head_names(network) -> list[str]:

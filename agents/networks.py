@@ -50,6 +50,9 @@ PARAMS_FORMAT = 1
 class AgentOutput(NamedTuple):
     logits: dict[str, Array]
     value: Array
+    # Networks conditioned on z (the unit network with `pseudo_rewards`): one value per
+    # pseudo-reward for following z, [..., K]; None for every other network.
+    pseudo_value: Array | None = None
 
 
 @dataclasses.dataclass(frozen=True)

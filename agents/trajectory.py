@@ -15,6 +15,7 @@ Per step `t` (every leaf of a `Step` in an item has a leading time axis of lengt
 | `discount`             | float32              | gamma_t: 0 if the episode ended after this step, else 1 (the learner multiplies its own discount factor in) |
 | `first`                | bool                 | this step starts an episode: the core is reset before processing it |
 | `policy_version`       | int32                | the learner parameter version that chose a_t       |
+| `pseudo_reward`        | None, or {"reward", "active"}: float32 `[K]` | networks conditioned on z only: z's K pseudo-rewards received after a_t (at a game's last step) and whether each is active in the game of step t (1/0) |
 
 A step holds (o_t, a_t, r_t, gamma_t): after a terminal step (`discount == 0`) the next step is
 the first step of the next episode (`first == True`), there is no separate terminal
@@ -59,6 +60,7 @@ class Step(NamedTuple):
     discount: Array
     first: Array
     policy_version: Array
+    pseudo_reward: Any = None  # {"reward", "active"} [K] per step, or None (no z)
 
 
 class Unroll(NamedTuple):
@@ -158,12 +160,13 @@ def stack_unrolls(unrolls: list[Unroll]) -> Unroll:
 
 def zeros_unroll(observation: PyTree, opponent_observation: PyTree,
                  heads: list[str] | tuple | dict[str, tuple[int, ...]],
-                 core_state: PyTree, unroll_length: int, reward_shape: tuple[int, ...] = ()
-                 ) -> Unroll:
+                 core_state: PyTree, unroll_length: int, reward_shape: tuple[int, ...] = (),
+                 pseudo_rewards: int = 0) -> Unroll:
     """An all-zero unbatched `Unroll` with the given example shapes (for table signatures,
     warm-up compilations and the learner's structure). `core_state` is unbatched too.
     `heads`: head names (one action per step each) or {head: action shape per step};
-    `reward_shape`: () or (n,) for one reward per unit."""
+    `reward_shape`: () or (n,) for one reward per unit; `pseudo_rewards`: K > 0 for a network
+    conditioned on z (`Step.pseudo_reward`)."""
     shapes = dict(heads) if isinstance(heads, dict) else {h: () for h in heads}
     def with_time(x):
         x = np.asarray(x)
@@ -178,6 +181,8 @@ def zeros_unroll(observation: PyTree, opponent_observation: PyTree,
         action={h: t(np.int32, shape) for h, shape in shapes.items()},
         behaviour_log_prob={h: t(np.float32, shape) for h, shape in shapes.items()},
         reward=t(np.float32, tuple(reward_shape)), discount=t(np.float32), first=t(np.bool_),
-        policy_version=t(np.int32))
+        policy_version=t(np.int32),
+        pseudo_reward=None if not pseudo_rewards else {
+            "reward": t(np.float32, (pseudo_rewards,)), "active": t(np.float32, (pseudo_rewards,))})
     return Unroll(steps=steps, core_state=jax.tree_util.tree_map(
         lambda x: np.zeros(np.shape(x), np.asarray(x).dtype), core_state))

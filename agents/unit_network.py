@@ -19,6 +19,21 @@ Architecture (AlphaStar, seed 002 "Architecture"; OpenAI Five, seed 003 appendix
                     one value per unit (OpenAI Five: each hero's own value and advantage, for
                     team spirit), training only: the opponent's observation (zeros if absent)
 
+The statistic z (`z_size` > 0; AlphaStar, seed 002: the policy is conditioned on z, a build
+order and cumulative statistics). z is the observation field `obs["z"]`, float [..., z_size]
+(`actors.replays.encode_z`: army one-hot, attack order one-hot per rank, attacked types),
+added by whoever acts or learns (actors, behaviour cloning); an observation without "z" (the
+game's own: evaluators, the scripted matches) is read as z = 0, the unconditioned policy.
+
+    z_embed   = MLP(z)                                           (relu, embed_size)
+    team      = MLP(max-pool_i token_i ++ global features ++ z_embed)
+
+so z reaches the core, every replica and every value. With `pseudo_rewards` = K > 0 the
+network also has one team value per pseudo-reward for following z (AlphaStar: a separate
+value function per pseudo-reward), `AgentOutput.pseudo_value` [..., K]:
+
+    pseudo_value = MLP(core ++ opponent encoding)                (value_size, K)
+
 The target is used by the game only for the action types in `pointer_action_types` (SMAX:
 attack). For every other type the network forces the target to 0 (a one-hot mask), so the
 target contributes log-prob 0 and no gradient where it does not matter -- this is what the
@@ -111,6 +126,8 @@ class UnitNetworkConfig:
     value_uses_opponent: bool = True
     split_units: bool = False
     pointer_hidden_size: int = 16  # hidden width of the enemy-key MLP (one per unit-enemy pair)
+    z_size: int = 0  # length of the z input obs["z"] (0: no z; actors.replays.Z_SIZE for SMAX)
+    pseudo_rewards: int = 0  # value heads for z's pseudo-rewards (needs z_size > 0)
 
     def __post_init__(self):
         for name in ("num_units", "num_action_types", "num_targets", "num_compositions",
@@ -119,6 +136,10 @@ class UnitNetworkConfig:
                      "pointer_hidden_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.z_size < 0 or self.pseudo_rewards < 0:
+            raise ValueError("z_size and pseudo_rewards must be >= 0")
+        if self.pseudo_rewards and not self.z_size:
+            raise ValueError("pseudo_rewards (for following z) need a z input: set z_size")
         bad = [t for t in self.pointer_action_types if not 0 <= t < self.num_action_types]
         if bad:
             raise ValueError(f"pointer_action_types {bad} outside 0..{self.num_action_types - 1}")
@@ -214,6 +235,10 @@ class _UnitModule(hk.Module):
         self._composition = hk.Linear(c.num_compositions, name="policy_composition")
         self._value = hk.nets.MLP((c.value_size, 1), name="value")
         self._value_unit = hk.Linear(c.value_size, with_bias=False, name="value_unit")
+        if c.z_size:
+            self._z_encoder = hk.nets.MLP((c.embed_size,), activate_final=True, name="z_encoder")
+        if c.pseudo_rewards:
+            self._pseudo_value = hk.nets.MLP((c.value_size, c.pseudo_rewards), name="pseudo_value")
         if c.value_uses_opponent:
             self._opponent_unit = hk.nets.MLP((c.value_size,), activate_final=True,
                                               name="opponent_unit")
@@ -247,7 +272,13 @@ class _UnitModule(hk.Module):
             attended = _flat(lambda x, m, a=attention: a(x, x, x, m), tokens, 2, mask)
             tokens = norm(tokens + attended)
             tokens = mlp_norm(tokens + _flat(mlp, tokens))
-        team = jnp.concatenate([_masked_max(tokens, alive), self._global(obs)], -1)
+        parts = [_masked_max(tokens, alive), self._global(obs)]
+        if c.z_size:
+            z = obs.get("z")
+            if z is None:  # the game's own observation: z = 0 (unconditioned)
+                z = jnp.zeros((*alive.shape[:-1], c.z_size), jnp.float32)
+            parts.append(_flat(self._z_encoder, jnp.asarray(z, jnp.float32)))
+        team = jnp.concatenate(parts, -1)
         return tokens, keys, alive, _flat(self._team, team)
 
     def _encode_opponent(self, opponent_obs, like: Array) -> Array:
@@ -301,15 +332,17 @@ class _UnitModule(hk.Module):
         return logits, self._unit_values(core_out, h, opponent_obs), sampled
 
     def _unit_values(self, core_out, h, opponent_obs):
-        """V^i [..., n]: Linear(relu(Linear(core ++ opponent) + Linear(h_i))), the team's part
-        computed once and shared by the units (the value module's own two layers)."""
+        """(V^i [..., n], pseudo-reward values [..., K] or None): V^i = Linear(relu(Linear(core
+        ++ opponent) + Linear(h_i))), the team's part computed once and shared by the units
+        (the value module's own two layers)."""
         value_in = core_out
         if self._c.value_uses_opponent:
             value_in = jnp.concatenate([core_out, self._encode_opponent(opponent_obs, core_out)], -1)
         first, last = self._value.layers
         team = _flat(first, value_in)[..., None, :]
         hidden = jax.nn.relu(team + _flat(self._value_unit, h))
-        return _flat(last, hidden)[..., 0]
+        pseudo = _flat(self._pseudo_value, value_in) if self._c.pseudo_rewards else None
+        return _flat(last, hidden)[..., 0], pseudo
 
     # -- the pure functions -----------------------------------------------------------------
     def step(self, obs, state, first, opponent_obs, actions, rng, greedy):
@@ -375,10 +408,11 @@ class UnitNetwork(RecurrentNetwork):
         """The value's (and the training reward's) shape per step: one per unit."""
         return (self.config.num_units,)
 
-    def _output(self, logits, value) -> AgentOutput:
+    def _output(self, logits, values) -> AgentOutput:
         if self.config.split_units:
             logits = split_heads(logits, self.config.num_units)
-        return AgentOutput(logits=logits, value=value)
+        value, pseudo_value = values
+        return AgentOutput(logits=logits, value=value, pseudo_value=pseudo_value)
 
     def _game_actions(self, actions):
         return None if actions is None else merge_heads(actions, self.config.num_units)

@@ -111,6 +111,9 @@ class ConfigError(ValueError):
 class NetworkSettings:
     hidden_size: int = 64  # network width (encoder / MLP)
     core_size: int = 64  # recurrent core (LSTM) size
+    # SMAX: the unit network takes the statistic z as an input (and has a value head per
+    # pseudo-reward for following it; AlphaStar); ignored for other games.
+    z: bool = True
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,9 @@ class ActorSettings:
     team_spirit_start: float = 0.3  # team spirit tau at the start (OpenAI Five's rerun: 0.3)
     team_spirit_end: float = 0.8  # team spirit tau after the annealing (OpenAI Five's rerun: 0.8)
     team_spirit_updates: int = 2_000  # learner updates over which team spirit anneals (0: end at once)
+    # SMAX main agents conditioned on z: each pseudo-reward for following z is active in a game
+    # with this probability (AlphaStar: 25%).
+    z_pseudo_reward_probability: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -227,6 +233,10 @@ class RunConfig:
     # (AlphaStar); "auto" (experiments.league's default on SMAX) builds or reuses the cached
     # supervised start (experiments/supervised_start.py); "none" or "": random parameters.
     init: str = ""
+    # Where SMAX main agents sample z from at each game's start (network.z): a replay directory
+    # of experiments.record; "" the replays the --init start was trained on (named in its .json
+    # report); "none": no z bank (z = 0, no pseudo-rewards). Exploiters always play with z = 0.
+    z_replays: str = ""
     # Co-location of the program's nodes (experiments/program.py): all learners in one node
     # (one process: a laptop), one node per race, or one per agent (a cluster); actors alike.
     learner_groups: str = "all"  # learners: all in one node, one node per race, or per agent
@@ -260,7 +270,8 @@ class RunConfig:
                      "supervised.games", "supervised.steps", "supervised.batch_size"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
-        for name in ("actor.team_spirit_start", "actor.team_spirit_end"):
+        for name in ("actor.team_spirit_start", "actor.team_spirit_end",
+                     "actor.z_pseudo_reward_probability"):
             if not 0.0 <= self.get(name) <= 1.0:
                 raise ConfigError(f"--{name} must be in [0, 1]; got {self.get(name)}")
         for name in ("minutes", "learner_steps", "evaluator.count", "actor.team_spirit_updates"):
@@ -271,6 +282,13 @@ class RunConfig:
         if self.init not in ("", "none") and self.game != "smax_races":
             raise ConfigError(f"--init={self.init}: a supervised start exists for smax_races only; "
                               f"leave --init out for --game={self.game}")
+        if self.z_replays not in ("", "none"):
+            if self.game != "smax_races":
+                raise ConfigError(f"--z_replays={self.z_replays}: z exists for smax_races only; "
+                                  f"leave --z_replays out for --game={self.game}")
+            if not self.network.z:
+                raise ConfigError(f"--z_replays={self.z_replays} needs a network that takes z: "
+                                  "drop --network.z=false (or --z_replays)")
         kl = self.learner.loss.kl_teacher_weight
         if self.teacher and not kl:
             raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
@@ -371,6 +389,30 @@ class RunConfig:
         if self.teacher:
             return "teacher"
         return "init" if self.init not in ("", "none") else None
+
+    @property
+    def z_network(self) -> bool:
+        """The agents' network takes z (SMAX with network.z)."""
+        return self.game == "smax_races" and self.network.z
+
+    @property
+    def z_replay_dir(self) -> str | None:
+        """The replay directory main agents sample z from, or None (z = 0, no pseudo-rewards):
+        --z_replays, else the replays named in the --init file's report (`<init>.json`, written
+        by experiments.supervised), if it names one that exists."""
+        if not self.z_network or self.z_replays == "none":
+            return None
+        if self.z_replays:
+            return self.z_replays
+        init = self.init if self.init not in ("", "none", "auto") else None
+        if init is None:
+            return None
+        try:
+            with open(init + ".json") as f:
+                replays = json.load(f).get("replays")
+        except (OSError, ValueError, AttributeError):
+            return None
+        return replays if isinstance(replays, str) and os.path.isdir(replays) else None
 
     @property
     def race_names(self) -> tuple[str, ...]:

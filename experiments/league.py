@@ -116,6 +116,17 @@ def check_teacher(config: RunConfig) -> None:
     load_teachers(config, like, load_init(config, like))
 
 
+def check_z(config: RunConfig) -> str:
+    """Loads the z bank once before anything is written (ConfigError naming the directory if
+    it is not a replay directory of this game and spec); returns the line saying where main
+    agents' z comes from."""
+    from experiments.nodes import load_z_bank, make_game, z_summary
+
+    if not config.z_network:
+        return z_summary(config, None)
+    return z_summary(config, load_z_bank(config, make_game(config, 1).spec))
+
+
 def main(argv) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
@@ -134,6 +145,7 @@ def main(argv) -> int:
             raise ConfigError(runner_problem)
         config, start = choose_start(config, FLAGS["init"].present)
         check_teacher(config)
+        z_line = check_z(config)
         resuming = prepare_run_dir(config)
         # Held until the league stops: a second league or a surgery on the run is refused.
         lock = run_lock.hold(config.run_dir, f"a league (experiments.league --runner={config.runner})")
@@ -147,6 +159,7 @@ def main(argv) -> int:
     print(f"{'resuming' if resuming else 'starting'} a league: game={config.game} races={config.race_names} "
           f"runner={config.runner} run_dir={config.run_dir}", flush=True)
     print(start, flush=True)
+    print(z_line, flush=True)
     from experiments.launchers import LAUNCHERS
 
     try:

@@ -84,7 +84,37 @@ def make_network(config: RunConfig, spec):
     import agents
 
     return agents.make_network(spec, hidden_size=config.network.hidden_size,
-                               core_size=config.network.core_size)
+                               core_size=config.network.core_size, z=config.z_network)
+
+
+def load_z_bank(config: RunConfig, spec):
+    """The z bank main agents sample z from (`actors.replays.ZBank` of `config.z_replay_dir`),
+    or None (z = 0, no pseudo-rewards); ConfigError naming the directory and the problem if it
+    is not a readable replay directory of this game and spec."""
+    from actors import replays
+    from experiments.config import ConfigError
+
+    directory = config.z_replay_dir
+    if directory is None:
+        return None
+    try:
+        return replays.ZBank.from_replays(directory, spec, races=len(config.race_names))
+    except replays.ReplayError as e:
+        raise ConfigError(f"--z_replays={directory}: {e}") from None
+
+
+def z_summary(config: RunConfig, bank) -> str:
+    """The progress line saying where main agents' z comes from."""
+    if not config.z_network:
+        return "z: the network takes no z"
+    if bank is None:
+        why = ("--z_replays=none" if config.z_replays == "none"
+               else "no replays: pass --z_replays=DIR or an --init whose report names its replays")
+        return f"z: off, every agent plays with z = 0 and no pseudo-rewards ({why})"
+    return (f"z: main agents sample z from {int(bank.counts.sum())} recorded sides of "
+            f"{bank.source} (their race against the enemy's), each pseudo-reward "
+            f"(build order edit distance, attacked types Hamming) active with probability "
+            f"{config.actor.z_pseudo_reward_probability}; exploiters play with z = 0")
 
 
 def load_teacher(config: RunConfig, like):
@@ -302,13 +332,15 @@ class ActorGroup:
         params_source = ParamsSource(learner_groups, coordinator)
         addresses = {agent: group.reverb_address() for agent, group in learner_groups.items()}
         self.actors = {}
-        network = teachers = None
+        network = teachers = z_bank = None
         races = agent_races(config)
+        roles = {p.player_id: p.role for p in learning_agents(config.league)}
         for index, (actor_id, agent_id) in enumerate(assignments):
             game = make_game(config, config.actor.batch_size)
             if network is None:
                 network = make_network(config, game.spec)
                 teachers = load_teachers(config, initial_params(network, game.spec, 0, config.seed))
+                z_bank = load_z_bank(config, game.spec)
             actor_config = ActorConfig(unroll_length=config.learner.unroll_length,
                                        episodes_per_match=config.actor.episodes_per_match,
                                        refresh_seconds=config.actor.param_refresh_seconds,
@@ -316,10 +348,14 @@ class ActorGroup:
                                        team_spirit_start=config.actor.team_spirit_start,
                                        team_spirit_end=config.actor.team_spirit_end,
                                        team_spirit_updates=config.actor.team_spirit_updates,
+                                       z_pseudo_reward_probability=config.actor.z_pseudo_reward_probability,
                                        seed=config.seed * 7919 + index)
+            # AlphaStar: main agents are conditioned on z sampled from their race's replays;
+            # exploiters are not (z = 0).
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
                                           addresses[agent_id], agent_id, actor_config,
-                                          teacher_params=None if teachers is None else teachers[races[agent_id]])
+                                          teacher_params=None if teachers is None else teachers[races[agent_id]],
+                                          z_bank=z_bank if roles[agent_id] == "main_agent" else None)
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
 

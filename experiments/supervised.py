@@ -14,7 +14,12 @@ heads, each head averaged over the entries where it is a decision:
 - `action_type`: battle steps, units alive;
 - `target`: battle steps, units alive whose recorded action type is attack (for other types
   the network forces target 0: no decision).
-z is not a network input yet (issue 14: "z set to zero"): nothing to zero.
+z (a network with a z input, the default: `--z`): every sequence's observations carry its own
+side's z (`obs["z"]`, `actors.replays.encode_z` of the replay's `z/` arrays, the same at every
+step of the game), set to zero for 10% of the training sequences, drawn per sequence and batch
+(AlphaStar, Methods "Supervised learning": "z is set to zero 10% of the time"), so that the
+policy also plays unconditioned (z = 0: exploiters, evaluators). Held-out accuracy uses each
+game's own z.
 
 A held-out tenth of the games (by game, `--holdout`) is never trained on; the accuracy per head
 (argmax of the masked logits == the recorded action, on the entries above) is reported on it,
@@ -65,9 +70,11 @@ def define_flags():
     flags.DEFINE_integer("eval_games", 0, "games per matchup against the heuristic after training (0: none)")
     flags.DEFINE_integer("seed", 0, "seed of the initial parameters, batches and split")
     flags.DEFINE_string("races", "terran,protoss,zerg", "races to train")
+    flags.DEFINE_bool("z", True, "the network takes z (as experiments.league --network.z)")
 
 HEADS = ("composition", "action_type", "target")
 ATTACK = smax_races.ATTACK
+Z_ZERO_PROBABILITY = 0.1  # AlphaStar: z is set to zero 10% of the time in supervised learning
 
 
 class SupervisedError(ValueError):
@@ -80,7 +87,8 @@ class SupervisedError(ValueError):
 
 def load_sequences(directory: str, spec, holdout: float, seed: int = 0):
     """{race index: (train sequences, held-out sequences)} from a replay directory; a sequence
-    is (obs, actions) of one side of one game, cut at the game's length. Games are held out
+    is (obs, actions, z) of one side of one game, cut at the game's length, z its encoded
+    statistic (`replays.encode_z`, [Z_SIZE]). Games are held out
     whole: game k of the directory is held out if a seeded permutation puts it in the last
     `holdout` fraction."""
     data = replays.open_replays(directory, game=spec.name, spec=spec)
@@ -91,21 +99,35 @@ def load_sequences(directory: str, spec, holdout: float, seed: int = 0):
     for chunk in data.iter_chunks():
         obs = [replays.unflatten_prefix(chunk, f"side{s}/obs") for s in range(2)]
         acts = [replays.unflatten_prefix(chunk, f"side{s}/action") for s in range(2)]
+        z = replays.encode_z(chunk["z/army"], chunk["z/attack_order"], chunk["z/attack_counts"])
         for g in range(chunk["length"].shape[0]):
             length = int(chunk["length"][g])
             for s in range(2):
                 seq = (jax.tree.map(lambda x, g=g, length=length: x[g, :length], obs[s]),
-                       {h: acts[s][h][g, :length] for h in HEADS})
+                       {h: acts[s][h][g, :length] for h in HEADS}, z[g, s])
                 out[int(chunk["races"][g, s])][1 if held[k] else 0].append(seq)
             k += 1
     return out, data
 
 
-def batch_sequences(seqs, horizon: int):
-    """Sequences -> time-major batch: obs [T, B, ...], actions [T, B, ...], valid [T, B]."""
+def sequence_z(seqs, rng: np.random.Generator | None = None,
+               zero_probability: float = Z_ZERO_PROBABILITY) -> np.ndarray:
+    """[B, Z_SIZE]: each sequence's own z; with `rng`, each set to zero with probability
+    `zero_probability` (independently per sequence: AlphaStar's 10%)."""
+    z = np.stack([s[2] for s in seqs]).astype(np.float32)
+    if rng is not None:
+        z = z * (rng.random(len(seqs)) >= zero_probability)[:, None]
+    return z
+
+
+def batch_sequences(seqs, horizon: int, z: np.ndarray | None = None):
+    """Sequences -> time-major batch: obs [T, B, ...], actions [T, B, ...], valid [T, B].
+    `z` [B, Z] (`sequence_z`), if given, becomes `obs["z"]` [T, B, Z] (the same every step)."""
     def pad(x):
         return np.concatenate([x, np.zeros((horizon - x.shape[0],) + x.shape[1:], x.dtype)])
     obs = jax.tree.map(lambda *xs: np.stack([pad(x) for x in xs], 1), *[s[0] for s in seqs])
+    if z is not None:
+        obs["z"] = np.broadcast_to(z[None], (horizon,) + z.shape).copy()
     acts = {h: np.stack([pad(s[1][h]) for s in seqs], 1) for h in HEADS}
     lengths = np.array([s[1]["composition"].shape[0] for s in seqs])
     valid = np.arange(horizon)[:, None] < lengths[None, :]
@@ -184,7 +206,8 @@ def evaluate(network, num_units, params, seqs, horizon: int, batch_size: int,
     for i in range(0, len(seqs), batch_size):
         part = seqs[i:i + batch_size]
         part = part + [part[0]] * (batch_size - len(part))  # one compiled shape
-        obs, acts, valid = batch_sequences(part, horizon)
+        z = sequence_z(part) if _takes_z(network) else None
+        obs, acts, valid = batch_sequences(part, horizon, z)
         valid[:, len(seqs[i:i + batch_size]):] = False
         _, stats = loss_fn(params, obs, acts, valid)
         for h in HEADS:
@@ -194,6 +217,12 @@ def evaluate(network, num_units, params, seqs, horizon: int, batch_size: int,
         c = max(count, 1.0)
         out[h] = {"loss": nll / c, "accuracy": correct / c, "chance": chance / c, "decisions": int(count)}
     return out
+
+
+def _takes_z(network) -> bool:
+    from agents import z_size
+
+    return z_size(network) > 0
 
 
 BUCKET = 32  # batches are padded to a multiple of this many steps (few compiled shapes)
@@ -228,7 +257,9 @@ def train_race(network, spec, race: int, train, held, steps: int, batch_size: in
         # sequence is equally likely, and a batch is padded only to its bucket's length.
         bucket_horizon, members = buckets[rng.choice(len(buckets), p=sizes / sizes.sum())]
         pick = rng.choice(members, batch_size)
-        obs, acts, valid = batch_sequences([train[i] for i in pick], bucket_horizon)
+        seqs = [train[i] for i in pick]
+        z = sequence_z(seqs, rng) if _takes_z(network) else None
+        obs, acts, valid = batch_sequences(seqs, bucket_horizon, z)
         params, opt_state, loss, _ = update(params, opt_state, obs, acts, valid)
         recent.append(float(loss))
         if step % max(1, steps // 10) == 0 or step == steps:
@@ -254,7 +285,7 @@ def load_supervised(path: str, race: str) -> dict:
 def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2000,
                batch_size: int = 16, learning_rate: float = 1e-3, holdout: float = 0.1,
                hidden_size: int = 64, core_size: int = 64, eval_games: int = 0, seed: int = 0,
-               config: smax_races.SmaxRacesConfig | None = None, log=print) -> dict:
+               config: smax_races.SmaxRacesConfig | None = None, log=print, z: bool = True) -> dict:
     """Trains and writes the supervised agents; returns the report written to `<out>.json`."""
     from coordinator.param_store import params_to_npz_bytes
     from experiments import nodes
@@ -262,7 +293,7 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
 
     config = config or smax_races.SmaxRacesConfig()
     spec = smax_races._cached_functions(config).spec
-    run_config = RunConfig(network=NetworkSettings(hidden_size=hidden_size, core_size=core_size))
+    run_config = RunConfig(network=NetworkSettings(hidden_size=hidden_size, core_size=core_size, z=z))
     network = nodes.make_network(run_config, spec)
     data, replay_set = load_sequences(replay_dir, spec, holdout, seed)
     for race in races:
@@ -275,7 +306,7 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
         + ", ".join(f"{smax_races.RACES[r]} {len(a)}/{len(b)}" for r, (a, b) in data.items()), flush=True)
     all_params, report = {}, {"replays": os.path.abspath(replay_dir),
                               "spec_fingerprint": replay_set.header["spec_fingerprint"],
-                              "network": {"hidden_size": hidden_size, "core_size": core_size},
+                              "network": {"hidden_size": hidden_size, "core_size": core_size, "z": z},
                               "steps": steps, "batch_size": batch_size, "races": {}}
     for race in races:
         r = smax_races.RACES.index(race)
@@ -342,7 +373,7 @@ def main(argv):
     return cli(FLAGS.replays, FLAGS.out, races, steps=FLAGS.steps, batch_size=FLAGS.batch_size,
                learning_rate=FLAGS.learning_rate, holdout=FLAGS.holdout,
                hidden_size=FLAGS.hidden_size, core_size=FLAGS.core_size,
-               eval_games=FLAGS.eval_games, seed=FLAGS.seed)
+               eval_games=FLAGS.eval_games, seed=FLAGS.seed, z=FLAGS.z)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,10 @@ from experiments.config import ConfigError, RunConfig
 
 # Bump when recording or behaviour cloning changes what a start with the same settings is.
 VERSION = 1
+# ... and this when only behaviour cloning changes (the recorded games are reused). 2: the
+# network takes z (fed each game's own z, zeroed 10% of the time); starts of version 1 have no
+# z input and are rebuilt.
+START_VERSION = 2
 # Settings of the build that are not flags (experiments.supervised's defaults).
 RECORD_SEED = 0
 CHUNK_GAMES = 27
@@ -81,7 +85,7 @@ def describe(config: RunConfig) -> tuple[dict, dict]:
     like = nodes.initial_params(nodes.make_network(config, spec), spec, 0, 0)
     shapes = {jax.tree_util.keystr(path): list(np.shape(leaf))
               for path, leaf in jax.tree_util.tree_flatten_with_path(like)[0]}
-    start = {"version": VERSION, "replays": _digest(recorded), "races": list(config.race_names),
+    start = {"version": VERSION, "start_version": START_VERSION, "replays": _digest(recorded), "races": list(config.race_names),
              "network": dataclasses.asdict(config.network), "parameter_shapes": shapes,
              "steps": config.supervised.steps, "batch_size": config.supervised.batch_size,
              "learning_rate": LEARNING_RATE, "holdout": HOLDOUT, "seed": TRAIN_SEED}
@@ -155,7 +159,8 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
         supervised.supervised(replay_dir, out, config.race_names, steps=s.steps,
                               batch_size=s.batch_size, learning_rate=LEARNING_RATE, holdout=HOLDOUT,
                               hidden_size=config.network.hidden_size,
-                              core_size=config.network.core_size, seed=TRAIN_SEED, log=log)
+                              core_size=config.network.core_size, z=config.network.z,
+                              seed=TRAIN_SEED, log=log)
         _write_json(os.path.join(tmp, "start", "key.json"), start)
         _move_into_place(os.path.join(tmp, "start"), os.path.dirname(path))
     finally:

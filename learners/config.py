@@ -41,6 +41,11 @@ class LossConfig:
     td_lambda: float = 0.8               # lambda of the TD(lambda) value target (AlphaStar: 0.8)
     ppo_clip_epsilon: float = 0.2        # PPO's clip (OpenAI Five: 0.2)
     gae_lambda: float = 0.95             # lambda of GAE for PPO (OpenAI Five: 0.95)
+    # z's pseudo-rewards (SMAX main agents conditioned on z; `losses.pseudo_reward_losses`):
+    # the weights of their policy-gradient and value terms (0: off). Unused by networks
+    # without z (poker, matrix games).
+    pseudo_policy_weight: float = 1.0    # weight of the pseudo-rewards' V-trace policy term
+    pseudo_value_weight: float = 1.0     # weight of the pseudo-rewards' TD(lambda) value term
 
     def __post_init__(self):
         if self.policy_loss not in ("vtrace", "ppo"):
@@ -54,7 +59,7 @@ class LossConfig:
                 raise ValueError(f"{name} must be in [0, 1]")
         for name in ("policy_weight", "upgo_weight", "value_weight", "entropy_weight",
                      "kl_teacher_weight", "kl_behaviour_weight", "clip_rho_threshold", "clip_pg_rho_threshold",
-                     "ppo_clip_epsilon"):
+                     "ppo_clip_epsilon", "pseudo_policy_weight", "pseudo_value_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.entropy_weight_end is not None:

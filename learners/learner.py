@@ -135,10 +135,16 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         def learn(x):
             return jax.tree_util.tree_map(lambda y: y[:-1], x)
 
+        pseudo = None
+        if steps.pseudo_reward is not None and out.pseudo_value is not None:
+            # z's pseudo-rewards, each with its own value head (losses.pseudo_reward_losses).
+            pseudo = {"reward": steps.pseudo_reward["reward"][:-1],
+                      "active": steps.pseudo_reward["active"][:-1],
+                      "value": out.pseudo_value[:-1], "bootstrap": out.pseudo_value[-1]}
         return losses.total_loss(
             config.loss, learn(out.logits), out.value[:-1], out.value[-1], learn(steps.action),
             learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
-            teacher_logits, losses.entropy_schedule(config.loss, version))
+            teacher_logits, losses.entropy_schedule(config.loss, version), pseudo)
 
     def update(state: TrainingState, batch: Unroll, teacher_params):
         unroll = time_major(batch)

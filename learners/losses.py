@@ -430,10 +430,62 @@ def log_prob(logits: Array, actions: Array) -> Array:
     return jnp.sum(one_hot * jax.nn.log_softmax(logits), axis=-1)
 
 
+def side_log_probs(log_probs: Logits) -> Logits:
+    """Per head, the log-probability of the whole side's action [T, B]: unit heads' summed over
+    the units (the side's joint action of that head), team heads as they are."""
+    return {h: _sum_beyond_time_and_batch(x) for h, x in log_probs.items()}
+
+
+def pseudo_reward_losses(target_log_probs: Logits, behaviour_log_probs: Logits, rewards: Array,
+                         active: Array, discounts: Array, values: Array, bootstrap_value: Array,
+                         td_lambda: float = 0.8, vtrace_lambda: float = 1.0,
+                         clip_rho_threshold: float = 1.0, clip_pg_rho_threshold: float = 1.0,
+                         importance_correction: bool = True) -> tuple[Array, Array]:
+    """The policy and value terms of the pseudo-rewards for following z (AlphaStar, Methods:
+    "separate value functions and losses are computed for each of the pseudo-rewards"; each
+    pseudo-reward is active in a game with probability 25%), summed over the K pseudo-rewards:
+
+        L_pi = - mean_{t,b} sum_k a^k_t sum_h A^{k,h}_t log pi_h(a^h_t | s_t)
+        L_V  =   mean_{t,b} sum_k a^k_t 0.5 (G^{lambda,k}_t - V^k(s_t))^2
+
+    with r^k, V^k the k-th pseudo-reward and its own value head [T, B, K] (one per side, not
+    per unit: z is the side's), a^k_t in {0, 1} [T, B, K] whether pseudo-reward k is active in
+    the game of step t, A^{k,h} the V-trace advantage (`vtrace_advantages`) of r^k and V^k with
+    head h's ratio of the side's whole action of that head (`side_log_probs`: unit heads'
+    log-probs summed over units), and G^{lambda,k} the uncorrected TD(lambda) target
+    (`lambda_returns`, as the main value). V^k's gradient comes from r^k alone.
+    discounts [T, B]; bootstrap_value [B, K]."""
+    _check_time_major(rewards, discounts, values, bootstrap_value)
+    chex.assert_equal_shape([rewards, active])
+    pi = side_log_probs(target_log_probs)
+    mu = side_log_probs(behaviour_log_probs)
+    like = values[..., None]  # [T, B, K, 1]
+    log_pi = jnp.stack([pi[h] for h in sorted(pi)], -1)              # [T, B, H]
+    log_mu = jnp.stack([mu[h] for h in sorted(mu)], -1)
+    shape = values.shape + (log_pi.shape[-1],)                         # [T, B, K, H]
+    log_pi = jnp.broadcast_to(log_pi[:, :, None], shape)
+    log_rho = jax.lax.stop_gradient(log_pi - jnp.broadcast_to(log_mu[:, :, None], shape))
+    if not importance_correction:
+        log_rho = jnp.zeros_like(log_rho)
+    _, advantages = vtrace_advantages(
+        log_rho, jnp.broadcast_to(rewards[..., None], shape),
+        jnp.broadcast_to(_expand_to(discounts, like.shape), shape),
+        jnp.broadcast_to(jax.lax.stop_gradient(like), shape),
+        jnp.broadcast_to(jax.lax.stop_gradient(bootstrap_value)[..., None], shape[1:]),
+        vtrace_lambda, clip_rho_threshold, clip_pg_rho_threshold)
+    T, B = values.shape[:2]
+    active = jax.lax.stop_gradient(active.astype(values.dtype))
+    policy = -jnp.sum(active[..., None] * advantages * log_pi) / (T * B)
+    returns = lambda_returns(rewards, discounts, values, bootstrap_value, td_lambda)
+    value = 0.5 * jnp.sum(active * jnp.square(returns - values)) / (T * B)
+    return policy, value
+
+
 def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_value: Array,
                actions: dict[str, Array], behaviour_log_probs: Logits, rewards: Array,
                discounts: Array, teacher_logits: Logits | None = None,
-               entropy_weight: Array | None = None) -> tuple[Array, dict[str, Array]]:
+               entropy_weight: Array | None = None, pseudo: dict | None = None
+               ) -> tuple[Array, dict[str, Array]]:
     """The weighted sum of the terms above, every weight from `config`:
 
         L = w_pi L_pi + w_upgo L_upgo + w_V L_TD(lambda) + w_H L_entropy + w_KL L_KL
@@ -447,6 +499,8 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     `config.discount`), unit heads' logits [T, B, *U, A] and team heads' [T, B, A] (module
     docstring). Each term is the sum over units of the unit's own term. `entropy_weight`, if
     given, replaces `config.entropy_weight` (the learner passes `entropy_schedule`'s value).
+    `pseudo` (z's pseudo-rewards: {"reward", "active", "value" [T, B, K], "bootstrap" [B, K]})
+    adds w_zpi L_pi^z + w_zV L_V^z (`pseudo_reward_losses`) when their weights are > 0.
     Returns (loss, metrics).
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
@@ -486,6 +540,14 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
         kl_mu, km = kl_to_behaviour_loss(target_log_probs, behaviour_log_probs)
         terms["kl_behaviour"] = (config.kl_behaviour_weight, kl_mu)
         metrics.update(km)
+    if pseudo is not None and (config.pseudo_policy_weight or config.pseudo_value_weight):
+        z_policy, z_value = pseudo_reward_losses(
+            target_log_probs, behaviour_log_probs, pseudo["reward"], pseudo["active"], discounts,
+            pseudo["value"], pseudo["bootstrap"], config.td_lambda, config.vtrace_lambda,
+            config.clip_rho_threshold, config.clip_pg_rho_threshold, config.importance_correction)
+        terms["pseudo_policy"] = (config.pseudo_policy_weight, z_policy)
+        terms["pseudo_value"] = (config.pseudo_value_weight, z_value)
+        metrics["pseudo_active"] = jnp.mean(pseudo["active"])
     loss = 0.0
     for name, (weight, term) in terms.items():
         loss = loss + weight * term

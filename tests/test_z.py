@@ -1,0 +1,366 @@
+"""The statistic z as a network input and z's pseudo-rewards (issue 14 section 1, "z"):
+hand-worked distances, the 25% activation, the pseudo-reward losses against a numpy reference,
+the 10% zeroing of supervised learning, the network's dependence on z, and an actor's main
+agent conditioned on its race's z while an exploiter gets z = 0."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import reverb
+
+from actors import replays
+from actors.actor import Actor, ActorConfig, example_unroll
+from actors.games import make_batch_game
+from actors.games.smax_races import RACES, SmaxRacesConfig, fixed_size_menu
+from agents import make_network, pseudo_reward_count, z_size
+from agents.trajectory import reverb_signature, unflatten_like
+from experiments import supervised
+from learners import losses
+from learners.config import LossConfig
+from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+
+B, T = 8, 6
+TINY = dict(embed_size=16, core_size=16, replica_size=16, pointer_size=8, value_size=16,
+            attention_key_size=8)
+Z_TINY = dict(TINY, z_size=replays.Z_SIZE, pseudo_rewards=len(replays.PSEUDO_REWARDS))
+MARINE, MARAUDER, STALKER, ZEALOT, ZERGLING, HYDRALISK = range(6)
+
+
+def z_of(army, order, attacked_types):
+    counts = np.zeros(6, np.int32)
+    counts[list(attacked_types)] = 3
+    return replays.encode_z(np.int32(army), np.array(list(order) + [-1] * (6 - len(order))), counts)
+
+
+# ---------------------------------------------------------------------------------------------
+# The distances, by hand.
+
+
+def test_edit_distance_hand_worked():
+    assert replays.edit_distance("kitten", "sitting") == 3
+    assert replays.edit_distance([], [1, 2]) == 2
+    assert replays.edit_distance([7, 4, 5], [7, 5, 4]) == 2    # a swap: two substitutions
+    assert replays.edit_distance([7, 4, 5], [7, 4]) == 1       # one deletion
+
+
+def test_pseudo_rewards_hand_worked():
+    # z: army 1, zerglings then hydralisks first attacked, both attacked.
+    z = z_of(1, [ZERGLING, HYDRALISK], [ZERGLING, HYDRALISK])
+    assert replays.decode_z(z)[:2] == (1, [ZERGLING, HYDRALISK])
+    # Followed exactly: 0 and 0.
+    np.testing.assert_allclose(
+        replays.z_pseudo_rewards(z, 1, [ZERGLING, HYDRALISK], [0, 0, 0, 0, 1, 1]), [0.0, 0.0])
+    # Build orders [army 1 = token 7, 4, 5] vs [7, 5, 4]: edit 2 of length 3; same types: 0.
+    np.testing.assert_allclose(
+        replays.z_pseudo_rewards(z, 1, [HYDRALISK, ZERGLING], [0, 0, 0, 0, 1, 1]), [-2 / 3, 0.0])
+    # Another army and only zerglings: [7, 4, 5] vs [6, 4]: substitute 7, delete 5 = 2 of 3;
+    # attacked types differ in hydralisk: Hamming 1 of 6.
+    np.testing.assert_allclose(
+        replays.z_pseudo_rewards(z, 0, [ZERGLING], [0, 0, 0, 0, 1, 0]), [-2 / 3, -1 / 6])
+    # Nothing attacked, army 2 vs an empty z: build orders [8] vs []: 1 of 1; Hamming 0.
+    np.testing.assert_allclose(
+        replays.z_pseudo_rewards(np.zeros(replays.Z_SIZE), 2, [], np.zeros(6, bool)), [-1.0, 0.0])
+
+
+def test_produced_z_matches_smax_z():
+    """The actor's running statistic (attacked_types per step, produced_order) gives the same
+    order as the replays' smax_z on the same record."""
+    rng = np.random.default_rng(0)
+    n, steps = 4, 12
+    unit_types = np.array([[MARINE, MARINE, MARAUDER, -1], [ZERGLING, HYDRALISK, ZERGLING, -1]])
+    actions = {"composition": np.zeros(steps, np.int32),
+               "action_type": rng.choice([0, 5], (steps, n)).astype(np.int32),
+               "target": rng.integers(0, n, (steps, n)).astype(np.int32)}
+    alive = rng.random((steps, n)) < 0.8
+    z = replays.smax_z(actions, alive, steps, unit_types, side=0)
+    first = np.full(6, np.inf)
+    for t in range(1, steps):
+        hit = replays.attacked_types(actions["action_type"][t], actions["target"][t], alive[t],
+                                     unit_types[1])
+        first = np.where(hit & ~np.isfinite(first), t, first)
+    order = replays.produced_order(first)
+    assert order == [k for k in z["attack_order"] if k >= 0]
+    np.testing.assert_array_equal(np.isfinite(first), z["attack_counts"] > 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# The network.
+
+
+@pytest.fixture(scope="module")
+def smax():
+    game = make_batch_game("smax_races", B, config=SmaxRacesConfig(menu=fixed_size_menu(2),
+                                                                   max_steps=10))
+    network = make_network(game.spec, Z_TINY)
+    params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
+    return game, network, params
+
+
+def test_network_output_depends_on_z_and_no_z_is_zero(smax):
+    game, network, params = smax
+    obs = jax.device_get(game.reset(0, races=("terran", "zerg")).observations[0])
+    state = network.initial_state(B)
+    z = np.stack([z_of(b % 3, [ZERGLING], [ZERGLING]) for b in range(B)])
+    out_z, _ = network.step(params, dict(obs, z=z), state)
+    out_0, _ = network.step(params, dict(obs, z=np.zeros_like(z)), state)
+    out_none, _ = network.step(params, obs, state)
+    # z reaches the army choice (the strategy step), the values and the pseudo-values.
+    assert float(jnp.abs(out_z.logits["composition"] - out_0.logits["composition"]).max()) > 1e-4
+    assert float(jnp.abs(out_z.value - out_0.value).max()) > 1e-6
+    assert out_z.pseudo_value.shape == (B, 2)
+    assert float(jnp.abs(out_z.pseudo_value - out_0.pseudo_value).max()) > 1e-6
+    # An observation without z (the game's own: evaluators) is the zero-z policy.
+    for a, b in ((out_none.logits, out_0.logits), (out_none.value, out_0.value)):
+        jax.tree.map(np.testing.assert_array_equal, a, b)
+    # A network without z is unaffected by a z field and has no pseudo-value.
+    plain = make_network(game.spec, TINY)
+    p = plain.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
+    out, _ = plain.step(p, obs, state)
+    assert out.pseudo_value is None and z_size(plain) == 0 and pseudo_reward_count(plain) == 0
+    assert not any("z_encoder" in k or "pseudo" in k for k in p)
+
+
+def test_only_smax_networks_take_z():
+    poker = make_batch_game("kuhn_poker", 2)
+    assert z_size(make_network(poker.spec, z=True)) == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The losses against a numpy reference.
+
+
+def numpy_lambda_returns(r, g, v, boot, lam):
+    """G_t = r_t + g_t ((1 - lam) V_{t+1} + lam G_{t+1}), G_T = V_T, per column."""
+    T = r.shape[0]
+    out = np.zeros_like(r)
+    nxt_g = boot
+    for t in reversed(range(T)):
+        v_next = v[t + 1] if t + 1 < T else boot
+        out[t] = r[t] + g[t] * ((1 - lam) * v_next + lam * nxt_g)
+        nxt_g = out[t]
+    return out
+
+
+def numpy_vtrace_advantage(log_rho, r, g, v, boot):
+    """IMPALA's V-trace (lambda 1, rho-bar = c-bar = 1): A_s = rho_s (r_s + g_s v_{s+1} - V_s)."""
+    T = r.shape[0]
+    rho = np.minimum(np.exp(log_rho), 1.0)
+    c = np.minimum(np.exp(log_rho), 1.0)
+    v_next = np.concatenate([v[1:], boot[None]])
+    delta = rho * (r + g * v_next - v)
+    vs = np.zeros_like(v)
+    acc = np.zeros_like(boot)
+    for t in reversed(range(T)):
+        acc = delta[t] + g[t] * c[t] * acc
+        vs[t] = v[t] + acc
+    vs_next = np.concatenate([vs[1:], boot[None]])
+    return rho * (r + g * vs_next - v)
+
+
+def pseudo_case(seed=0, T_=5, B_=3, K=2, n=4):
+    rng = np.random.default_rng(seed)
+    f = np.float32
+    case = dict(
+        pi={"action_type": rng.normal(size=(T_, B_, n)).astype(f) - 1,
+            "composition": rng.normal(size=(T_, B_)).astype(f) - 1},
+        mu={"action_type": rng.normal(size=(T_, B_, n)).astype(f) - 1,
+            "composition": rng.normal(size=(T_, B_)).astype(f) - 1},
+        rewards=rng.normal(size=(T_, B_, K)).astype(f),
+        active=(rng.random((T_, B_, K)) < 0.5).astype(f),
+        discounts=(rng.random((T_, B_)) < 0.8).astype(f),
+        values=rng.normal(size=(T_, B_, K)).astype(f),
+        bootstrap=rng.normal(size=(B_, K)).astype(f))
+    return case
+
+
+def test_pseudo_reward_losses_match_a_numpy_reference():
+    c = pseudo_case()
+    lam = 0.8
+    policy, value = losses.pseudo_reward_losses(
+        c["pi"], c["mu"], c["rewards"], c["active"], c["discounts"], c["values"], c["bootstrap"],
+        td_lambda=lam)
+    T_, B_, K = c["values"].shape
+    want_value, want_policy = 0.0, 0.0
+    side_pi = {"action_type": c["pi"]["action_type"].sum(-1), "composition": c["pi"]["composition"]}
+    side_mu = {"action_type": c["mu"]["action_type"].sum(-1), "composition": c["mu"]["composition"]}
+    for k in range(K):
+        for b in range(B_):
+            r, g, v = c["rewards"][:, b, k], c["discounts"][:, b], c["values"][:, b, k]
+            boot, a = c["bootstrap"][b, k], c["active"][:, b, k]
+            G = numpy_lambda_returns(r, g, v, boot, lam)
+            want_value += 0.5 * np.sum(a * (G - v) ** 2)
+            for h in side_pi:
+                adv = numpy_vtrace_advantage(side_pi[h][:, b] - side_mu[h][:, b], r, g, v, boot)
+                want_policy -= np.sum(a * adv * side_pi[h][:, b])
+    np.testing.assert_allclose(float(value), want_value / (T_ * B_), rtol=1e-5)
+    np.testing.assert_allclose(float(policy), want_policy / (T_ * B_), rtol=1e-5)
+
+
+def test_each_pseudo_value_head_learns_from_its_own_reward_only():
+    c = pseudo_case(1)
+
+    def value_grad(rewards):
+        def loss(values):
+            return losses.pseudo_reward_losses(c["pi"], c["mu"], rewards, c["active"],
+                                               c["discounts"], values, c["bootstrap"])[1]
+        return np.asarray(jax.grad(loss)(jnp.asarray(c["values"])))
+
+    base = value_grad(c["rewards"])
+    changed = c["rewards"].copy()
+    changed[..., 0] += 1.0                     # only pseudo-reward 0 changes
+    moved = value_grad(changed)
+    assert np.abs(moved[..., 0] - base[..., 0]).max() > 1e-3   # head 0 sees it
+    np.testing.assert_array_equal(moved[..., 1], base[..., 1])  # head 1 does not
+    # Inactive games give no gradient at all.
+    np.testing.assert_array_equal(base[c["active"] == 0], 0.0)
+
+
+def test_total_loss_adds_the_pseudo_terms_with_their_weights():
+    c = pseudo_case(2)
+    T_, B_, n = c["pi"]["action_type"].shape
+    rng = np.random.default_rng(3)
+    logits = {"action_type": jnp.asarray(rng.normal(size=(T_, B_, n, 6)), jnp.float32),
+              "composition": jnp.asarray(rng.normal(size=(T_, B_, 3)), jnp.float32)}
+    actions = {"action_type": rng.integers(0, 6, (T_, B_, n)), "composition": rng.integers(0, 3, (T_, B_))}
+    args = (logits, jnp.zeros((T_, B_, n)), jnp.zeros((B_, n)), actions, c["mu"],
+            jnp.zeros((T_, B_, n)), jnp.ones((T_, B_)))
+    pseudo = {"reward": c["rewards"], "active": c["active"], "value": c["values"],
+              "bootstrap": c["bootstrap"]}
+    off, _ = losses.total_loss(LossConfig(pseudo_policy_weight=0, pseudo_value_weight=0), *args,
+                               pseudo=pseudo)
+    plain, _ = losses.total_loss(LossConfig(), *args)
+    on, m = losses.total_loss(LossConfig(pseudo_policy_weight=0.5, pseudo_value_weight=2.0), *args,
+                              pseudo=pseudo)
+    np.testing.assert_allclose(float(off), float(plain), rtol=1e-6)
+    want = float(plain) + 0.5 * float(m["loss/pseudo_policy"]) + 2.0 * float(m["loss/pseudo_value"])
+    np.testing.assert_allclose(float(on), want, rtol=1e-5)
+    assert float(m["loss/pseudo_value"]) > 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Supervised learning: each game's own z, zeroed 10% of the time.
+
+
+def test_supervised_feeds_each_games_z_zeroed_ten_percent():
+    n = 20_000
+    own = np.stack([z_of(k % 3, [ZERGLING], [ZERGLING, k % 4]) for k in range(n)])
+    seqs = [(None, None, own[k]) for k in range(n)]
+    z = supervised.sequence_z(seqs, np.random.default_rng(0))
+    zeroed = ~z.any(-1)
+    assert abs(zeroed.mean() - 0.1) < 0.01        # AlphaStar's 10%, per sequence
+    np.testing.assert_array_equal(z[~zeroed], own[~zeroed])   # the others: their own z
+    np.testing.assert_array_equal(supervised.sequence_z(seqs[:5]), own[:5])  # evaluation: never zero
+    # batch_sequences puts it in every step's observation.
+    seq = ({"alive": np.ones((3, 2), bool)}, {h: np.zeros(3, np.int32) for h in supervised.HEADS},
+           own[0])
+    obs, _, valid = supervised.batch_sequences([seq, seq], 4, supervised.sequence_z([seq, seq]))
+    assert obs["z"].shape == (4, 2, replays.Z_SIZE)
+    np.testing.assert_array_equal(obs["z"][2, 1], own[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# The actor: a main agent's z from its race's bank, an exploiter's zero.
+
+
+class Races:
+    def __init__(self, races):
+        self.races, self.results = races, []
+
+    def request_match(self, agent_id):
+        return {"opponent_id": "frozen", "branch": "test", "home_race": self.races[0],
+                "away_race": self.races[1]}
+
+    def report_results(self, results):
+        self.results.extend(results)
+
+
+class Frozen:
+    def __init__(self, params):
+        self.params = params
+
+    def latest_params(self, player_id, min_version=None):
+        return (0, self.params) if min_version is None else None
+
+
+def one_bank():
+    """A bank whose z names its matchup: army = own race, one attacked type = enemy race."""
+    table = np.zeros((9, 2, replays.Z_SIZE), np.float32)
+    counts = np.zeros(9, np.int32)
+    for own in range(3):
+        for enemy in range(3):
+            for k in range(2):
+                table[own * 3 + enemy, k] = z_of(own, [enemy * 2 + k], [enemy * 2 + k])
+            counts[own * 3 + enemy] = 2
+    return replays.ZBank(table, counts, "test")
+
+
+def test_z_plan_activates_each_pseudo_reward_a_quarter_of_the_time(smax):
+    game, network, params = smax
+    actor = Actor("a", "main", game, network, Races(("protoss", "zerg")), Frozen(params), None,
+                  "t", ActorConfig(unroll_length=T), z_bank=one_bank())
+    actor.game.reset(0, races=("protoss", "zerg"))
+    z, active = actor._z_plan(2000)
+    assert abs(active.mean() - 0.25) < 0.01
+    assert abs(active[..., 0].mean() - active[..., 1].mean()) < 0.02
+    army, order, _ = replays.decode_z(z[5, 3])
+    assert army == RACES.index("protoss") and order[0] // 2 == RACES.index("zerg")
+
+
+@pytest.mark.parametrize("role", ["main_agent", "exploiter"])
+def test_actor_conditions_main_agents_on_their_races_z(smax, role):
+    game, network, params = smax
+    example = example_unroll(game.spec, network, T)
+    table = reverb.Table.queue("queue", 1000, signature=reverb_signature(example))
+    server = reverb.Server([table])
+    races = ("protoss", "zerg")
+    actor = Actor("a", "agent", game, network, Races(races), Frozen(params),
+                  f"localhost:{server.port}", "queue",
+                  ActorConfig(unroll_length=T, episodes_per_match=1000,
+                              z_pseudo_reward_probability=1.0),
+                  z_bank=one_bank() if role == "main_agent" else None)
+    try:
+        actor.run(num_steps=4 * (T - 1))  # games of <= 11 steps: several finish
+        actor.close()
+        client = reverb.Client(f"localhost:{server.port}")
+        items = [unflatten_like(example, s.data) for s in
+                 client.sample("queue", num_samples=client.server_info()["queue"].current_size,
+                               emit_timesteps=False)]
+    finally:
+        server.stop()
+    z = np.stack([i.steps.observation["z"] for i in items])           # [items, T, Z]
+    pseudo = np.stack([i.steps.pseudo_reward["reward"] for i in items])
+    active = np.stack([i.steps.pseudo_reward["active"] for i in items])
+    done = np.stack([i.steps.discount == 0 for i in items])
+    assert done.any()
+    if role == "exploiter":
+        assert not z.any() and not pseudo.any() and not active.any()
+        return
+    for vec in z.reshape(-1, replays.Z_SIZE):
+        army, order, _ = replays.decode_z(vec)
+        assert army == RACES.index("protoss") and order[0] // 2 == RACES.index("zerg")
+    assert active.all()                                   # probability 1 here
+    assert (pseudo[~done] == 0).all()                     # given at a game's last step only
+    assert (pseudo[done] <= 0).all() and (pseudo[done] >= -1).all() and (pseudo[done] < 0).any()
+
+
+def test_learner_learns_the_pseudo_rewards(smax):
+    game, network, params = smax
+    example = example_unroll(game.spec, network, T)
+    config = LearnerConfig(batch_size=4, unroll_length=T,
+                           replay=ReplayConfig(max_size=1000, samples_per_insert=1.0, error_buffer=1e6))
+    server = reverb.Server([make_table(config.replay, reverb_signature(example), 4)])
+    address = f"localhost:{server.port}"
+    learner = Learner(network, params, config, example, reverb_address=address)
+    actor = Actor("a", "agent", game, network, Races(("terran", "zerg")), Frozen(params), address,
+                  config.replay.table, ActorConfig(unroll_length=T, episodes_per_match=1000),
+                  z_bank=one_bank())
+    try:
+        actor.run(num_steps=T - 1)
+        assert learner.update(1, timeout=60) == 1
+        metrics = learner.metrics()
+        assert np.isfinite(metrics["loss/pseudo_value"]) and np.isfinite(metrics["loss/pseudo_policy"])
+    finally:
+        actor.close()
+        learner.close()
+        server.stop()
