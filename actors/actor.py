@@ -756,7 +756,7 @@ class Actor:
                 discount=batch_major(1.0 - np.asarray(chunk["done"], np.float32)),
                 first=batch_major(chunk["first"], bool),
                 policy_version=np.repeat(chunk["version"][None], b, 0),
-                pseudo_reward=None if "pseudo_reward" not in chunk else {
+                pseudo_reward={} if "pseudo_reward" not in chunk else {
                     k: batch_major(v, np.float32) for k, v in chunk["pseudo_reward"].items()}),
             core_state=jax.tree_util.tree_map(np.asarray, jax.device_get(core_state)))
         self._writer.put(batch, self._stop)

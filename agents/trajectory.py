@@ -15,7 +15,7 @@ Per step `t` (every leaf of a `Step` in an item has a leading time axis of lengt
 | `discount`             | float32              | gamma_t: 0 if the episode ended after this step, else 1 (the learner multiplies its own discount factor in) |
 | `first`                | bool                 | this step starts an episode: the core is reset before processing it |
 | `policy_version`       | int32                | the learner parameter version that chose a_t       |
-| `pseudo_reward`        | None, or {"reward", "active"}: float32 `[K]` | networks conditioned on z only: z's K pseudo-rewards received after a_t (at a game's last step) and whether each is active in the game of step t (1/0) |
+| `pseudo_reward`        | {} or {"reward", "active"}: float32 `[K]` | networks conditioned on z only: z's K pseudo-rewards received after a_t (at a game's last step) and whether each is active in the game of step t (1/0) |
 
 A step holds (o_t, a_t, r_t, gamma_t): after a terminal step (`discount == 0`) the next step is
 the first step of the next episode (`first == True`), there is no separate terminal
@@ -60,7 +60,9 @@ class Step(NamedTuple):
     discount: Array
     first: Array
     policy_version: Array
-    pseudo_reward: Any = None  # {"reward", "active"} [K] per step, or None (no z)
+    # {"reward", "active"} [K] per step; {} without z (an empty structure, not None: Reverb's
+    # signatures and writers take no None leaves).
+    pseudo_reward: Any = {}  # noqa: RUF012 -- never mutated
 
 
 class Unroll(NamedTuple):
@@ -182,7 +184,7 @@ def zeros_unroll(observation: PyTree, opponent_observation: PyTree,
         behaviour_log_prob={h: t(np.float32, shape) for h, shape in shapes.items()},
         reward=t(np.float32, tuple(reward_shape)), discount=t(np.float32), first=t(np.bool_),
         policy_version=t(np.int32),
-        pseudo_reward=None if not pseudo_rewards else {
+        pseudo_reward={} if not pseudo_rewards else {
             "reward": t(np.float32, (pseudo_rewards,)), "active": t(np.float32, (pseudo_rewards,))})
     return Unroll(steps=steps, core_state=jax.tree_util.tree_map(
         lambda x: np.zeros(np.shape(x), np.asarray(x).dtype), core_state))

@@ -136,7 +136,7 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
             return jax.tree_util.tree_map(lambda y: y[:-1], x)
 
         pseudo = None
-        if steps.pseudo_reward is not None and out.pseudo_value is not None:
+        if steps.pseudo_reward and out.pseudo_value is not None:
             # z's pseudo-rewards, each with its own value head (losses.pseudo_reward_losses).
             pseudo = {"reward": steps.pseudo_reward["reward"][:-1],
                       "active": steps.pseudo_reward["active"][:-1],

@@ -172,7 +172,7 @@ class ChainActor:
                     steps = [s for s, _ in self.pending[i]]
                     stacked = Step(**{k: jax.tree_util.tree_map(lambda *xs: np.stack(xs),
                                                                 *[s[k] for s in steps])
-                                      for k in Step._fields})
+                                      for k in steps[0]})
                     unrolls.append(Unroll(stacked, self.pending[i][0][1]))
                     self.pending[i] = self.pending[i][-1:]  # overlap by one step
             self.core = jax.tree_util.tree_map(np.asarray, core)
