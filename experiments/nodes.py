@@ -103,6 +103,13 @@ def load_z_bank(config: RunConfig, spec):
         raise ConfigError(f"--z_replays={directory}: {e}") from None
 
 
+def agent_z_banks(config: RunConfig, bank) -> dict:
+    """{learning agent: the z bank its actors sample from}: `bank` for main agents, None (z = 0)
+    for main and league exploiters (AlphaStar conditions only main agents on z)."""
+    return {p.player_id: bank if p.role == "main_agent" else None
+            for p in learning_agents(config.league)}
+
+
 def z_summary(config: RunConfig, bank) -> str:
     """The progress line saying where main agents' z comes from."""
     if not config.z_network:
@@ -156,9 +163,14 @@ def check_shapes(what: str, params, like) -> None:
         if path not in got or np.shape(got[path]) != np.shape(leaf):
             where = jax.tree_util.keystr(path)
             shape = np.shape(got[path]) if path in got else "missing"
+            hint = ""
+            if "z_encoder" in where or "pseudo_value" in where or "team" in where:
+                hint = (" (a network without the z input, e.g. a supervised start made before z "
+                        "was an input: rebuild it with experiments.supervised, or run with "
+                        "--network.z=false)")
             raise ConfigError(f"{what}: parameter {where} has shape {shape}, the run's network has "
                               f"{np.shape(leaf)}; it must come from the same game and network sizes "
-                              "(--hidden_size, --core_size)")
+                              f"(--hidden_size, --core_size, --network.z){hint}")
 
 
 def load_init(config: RunConfig, like) -> dict | None:
@@ -332,15 +344,14 @@ class ActorGroup:
         params_source = ParamsSource(learner_groups, coordinator)
         addresses = {agent: group.reverb_address() for agent, group in learner_groups.items()}
         self.actors = {}
-        network = teachers = z_bank = None
+        network = teachers = z_banks = None
         races = agent_races(config)
-        roles = {p.player_id: p.role for p in learning_agents(config.league)}
         for index, (actor_id, agent_id) in enumerate(assignments):
             game = make_game(config, config.actor.batch_size)
             if network is None:
                 network = make_network(config, game.spec)
                 teachers = load_teachers(config, initial_params(network, game.spec, 0, config.seed))
-                z_bank = load_z_bank(config, game.spec)
+                z_banks = agent_z_banks(config, load_z_bank(config, game.spec))
             actor_config = ActorConfig(unroll_length=config.learner.unroll_length,
                                        episodes_per_match=config.actor.episodes_per_match,
                                        refresh_seconds=config.actor.param_refresh_seconds,
@@ -355,7 +366,7 @@ class ActorGroup:
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
                                           addresses[agent_id], agent_id, actor_config,
                                           teacher_params=None if teachers is None else teachers[races[agent_id]],
-                                          z_bank=z_bank if roles[agent_id] == "main_agent" else None)
+                                          z_bank=z_banks[agent_id])
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
 

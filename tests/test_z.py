@@ -364,3 +364,66 @@ def test_learner_learns_the_pseudo_rewards(smax):
         actor.close()
         learner.close()
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's settings: where z comes from, who gets it, what is refused.
+
+
+def test_main_agents_get_the_bank_and_exploiters_zero():
+    from experiments.config import RunConfig
+    from experiments.nodes import agent_z_banks
+
+    bank = one_bank()
+    banks = agent_z_banks(RunConfig.make(races=2), bank)
+    assert {a for a, b in banks.items() if b is bank} == {a for a in banks if "main_agent" in a}
+    assert any("exploiter" in a for a in banks)
+    assert all(b is None for a, b in banks.items() if "exploiter" in a)
+
+
+def test_z_source_flags_and_bad_replays_are_refused(tmp_path):
+    import json
+    import os
+
+    from experiments.config import ConfigError, RunConfig
+    from experiments.league import check_z
+    from experiments.nodes import load_z_bank, make_game
+
+    with pytest.raises(ConfigError, match="z exists for smax_races only"):
+        RunConfig.make(game="kuhn_poker", z_replays=str(tmp_path))
+    with pytest.raises(ConfigError, match="needs a network that takes z"):
+        RunConfig.make(z_replays=str(tmp_path), **{"network.z": False})
+    with pytest.raises(ConfigError, match="z_pseudo_reward_probability"):
+        RunConfig.make(**{"actor.z_pseudo_reward_probability": 1.5})
+    # No bank: z = 0, said in the progress line.
+    assert "z: off" in check_z(RunConfig.make(init="none"))
+    # --init's report names its replays: the bank's default source.
+    replay_dir = tmp_path / "replays"
+    replay_dir.mkdir()
+    init = tmp_path / "supervised.npz"
+    init.write_bytes(b"")
+    (tmp_path / "supervised.npz.json").write_text(json.dumps({"replays": str(replay_dir)}))
+    assert RunConfig.make(init=str(init)).z_replay_dir == str(replay_dir)
+    assert RunConfig.make(init=str(init), z_replays="none").z_replay_dir is None
+    # Replays of another spec (another menu: other unit slots): refused, naming the directory.
+    other = make_batch_game("smax_races", 1, config=SmaxRacesConfig(menu=fixed_size_menu(2))).spec
+    replays.ReplayWriter(str(replay_dir), other)
+    config = RunConfig.make(z_replays=str(replay_dir))
+    with pytest.raises(ConfigError, match=f"--z_replays={replay_dir}: .*another observation/action spec"):
+        load_z_bank(config, make_game(config, 1).spec)
+    with pytest.raises(ConfigError, match="no such replay directory"):
+        check_z(RunConfig.make(z_replays=str(tmp_path / "nowhere")))
+    assert not os.path.exists(tmp_path / "nowhere")
+
+
+def test_a_start_without_z_is_refused_by_a_z_network():
+    from experiments.config import ConfigError, RunConfig
+    from experiments.nodes import check_shapes, initial_params, make_game, make_network
+
+    def params(z):
+        config = RunConfig.make(races=1, hidden_size=16, core_size=16, **{"network.z": z})
+        spec = make_game(config, 1).spec
+        return initial_params(make_network(config, spec), spec, 0, 0)
+
+    with pytest.raises(ConfigError, match="without the z input"):
+        check_shapes("--init=old.npz (terran)", params(False), params(True))
