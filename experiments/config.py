@@ -425,12 +425,17 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> RunConfig:
-        """The config of a config.json: nested (this version) or flat (earlier ones)."""
+        """The config of a config.json: nested (this version) or flat (earlier ones). A run
+        saved before z was a network input (no `network.z`) resumes without z: its checkpoints
+        hold a network without the z input."""
         if not any(isinstance(v, dict) for v in data.values()):
             flat = {k: v for k, v in data.items() if v is not None or k not in ALIASES}
             if flat.get("entropy_cost", 0) is None:
                 flat.pop("entropy_cost")
+            flat.setdefault("network.z", False)
             return cls.make(**flat)
+        if "z" not in data.get("network", {"z": True}):
+            data = {**data, "network": {**data["network"], "z": False}}
         return _build(cls, data)
 
 

@@ -427,3 +427,12 @@ def test_a_start_without_z_is_refused_by_a_z_network():
 
     with pytest.raises(ConfigError, match="without the z input"):
         check_shapes("--init=old.npz (terran)", params(False), params(True))
+
+
+def test_a_run_saved_before_z_resumes_without_z():
+    from experiments.config import RunConfig
+
+    saved = RunConfig.make(races=1).to_dict()
+    assert RunConfig.from_dict(saved).network.z
+    del saved["network"]["z"]
+    assert not RunConfig.from_dict(saved).network.z
