@@ -87,7 +87,6 @@ class RunReader:
     current parameters)."""
 
     def __init__(self, run_dir: str):
-        from actors.games import poker_policy
         from experiments.config import RunConfig
         from experiments.nodes import make_network
 
