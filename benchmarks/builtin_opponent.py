@@ -5,8 +5,8 @@
 
 For every race matchup (the main agent of race r against the heuristic playing race r'), the
 win rate (draws count half) of (a) the main agent's final parameters (learner checkpoint,
-written when the run stops) and (b) the same agent's initial parameters, the baseline before
-any training, over `--games` games each (`actors.scripted.play_against_heuristic`). The
+written when the run stops) and (b) the same agent's initial parameters (its frozen copy
+`<agent>#0`: the supervised start when the run had one), the baseline before any training, over `--games` games each (`actors.scripted.play_against_heuristic`). The
 heuristic picks its army uniformly from its race's menu; the agent picks with its own
 composition head. Prints a markdown table and, last,
 `RESULT builtin_opponent mean_win_rate=<x> ratio=<x/0.5> target=1.0`
@@ -31,6 +31,7 @@ def measure(run_dir: str, games: int, seed: int = 0) -> dict:
     from experiments.config import RunConfig
     from experiments.nodes import initial_params, make_game, make_network
     from experiments.program import agent_indices
+    from league.players import initial_snapshot_id
 
     with open(os.path.join(run_dir, "config.json")) as f:
         config = RunConfig.from_dict(json.load(f))
@@ -45,7 +46,13 @@ def measure(run_dir: str, games: int, seed: int = 0) -> dict:
     table = {}
     for main in mains:
         _, trained = player_params(run_dir, main["player_id"])
-        initial = initial_params(network, game.spec, agent_index[main["player_id"]], config.seed)
+        # The run's start: the frozen copy of the initial parameters (the supervised start with
+        # --init or the automatic start), else the random parameters the agent was seeded with.
+        start = initial_snapshot_id(main["player_id"])
+        if any(p["player_id"] == start for p in players):
+            _, initial = player_params(run_dir, start)
+        else:
+            initial = initial_params(network, game.spec, agent_index[main["player_id"]], config.seed)
         for opponent_race in config.race_names:
             races = (main["race"], opponent_race)
             row = {}
