@@ -6,7 +6,8 @@
 For every race matchup (the main agent of race r against the heuristic playing race r'), the
 win rate (draws count half) of (a) the main agent's final parameters (learner checkpoint,
 written when the run stops) and (b) the same agent's initial parameters (its frozen copy
-`<agent>#0`: the supervised start when the run had one), the baseline before any training, over `--games` games each (`actors.scripted.play_against_heuristic`). The
+`<agent>#0`: the supervised start when the run had one), the baseline before any training,
+over `--games` games each (`actors.scripted.play_against_heuristic`). The
 heuristic picks its army uniformly from its race's menu; the agent picks with its own
 composition head. Prints a markdown table and, last,
 `RESULT builtin_opponent mean_win_rate=<x> ratio=<x/0.5> target=1.0`
@@ -49,7 +50,7 @@ def measure(run_dir: str, games: int, seed: int = 0) -> dict:
         # The run's start: the frozen copy of the initial parameters (the supervised start with
         # --init or the automatic start), else the random parameters the agent was seeded with.
         start = initial_snapshot_id(main["player_id"])
-        if any(p["player_id"] == start for p in players):
+        if start in {p["player_id"] for p in players}:
             _, initial = player_params(run_dir, start)
         else:
             initial = initial_params(network, game.spec, agent_index[main["player_id"]], config.seed)
