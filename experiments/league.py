@@ -54,16 +54,21 @@ def config_from_flags() -> RunConfig:
     return dataclasses.replace(config, run_dir=run_dir)
 
 
-def choose_start(config: RunConfig, init_given: bool) -> tuple[RunConfig, str]:
+def choose_start(config: RunConfig, init_given: bool, kl_given: bool = False) -> tuple[RunConfig, str]:
     """The run's start (experiments.supervised_start.resolve_start: the automatic supervised
     start is built here if not cached) and the line saying which; a resumed run without
-    --init keeps the start it was started with."""
-    from experiments.supervised_start import resolve_start, saved_init
+    --init keeps the start it was started with, and without a KL weight the one it was
+    started with (runs begun before `SUPERVISED_KL_WEIGHT` became the default resume)."""
+    from experiments.supervised_start import resolve_start, saved_config
 
-    saved = saved_init(config.run_dir)
+    saved = saved_config(config.run_dir)
     if (not init_given and config.init == "auto" and saved is not None
-            and (saved in ("", "none") or os.path.isfile(saved))):
-        config = dataclasses.replace(config, init=saved)
+            and (saved.init in ("", "none") or os.path.isfile(saved.init))):
+        config = dataclasses.replace(config, init=saved.init)
+    if not kl_given and saved is not None and saved.teacher == config.teacher:
+        loss = dataclasses.replace(config.learner.loss,
+                                   kl_teacher_weight=saved.learner.loss.kl_teacher_weight)
+        config = dataclasses.replace(config, learner=dataclasses.replace(config.learner, loss=loss))
     return resolve_start(config)
 
 
@@ -143,7 +148,8 @@ def main(argv) -> int:
         runner_problem = problem(config)
         if runner_problem:
             raise ConfigError(runner_problem)
-        config, start = choose_start(config, FLAGS["init"].present)
+        kl_given = FLAGS["kl_teacher_cost"].present or FLAGS["learner.loss.kl_teacher_weight"].present
+        config, start = choose_start(config, FLAGS["init"].present, kl_given)
         check_teacher(config)
         z_line = check_z(config)
         resuming = prepare_run_dir(config)

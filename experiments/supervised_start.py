@@ -198,11 +198,11 @@ def resolve_start(config: RunConfig, log=print) -> tuple[RunConfig, str]:
     return config, f"start: random parameters ({why})"
 
 
-def saved_init(run_dir: str) -> str | None:
-    """The `init` a run directory was started with (its config.json), or None if it holds no
+def saved_config(run_dir: str) -> RunConfig | None:
+    """The config a run directory was started with (its config.json), or None if it holds no
     readable config: a resumed run keeps its own start unless --init is given."""
     try:
         with open(os.path.join(run_dir, "config.json")) as f:
-            return RunConfig.from_dict(json.load(f)).init
+            return RunConfig.from_dict(json.load(f))
     except (OSError, ValueError, TypeError):
         return None

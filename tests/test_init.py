@@ -138,3 +138,37 @@ def test_a_kl_weight_without_a_teacher_source_is_refused_and_nothing_is_written(
     result = league_cli("--kl_teacher_cost=0.1", "--init=none", f"--run_dir={run_dir}", "--runner=inprocess")
     assert result.returncode == 2 and "a KL weight needs a teacher" in result.stderr, result.stderr
     assert not run_dir.exists()
+
+
+def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_path):
+    """AlphaStar's recipe by default: a SMAX run with a supervised start and no KL weight gets
+    the KL to the supervised policy at 0.5; --init=none, other games, an explicit weight and a
+    resumed run begun with another weight keep theirs."""
+    import json
+
+    from experiments import league
+
+    def kl(**values):
+        return RunConfig.make(**values).learner.loss.kl_teacher_weight
+
+    assert kl(game="smax_races", init="x.npz") == 0.5
+    assert kl(game="smax_races", init="auto") == 0.5
+    assert kl(game="smax_races", init="none") == 0.0
+    assert kl(game="smax_races") == 0.0                      # built in code: no start, no KL
+    assert kl(game="kuhn_poker") == 0.0
+    assert kl(game="smax_races", init="x.npz", kl_teacher_cost=0.1) == 0.1
+    assert kl(game="smax_races", init="x.npz", **{"learner.loss.kl_teacher_weight": 0.0}) == 0.0
+    assert RunConfig.make(game="smax_races", init="x.npz").teacher_source == "init"
+
+    # A run begun with no KL term resumes with none when no weight is given again.
+    file = str(tmp_path / "supervised.npz")
+    supervised_file(file, ["terran"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    sizes = dict(game="smax_races", races=1, hidden_size=16, core_size=16, init=file, run_dir=str(run_dir))
+    with open(run_dir / "config.json", "w") as f:
+        json.dump(RunConfig.make(**sizes, kl_teacher_cost=0.0).to_dict(), f)
+    resumed, _ = league.choose_start(RunConfig.make(**sizes), init_given=True, kl_given=False)
+    assert resumed.learner.loss.kl_teacher_weight == 0.0
+    given, _ = league.choose_start(RunConfig.make(**sizes, kl_teacher_cost=0.3), init_given=True, kl_given=True)
+    assert given.learner.loss.kl_teacher_weight == 0.3
