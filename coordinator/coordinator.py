@@ -295,6 +295,11 @@ class Coordinator:
         """Exact NashConv of the Nash mixture ("nash") and of main agents, from an evaluator."""
         self.history.add_exploitability(values, self._clock())
 
+    def record_heuristic(self, rows: Sequence[Mapping]) -> None:
+        """Main agents' win rates against the scripted heuristic (SMAX), from evaluator_0: one
+        row per agent and heuristic race (`LeagueHistory.add_heuristic`), all at one time."""
+        self.history.add_heuristic(rows, self._clock())
+
     def record_learner_metrics(self, agent_id: str, metrics: Mapping[str, float]) -> None:
         self.history.add_learner_metrics(agent_id, metrics, self._clock())
 

@@ -25,6 +25,11 @@ readers work while the league writes. Schema (times are Unix seconds):
     exploitability(id INTEGER PRIMARY KEY, time, subject, nash_conv)
         exact NashConv over time in games that have it (poker), by OpenSpiel: subject "nash"
         (the league's Nash mixture) or a main agent's id
+    heuristic(id INTEGER PRIMARY KEY, time, player_id, version, race, opponent_race, win_rate,
+              games, wins, draws, losses)
+        SMAX main agents against jaxmarl's scripted heuristic over time: player_id (race
+        `race`, parameters of learner version `version`) played `games` games against the
+        heuristic playing `opponent_race`; win_rate counts draws half
     league_state(id INTEGER PRIMARY KEY CHECK (id = 1), time, state BLOB)
         the latest League.state() checkpoint (zlib JSON), for resuming
 """
@@ -64,6 +69,10 @@ CREATE TABLE IF NOT EXISTS learner_metrics(id INTEGER PRIMARY KEY, time REAL NOT
     agent_id TEXT NOT NULL, name TEXT NOT NULL, value REAL);
 CREATE TABLE IF NOT EXISTS exploitability(id INTEGER PRIMARY KEY, time REAL NOT NULL,
     subject TEXT NOT NULL, nash_conv REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS heuristic(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+    player_id TEXT NOT NULL, version INTEGER, race TEXT NOT NULL, opponent_race TEXT NOT NULL,
+    win_rate REAL NOT NULL, games INTEGER NOT NULL, wins INTEGER NOT NULL, draws INTEGER NOT NULL,
+    losses INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS league_state(id INTEGER PRIMARY KEY CHECK (id = 1), time REAL NOT NULL,
     state BLOB NOT NULL);
 """
@@ -220,6 +229,18 @@ class LeagueHistory:
         self._write("INSERT INTO exploitability(time, subject, nash_conv) VALUES (?, ?, ?)",
                     [(when, s, float(v)) for s, v in values.items()])
 
+    def add_heuristic(self, rows: Iterable[Mapping], when: float | None = None) -> None:
+        """Win rates against the scripted heuristic: dicts with the columns of `heuristic`
+        (player_id, version, race, opponent_race, win_rate, games, wins, draws, losses)."""
+        when = when or time.time()
+        self._write(
+            "INSERT INTO heuristic(time, player_id, version, race, opponent_race, win_rate, games, wins, draws,"
+            " losses) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(when, r["player_id"], None if r.get("version") is None else int(r["version"]), r["race"],
+              r["opponent_race"], float(r["win_rate"]), int(r["games"]), int(r["wins"]), int(r["draws"]),
+              int(r["losses"])) for r in rows],
+        )
+
     def add_learner_metrics(self, agent_id: str, metrics: Mapping[str, float], when: float | None = None) -> None:
         when = when or time.time()
         self._write(
@@ -310,6 +331,16 @@ class LeagueHistory:
             return []
         return self._read("SELECT time, subject, nash_conv FROM exploitability ORDER BY id")
 
+    def heuristic_history(self) -> list[dict]:
+        """The `heuristic` rows in order, as dicts of its columns (without id); none for
+        histories from before the table."""
+        if not self._has_table("heuristic"):
+            return []
+        keys = ("time", "player_id", "version", "race", "opponent_race", "win_rate", "games", "wins", "draws",
+                "losses")
+        rows = self._read(f"SELECT {', '.join(keys)} FROM heuristic ORDER BY id")
+        return [dict(zip(keys, r)) for r in rows]
+
     def learner_metrics(self) -> list[tuple[float, str, str, float]]:
         return self._read("SELECT time, agent_id, name, value FROM learner_metrics ORDER BY time, id")
 
@@ -333,14 +364,16 @@ class LeagueHistory:
     def data_version(self) -> tuple[int, ...]:
         """Changes whenever a row is added to any table but league_state: the number of
         players and the largest id of games, events, payoff snapshots, Nash, ratings and
-        learner metrics (0 for an empty table)."""
+        learner metrics, and the sum of the largest ids of exploitability and heuristic (each
+        only grows; one number keeps the tuple's length) (0 for an empty or missing table)."""
         row = self._read(
             "SELECT (SELECT count(*) FROM players), (SELECT max(id) FROM games), (SELECT max(id) FROM events),"
             " (SELECT max(id) FROM payoff_snapshots), (SELECT max(id) FROM nash), (SELECT max(id) FROM ratings),"
             " (SELECT max(id) FROM learner_metrics)"
-        )[0] + self._read("SELECT max(id) FROM exploitability" if self._has_table("exploitability")
-                          else "SELECT 0")[0]
-        return tuple(v or 0 for v in row)
+        )[0]
+        measured = sum(self._read(f"SELECT coalesce(max(id), 0) FROM {table}")[0][0]
+                       for table in ("exploitability", "heuristic") if self._has_table(table))
+        return (*(v or 0 for v in row), measured)
 
     def game_columns(self, after_id: int = 0, upto_id: int | None = None) -> tuple[list[str], list[str], list[str]]:
         """(home, away, outcome) of the games with after_id < id <= upto_id, as three

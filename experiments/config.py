@@ -155,6 +155,17 @@ class EvaluatorSettings:
     # ... and the exact NashConv of the Nash mixture and of each main agent is recorded this
     # often (league.db `exploitability`, the dashboard's curve); 0: never.
     nash_conv_every_seconds: float = 60.0
+    # SMAX: evaluator_0 plays each main agent (current parameters, z = 0) against jaxmarl's
+    # scripted heuristic in every race of the run this often (league.db `heuristic`, the
+    # dashboard's curve; OpenAI Five's fixed reference agents); 0: never.
+    heuristic_every_seconds: float = 300.0
+    heuristic_games: int = 16  # games per main agent and heuristic race in each measurement
+
+    def __post_init__(self):
+        if self.heuristic_every_seconds < 0:
+            raise ConfigError(f"--evaluator.heuristic_every_seconds must be >= 0; got {self.heuristic_every_seconds}")
+        if self.heuristic_games < 1:
+            raise ConfigError(f"--evaluator.heuristic_games must be at least 1; got {self.heuristic_games}")
 
 
 @dataclass(frozen=True)

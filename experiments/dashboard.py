@@ -9,7 +9,8 @@ ETag it drew last in If-None-Match, answered with 304 Not Modified until the his
 changes, and redraws. The figures follow AlphaStar's: the payoff matrix by agent type
 (Extended Data Fig. 8), ratings of every player over training (Fig. 4a), the Nash
 distribution over players as training progresses (Fig. 4c); plus OpenAI Five's
-data-quality metrics per learner.
+data-quality metrics per learner and, as OpenAI Five tracked TrueSkill against fixed reference
+agents, each SMAX main agent's win rate against the scripted heuristic over time.
 
     python -m experiments.dashboard --run_dir=runs/x [--port=8050] [--host=127.0.0.1]
     python -m experiments.dashboard --run_dir=runs/x --export=report.html   # one file, offline
@@ -199,6 +200,7 @@ class DashboardData:
             "nash": nash,
             "ratings": self._ratings(history, index),
             "exploitability": self._exploitability(history),
+            "heuristic": self._heuristic(history),
             "events": {k: [e[c] for e in events] for k, c in (("time", "time"), ("kind", "kind"), ("agent", "agent_id"),
                                                                ("player", "player_id"), ("step", "step"), ("reason", "reason"))},
             "learners": self._learner_metrics(history),
@@ -280,6 +282,29 @@ class DashboardData:
             series = out.setdefault(subject, {"time": [], "nash_conv": []})
             series["time"].append(when)
             series["nash_conv"].append(value)
+        return out
+
+    @staticmethod
+    def _heuristic(history: LeagueHistory) -> dict:
+        """{main agent: {"race", "time": [...], "win_rate": [...], "version": [...], "games": [...],
+        "by_race": {heuristic race: [...]}}}: per measurement (the rows of one time), the win
+        rate against the scripted heuristic (draws half), the mean over the heuristic's races,
+        and each race's (None where not measured); {} before the first measurement."""
+        measurements: dict[tuple[str, float], list[dict]] = {}
+        for row in history.heuristic_history():
+            measurements.setdefault((row["player_id"], row["time"]), []).append(row)
+        races = sorted({row["opponent_race"] for rows in measurements.values() for row in rows})
+        out: dict = {}
+        for (player, when), rows in measurements.items():
+            series = out.setdefault(player, {"race": rows[0]["race"], "time": [], "win_rate": [], "version": [],
+                                             "games": [], "by_race": {r: [] for r in races}})
+            series["time"].append(when)
+            series["win_rate"].append(float(np.mean([r["win_rate"] for r in rows])))
+            series["version"].append(rows[0]["version"])
+            series["games"].append(sum(r["games"] for r in rows))
+            by_race = {r["opponent_race"]: r["win_rate"] for r in rows}
+            for race in races:
+                series["by_race"][race].append(by_race.get(race))
         return out
 
     @staticmethod

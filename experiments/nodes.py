@@ -7,7 +7,9 @@ are their RPC surface, so a launcher can place them in one process or as Ray act
   On one machine a dozen learner processes would not fit (DESIGN.md: ~1 GB each); on a
   cluster the program makes one group per agent (`--learner_groups=agent`).
 - `ActorGroup`: the actors of several agents in one process, each on its own thread.
-- `EvaluatorNode`: plays the pairs of players the coordinator names and reports the games.
+- `EvaluatorNode`: plays the pairs of players the coordinator names and reports the games;
+  records exact NashConv (poker) and main agents' win rates against the scripted heuristic
+  (SMAX) over time.
 - `ParamsSource`: how actors and evaluators reach any player's parameters.
 
 Handles to other nodes are the nodes themselves or proxies that read like them (Ray).
@@ -408,7 +410,12 @@ class ActorGroup:
 
 
 class EvaluatorNode:
-    """Keeps the payoff matrix honest: plays the pairs with the fewest games between them."""
+    """Keeps the payoff matrix honest: plays the pairs with the fewest games between them.
+
+    Besides, off the actors' path: in poker the exact NashConv of the Nash mixture and of each
+    main agent every `nash_conv_every_seconds`; in SMAX (evaluator_0 only) each main agent's
+    win rate against jaxmarl's scripted heuristic every `heuristic_every_seconds`, as OpenAI
+    Five tracked TrueSkill against fixed reference agents."""
 
     def __init__(self, config: RunConfig, coordinator, learner_groups: Mapping[str, Any], evaluator_id: str = "evaluator_0"):
         from actors.evaluator import Evaluator, EvaluatorConfig
@@ -418,9 +425,16 @@ class EvaluatorNode:
         self._coordinator = coordinator
         game = make_game(config, config.evaluator.games)
         network = make_network(config, game.spec)
-        self._evaluator = Evaluator(game, network, ParamsSource(learner_groups, coordinator),
+        params_source = ParamsSource(learner_groups, coordinator)
+        self._evaluator = Evaluator(game, network, params_source,
                                     config=EvaluatorConfig(seed=config.seed, greedy=config.evaluator.greedy),
                                     evaluator_id=evaluator_id)
+        # One evaluator measures against the heuristic: more would repeat the same curve.
+        self._heuristic = None
+        if (config.game == "smax_races" and evaluator_id == "evaluator_0"
+                and config.evaluator.heuristic_every_seconds > 0):
+            self._heuristic = (network, params_source, game.fns.config)
+        self._last_heuristic = time.monotonic()
         self._exact, self._last_nash_conv = None, time.monotonic()
         if config.evaluator.exact and config.game in POKER_GAMES:
             from actors.evaluator import ExactEvaluator
@@ -428,12 +442,25 @@ class EvaluatorNode:
             self._exact = ExactEvaluator(config.game, network, ParamsSource(learner_groups, coordinator))
         self._stop = threading.Event()
         self.games = 0
+        self.heuristic_measurements = 0
 
     def run(self) -> None:
         self._stop.clear()
         while not self._stop.is_set():
+            self.heuristic_next()
             if not (self.exact_next() or self.evaluate_next()):
                 time.sleep(1.0)
+
+    def heuristic_next(self) -> int:
+        """SMAX, evaluator_0: once `heuristic_every_seconds` have passed since the last time
+        (or the start), measures the main agents against the heuristic; returns the number of
+        rows recorded (0: not due, or not measured here)."""
+        if self._heuristic is None:
+            return 0
+        if time.monotonic() - self._last_heuristic < self.config.evaluator.heuristic_every_seconds:
+            return 0
+        self._last_heuristic = time.monotonic()
+        return len(self.measure_against_heuristic())
 
     def exact_next(self) -> int:
         """Games with an exact meta-game (poker): computes the exact payoffs of the next frozen
@@ -477,9 +504,44 @@ class EvaluatorNode:
         self._coordinator.record_exploitability(values)
         return values
 
+    def measure_against_heuristic(self) -> list[dict]:
+        """Each main agent's current parameters (z = 0) against jaxmarl's scripted heuristic
+        playing each race of the run: `heuristic_games` games per agent and heuristic race
+        (`actors.scripted.play_against_heuristic`, the agent on side 0, seed = the run's seed:
+        every measurement plays the same dice, so the curve moves with the parameters), recorded
+        in league.db (`heuristic`) for the dashboard's curve; returns the rows recorded."""
+        from actors import scripted
+
+        if self._heuristic is None:
+            return []
+        network, params_source, game_config = self._heuristic
+        settings = self.config.evaluator
+        rows = []
+        for player in self._coordinator.players():
+            if player["role"] != "main_agent":
+                continue
+            got = params_source.latest_params(player["player_id"])
+            if got is None:
+                continue
+            version, params = got
+            for opponent_race in self.config.race_names:
+                if self._stop.is_set():  # a part of a measurement would skew the curve's mean
+                    return []
+                outcomes = scripted.play_against_heuristic(
+                    network, params, (player["race"], opponent_race), settings.heuristic_games,
+                    seed=self.config.seed, config=game_config, greedy=settings.greedy)
+                rows.append({"player_id": player["player_id"], "version": int(version), "race": player["race"],
+                             "opponent_race": opponent_race, "win_rate": scripted.win_rate(outcomes),
+                             "games": len(outcomes), "wins": int(np.sum(outcomes > 0)),
+                             "draws": int(np.sum(outcomes == 0)), "losses": int(np.sum(outcomes < 0))})
+        if rows:
+            self._coordinator.record_heuristic(rows)
+        self.heuristic_measurements += 1
+        return rows
+
     def stop(self) -> None:
         self._stop.set()
 
     def metrics(self) -> dict:
-        return {"games": self.games, **({} if self._exact is None else {
-            f"exact_{k}": v for k, v in self._exact.metrics().items()})}
+        return {"games": self.games, "heuristic_measurements": self.heuristic_measurements,
+                **({} if self._exact is None else {f"exact_{k}": v for k, v in self._exact.metrics().items()})}

@@ -214,6 +214,27 @@ function drawExploitability() {
   return Plotly.react("chart-exploitability", traces, layout, PLOT_CONFIG);
 }
 
+// -- SMAX: each main agent against the scripted heuristic (shown once measured) ------------
+function drawHeuristic() {
+  const series = Object.entries(current.heuristic || {});
+  $("heuristic-card").style.display = series.length ? "" : "none";
+  if (!series.length) return Plotly.purge("chart-heuristic");
+  const traces = series.map(([agent, s]) => {
+    const races = Object.keys(s.by_race);
+    const detail = s.time.map((_, k) => races.filter((r) => s.by_race[r][k] !== null)
+      .map((r) => `vs ${r} ${s.by_race[r][k].toFixed(3)}`).join("<br>"));
+    return {
+      type: "scatter", mode: "lines+markers", name: agent, x: s.time.map(ms), y: s.win_rate,
+      customdata: s.time.map((_, k) => [s.version[k], s.games[k], detail[k]]), line: {width: 2},
+      hovertemplate: `${agent}<br>win rate %{y:.3f} (version %{customdata[0]}, %{customdata[1]} games)<br>%{customdata[2]}<extra></extra>`,
+    };
+  });
+  const layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "win rate vs heuristic"}, range: [0, 1]},
+    shapes: [{type: "line", xref: "paper", x0: 0, x1: 1, y0: 0.5, y1: 0.5, line: {dash: "dot", color: "#888", width: 1}}],
+    showlegend: true, legend: {font: {size: 10}}};
+  return Plotly.react("chart-heuristic", traces, layout, PLOT_CONFIG);
+}
+
 function drawRatings() {
   const R = decoded.ratings, times = current.ratings.times.map(ms);
   const perRole = (key) => {
@@ -301,7 +322,7 @@ async function render(d) {
   drawHeadline(d);
   fillRaceFilter(d);
   const timings = {decode_ms: performance.now() - t0};
-  for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["exploitability", drawExploitability], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
+  for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["exploitability", drawExploitability], ["heuristic", drawHeuristic], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
     const t = performance.now();
     await draw();
     timings[name + "_ms"] = performance.now() - t;
