@@ -3,6 +3,7 @@
     python -m benchmarks.ablation --arm=pfsp_sp --seed=0 --minutes=2      # one arm, one seed
     python -m benchmarks.ablation --all --seeds=0,1,2 --minutes=2          # the driver (resumable)
     python -m benchmarks.ablation --report                                  # tables + docs/ablation.png
+    python -m benchmarks.ablation --all --init=supervised.npz --root=runs/ablation_sup  # from a supervised start
 
 Every arm trains a league through the real program (`experiments.launchers.run_inprocess`) on
 SMAX races with one race (Terran mirror; the army composition is the strategic choice) for the
@@ -79,10 +80,13 @@ COMMON = dict(game="smax_races", races=1, runner="inprocess", dashboard_port=-1,
 HEURISTIC = "heuristic"
 
 
-def arm_config(arm: str, seed: int, minutes: float, run_dir: str):
+def arm_config(arm: str, seed: int, minutes: float, run_dir: str, init: str = ""):
+    """The arm's run config; with `init` (a supervised start file) every agent starts from its
+    terran parameters and learns with the KL to them (the program's default weight)."""
     from experiments.config import RunConfig
 
-    return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, **COMMON, **ARMS[arm])
+    start = {"init": init} if init else {}
+    return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, **COMMON, **ARMS[arm], **start)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,12 +116,12 @@ def done(db, arm: str, seed: int) -> bool:
 # Training and evaluation of one arm.
 
 
-def train(arm: str, seed: int, minutes: float, root: str, log) -> str:
+def train(arm: str, seed: int, minutes: float, root: str, log, init: str = "") -> str:
     from experiments import launchers
     from experiments.config import prepare_run_dir
 
     run_dir = os.path.join(root, f"{arm}-s{seed}")
-    config = arm_config(arm, seed, minutes, run_dir)
+    config = arm_config(arm, seed, minutes, run_dir, init)
     if prepare_run_dir(config):
         print(f"  {run_dir} exists: resuming it for another {minutes} min", flush=True)
     launchers.run_inprocess(config, stop_event=threading.Event(), out=log)
@@ -234,7 +238,7 @@ def evaluate(db, arm: str, seed: int, run_dir: str, root: str, games: int, log=p
     db.commit()
 
 
-def run_one(arm: str, seed: int, minutes: float, root: str, games: int) -> None:
+def run_one(arm: str, seed: int, minutes: float, root: str, games: int, init: str = "") -> None:
     db = open_db(root)
     if done(db, arm, seed):
         print(f"{arm} seed {seed}: already in {root}/ablation.db", flush=True)
@@ -242,7 +246,7 @@ def run_one(arm: str, seed: int, minutes: float, root: str, games: int) -> None:
     started = time.time()
     print(f"{arm} seed {seed}: training {minutes} min ...", flush=True)
     with open(os.path.join(root, f"{arm}-s{seed}.log"), "a") as log:
-        run_dir = train(arm, seed, minutes, root, log)
+        run_dir = train(arm, seed, minutes, root, log, init)
     trained = time.time() - started
     if arm == "heldout":
         from coordinator.history import LeagueHistory
@@ -431,21 +435,27 @@ def main(argv=None) -> int:
     parser.add_argument("--root", default="runs/ablation")
     parser.add_argument("--report", action="store_true", help="print the tables from <root>/ablation.db")
     parser.add_argument("--png", default="docs/ablation.png")
+    parser.add_argument("--init", default="", help="a supervised start file (experiments.supervised, "
+                        "or the automatic start's supervised.npz): every arm starts from its terran "
+                        "parameters with the KL to them (AlphaStar's recipe); default: random parameters")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.games < 1:
         parser.error("--minutes must be > 0 and --games >= 1")
+    if args.init and not os.path.isfile(args.init):
+        parser.error(f"--init={args.init} is not a file; pass a supervised start (.npz)")
+    run = functools.partial(run_one, minutes=args.minutes, root=args.root, games=args.games, init=args.init)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.arm:
         arm = SHARED.get(args.arm, args.arm)
         if arm != "heldout" and not done(open_db(args.root), "heldout", HELDOUT_SEED):
-            run_one("heldout", HELDOUT_SEED, args.minutes, args.root, args.games)
-        run_one(arm, args.seed if arm != "heldout" else HELDOUT_SEED, args.minutes, args.root, args.games)
+            run("heldout", HELDOUT_SEED)
+        run(arm, args.seed if arm != "heldout" else HELDOUT_SEED)
     if args.all:
-        run_one("heldout", HELDOUT_SEED, args.minutes, args.root, args.games)
+        run("heldout", HELDOUT_SEED)
         for seed in seeds:  # seed-major: every arm has some seeds early
             for arm in ARMS:
                 if arm != "heldout":
-                    run_one(arm, seed, args.minutes, args.root, args.games)
+                    run(arm, seed)
     if args.report or args.all or args.arm:
         return report(args.root, args.png)
     parser.error("pass --arm, --all or --report")

@@ -57,3 +57,14 @@ def test_orderings_count_only_differences_beyond_the_noise(tmp_path):
     # a difference inside the seeds' noise is not counted as reproduced
     matched, total, lines = ablation.orderings(results({"self_play": [1000, 1200, 800], "fsp": [990, 1190, 790]}))
     assert (matched, total) == (0, 1) and "unresolved" in lines[0]
+
+
+def test_arms_start_from_a_supervised_start_with_its_kl_when_given():
+    """--init: every arm (and the held-out run) starts from the supervised file and learns with
+    the KL to it; without it, random parameters and no KL."""
+    config = ablation.arm_config("pfsp", 0, 1.0, "unused", init="supervised.npz")
+    assert config.init == "supervised.npz" and config.teacher_source == "init"
+    assert config.learner.loss.kl_teacher_weight == 0.5
+    assert config.league.main_agent_matchmaker == "pfsp"
+    plain = ablation.arm_config("pfsp", 0, 1.0, "unused")
+    assert plain.init_file is None and plain.learner.loss.kl_teacher_weight == 0.0
