@@ -439,7 +439,7 @@ class EvaluatorNode:
         if config.evaluator.exact and config.game in POKER_GAMES:
             from actors.evaluator import ExactEvaluator
 
-            self._exact = ExactEvaluator(config.game, network, ParamsSource(learner_groups, coordinator))
+            self._exact = ExactEvaluator(config.game, network, params_source)
         self._stop = threading.Event()
         self.games = 0
         self.heuristic_measurements = 0
