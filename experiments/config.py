@@ -161,12 +161,6 @@ class EvaluatorSettings:
     heuristic_every_seconds: float = 300.0
     heuristic_games: int = 16  # games per main agent and heuristic race in each measurement
 
-    def __post_init__(self):
-        if self.heuristic_every_seconds < 0:
-            raise ConfigError(f"--evaluator.heuristic_every_seconds must be >= 0; got {self.heuristic_every_seconds}")
-        if self.heuristic_games < 1:
-            raise ConfigError(f"--evaluator.heuristic_games must be at least 1; got {self.heuristic_games}")
-
 
 @dataclass(frozen=True)
 class SupervisedStartSettings:
@@ -283,7 +277,7 @@ class RunConfig:
             if getattr(self, name) not in COLOCATIONS:
                 raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
         for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
-                     "network.hidden_size", "network.core_size", "evaluator.games",
+                     "network.hidden_size", "network.core_size", "evaluator.games", "evaluator.heuristic_games",
                      "supervised.games", "supervised.steps", "supervised.batch_size"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
@@ -291,7 +285,8 @@ class RunConfig:
                      "actor.z_pseudo_reward_probability"):
             if not 0.0 <= self.get(name) <= 1.0:
                 raise ConfigError(f"--{name} must be in [0, 1]; got {self.get(name)}")
-        for name in ("minutes", "learner_steps", "evaluator.count", "actor.team_spirit_updates"):
+        for name in ("minutes", "learner_steps", "evaluator.count", "actor.team_spirit_updates",
+                     "evaluator.heuristic_every_seconds"):
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
         if self.league.main_agents_per_race < 1:
