@@ -558,8 +558,13 @@ def heuristic_policy(fns: SmaxRacesFunctions, side: int, composition: int | None
     def act(key, policy_state: HeuristicPolicyState, obs):
         key, comp_key = jax.random.split(key)
         fresh = init()
-        policy_state = jax.tree.map(lambda a, b: jnp.where(obs["choosing"], a, b), fresh, policy_state)
         flat, new_state = jax.vmap(micro)(jax.random.split(key, n), policy_state, obs["units"])
+        # On the strategy step every unit is a dead placeholder at (0, 0), and jaxmarl's micro
+        # would fix each unit's default target from that position for the whole game (the map's
+        # far corner, (32, 32), for both sides: the left army walks into the right one, which
+        # walks away; side 0 then won 0.77 of heuristic mirror games). So the state stays fresh
+        # through the strategy step, and the first real step sets the target from the spawn.
+        new_state = jax.tree.map(lambda a, b: jnp.where(obs["choosing"], a, b), fresh, new_state)
         flat = flat.astype(jnp.int32)
         a_type = jnp.where(flat > NUM_MOVES, ATTACK, flat)
         target = jnp.where(flat > NUM_MOVES, flat - NUM_MOVES - 1, 0)
