@@ -109,6 +109,7 @@ def test_page_draws_every_chart_without_console_errors(tab, dashboard):
                               ".map((t) => [t.name, t.y]))")
     assert shown == {"Nash mixture": [0.5 / (k + 1) for k in range(5)],
                      "any_main_agent_0": [0.9 - 0.1 * k for k in range(5)]}
+    assert tab.page.evaluate("getComputedStyle(document.getElementById('exploitability-card')).display") != "none"
     assert "live" in tab.text("status")
     # The page is the static files: style sheet applied, each file fetched once.
     assert tab.page.evaluate("getComputedStyle(document.querySelector('header')).display") == "flex"

@@ -264,12 +264,16 @@ def test_the_page_draws_the_curve_only_when_measured(tmp_path, with_rows):
         with chromium() as browser, Tab(browser, width=1400, height=1000) as tab:
             tab.load(url)
             shown = tab.page.evaluate("getComputedStyle(document.getElementById('heuristic-card')).display")
+            # A SMAX run has no exact exploitability: that card stays hidden.
+            exploitability_shown = tab.page.evaluate(
+                "getComputedStyle(document.getElementById('exploitability-card')).display")
             traces = tab.page.evaluate("(() => { const gd = document.getElementById('chart-heuristic');"
                                        " return gd.querySelector('.main-svg') ? gd.data.map((t) => [t.name, t.x, t.y]) : null; })()")
             assert tab.console_errors == []
     finally:
         server.shutdown()
         server.server_close()
+    assert exploitability_shown == "none"
     if not with_rows:
         assert shown == "none" and traces is None
         return

@@ -197,15 +197,13 @@ function drawNash() {
   return Promise.all([Plotly.react("chart-nash-now", [bar], nowLayout, PLOT_CONFIG), Plotly.react("chart-nash-time", traces, layout, PLOT_CONFIG)]);
 }
 
-// -- ratings: one trace per role, players' lines separated by gaps ---------------
 // -- exact exploitability (poker): NashConv of the Nash mixture and of each main agent ------
 
 function drawExploitability() {
+  // Shown once measured: poker runs get a point a minute from the evaluator; other games none.
   const series = Object.entries(current.exploitability || {});
-  if (!series.length) {
-    const empty = {annotations: [{text: "no exact exploitability yet (poker runs: the evaluator records it every minute)", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}], xaxis: {visible: false}, yaxis: {visible: false}, margin: MARGIN};
-    return Plotly.react("chart-exploitability", [], empty, PLOT_CONFIG);
-  }
+  $("exploitability-card").style.display = series.length ? "" : "none";
+  if (!series.length) return Plotly.purge("chart-exploitability");
   const traces = series.map(([subject, s]) => ({
     type: "scatter", mode: "lines+markers", name: subject === "nash" ? "Nash mixture" : subject, x: s.time.map(ms), y: s.nash_conv,
     line: {width: subject === "nash" ? 3 : 1.5}, hovertemplate: `${subject}<br>NashConv %{y:.4f}<extra></extra>`,
@@ -235,6 +233,7 @@ function drawHeuristic() {
   return Plotly.react("chart-heuristic", traces, layout, PLOT_CONFIG);
 }
 
+// -- ratings: one trace per role, players' lines separated by gaps ---------------
 function drawRatings() {
   const R = decoded.ratings, times = current.ratings.times.map(ms);
   const perRole = (key) => {
