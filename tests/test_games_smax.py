@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from actors import scripted
 from actors.games import smax_races as sr
 from actors.games.base import BatchGame, random_legal_actions
 from agents.specs import MASK_KEY
@@ -117,13 +118,14 @@ def test_the_armored_bonus_turns_a_lost_matchup_into_a_counter():
 
 
 def test_the_heuristic_plays_both_sides_evenly():
-    """Mirror matchups, the same army on both sides: the map is symmetric, so side 0 must win
-    about half of the decided games. Before the heuristic's default target was kept from the
-    strategy step (every unit walked to the top-right corner), side 0 won 0.79-0.93 here."""
+    """Mirror matchups, the same army on both sides: the map is symmetric, so side 0's win rate
+    (draws half) must be about 0.5 (measured 0.46-0.57). Before the heuristic's state was kept
+    fresh through the strategy step (every unit walked to the top-right corner), side 0 won
+    0.96-1.00 here."""
     games = 96
     for race in range(len(sr.RACES)):
         races = np.full((games, 2), race)
         comps = np.tile(np.arange(games)[:, None] % sr.COMPOSITIONS_PER_RACE, (1, 2))
         outcome = sr.play_heuristic_games(sr.SmaxRacesConfig(), races, comps, seed=race)
-        rate = (outcome == 1).mean() + 0.5 * (outcome == 0).mean()
+        rate = scripted.win_rate(outcome)
         assert 0.35 < rate < 0.65, (sr.RACES[race], rate)
