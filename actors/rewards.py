@@ -299,27 +299,28 @@ def _num_units(batch: Mapping[str, np.ndarray]) -> int:
     return 0
 
 
-def side_batch(timesteps_fields: Mapping[str, np.ndarray], side: int) -> dict[str, np.ndarray]:
+def side_batch(timesteps_fields: Mapping[str, np.ndarray], side: int, xp=np) -> dict[str, np.ndarray]:
     """A plug-in batch for `side` from stacked TimeStep fields, flattened to [N].
 
     `timesteps_fields` holds "done" [*], "outcome" [*] (side 0's view), "rewards" [*, 2], "time"
     [*] (optional, zeros if absent) and the game's signals [*, 2, ...] (per-side signals) or [*, ...] (shared), where * is any
     leading shape (e.g. [T, B]; flattening is row-major, so pass [B, T] for contiguous games).
+    `xp`: the array module (`jax.numpy` inside a jitted program: the device path).
     """
-    done = np.asarray(timesteps_fields["done"], bool)
+    done = xp.asarray(timesteps_fields["done"]).astype(bool)
     lead = done.shape
-    flat = lambda x: np.asarray(x).reshape((-1,) + np.shape(x)[len(lead):])  # noqa: E731
+    flat = lambda x: xp.asarray(x).reshape((-1,) + xp.shape(x)[len(lead):])  # noqa: E731
     sign = 1 if side == 0 else -1
     out = {
         "done": flat(done),
-        "outcome": flat(np.asarray(timesteps_fields["outcome"], np.int8) * sign).astype(np.int8),
-        "reward": flat(np.asarray(timesteps_fields["rewards"])[..., side]).astype(np.float32),
-        "time": flat(timesteps_fields.get("time", np.zeros(lead))).astype(np.float32),
+        "outcome": flat(xp.asarray(timesteps_fields["outcome"]).astype(xp.int8) * sign).astype(xp.int8),
+        "reward": flat(xp.asarray(timesteps_fields["rewards"])[..., side]).astype(xp.float32),
+        "time": flat(timesteps_fields.get("time", xp.zeros(lead))).astype(xp.float32),
     }
     for name, value in timesteps_fields.items():
         if name in ("done", "outcome", "rewards", "time"):
             continue
-        value = np.asarray(value)
+        value = xp.asarray(value)
         if value.ndim > len(lead) and value.shape[len(lead)] == 2:
             out[name] = flat(value[(slice(None),) * len(lead) + (side,)])
             out["enemy_" + name] = flat(value[(slice(None),) * len(lead) + (1 - side,)])
@@ -328,6 +329,74 @@ def side_batch(timesteps_fields: Mapping[str, np.ndarray], side: int) -> dict[st
     if "win" in out:  # "win" is per side [2]: keep this side's value only
         out.pop("enemy_win", None)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The device path (actors/rollout.py): the reward runs inside the jitted program.
+
+
+def outcome_reward_jax(batch, contiguous):
+    """`outcome_reward` in jax.numpy: +1 / 0 / -1 on the final step, 0 elsewhere."""
+    import jax.numpy as jnp
+
+    del contiguous
+    return jnp.where(batch["done"], batch["outcome"].astype(jnp.float32), 0.0)
+
+
+def game_reward_jax(batch, contiguous):
+    """`game_reward` in jax.numpy: the game's own zero-sum payoff (poker: chips)."""
+    del contiguous
+    return batch["reward"]
+
+
+class DeviceReward:
+    """A traceable reward function with a hashable `key` (jitted programs that use the same
+    reward share their compilation) and its `source` for messages."""
+
+    def __init__(self, fn, source: str, key):
+        self.fn, self.source, self.key = fn, source, key
+
+    def __call__(self, batch, contiguous: bool):
+        return self.fn(batch, contiguous)
+
+
+DEVICE_FIX = ("the device path (--experience=device) runs the reward inside the jitted program: "
+              "write get_reward with jax.numpy (import jax.numpy as jnp; no np.asarray, no "
+              "Python `if` on array values, no state kept between calls), or run with "
+              "--experience=replay")
+
+
+def device_reward(path_or_name: str | None, spec: GameSpec) -> DeviceReward:
+    """The reward of `--reward_plugin` as a traceable function for the device path: the
+    built-ins "outcome" and "game" in jax.numpy, or a plug-in file's `get_reward`, traced once
+    on a synthetic batch of `spec` (`jax.eval_shape`) and its result's shape checked.
+    RewardPluginError naming the function and the fix if it cannot be traced ("openai_five"
+    keeps running statistics between calls: it has no device version yet)."""
+    import jax
+
+    if path_or_name in (None, "", "outcome"):
+        return DeviceReward(outcome_reward_jax, "outcome (built-in)", "outcome")
+    if path_or_name == "game":
+        return DeviceReward(game_reward_jax, "game payoff (built-in)", "game")
+    if path_or_name == "openai_five":
+        raise RewardPluginError("openai_five (built-in)", "keeps running statistics (its reward "
+                                "normaliser) between calls and has no device version yet; pass "
+                                "--reward_plugin=outcome (or a traceable plug-in), or run with "
+                                "--experience=replay")
+    path = str(path_or_name)
+    fn = _load_file(path)
+    example = {k: jax.numpy.asarray(v) for k, v in example_batch(spec).items()}
+    try:
+        out = jax.eval_shape(lambda b: fn(b, False), example)
+    except Exception as e:  # noqa: BLE001 -- any failure to trace is the plug-in's problem
+        raise RewardPluginError(path, f"cannot be traced by JAX ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:200]}); {DEVICE_FIX}") from None
+    n, units = len(example["done"]), _num_units(example)
+    allowed = [(n,)] + ([(n, units)] if units else [])
+    if getattr(out, "shape", None) not in allowed:
+        raise RewardPluginError(path, f"returned shape {getattr(out, 'shape', out)} when traced; "
+                                f"expected one of {allowed}")
+    return DeviceReward(fn, path, ("file", os.path.abspath(path), os.path.getmtime(path)))
 
 
 def example_batch(spec: GameSpec, side: int = 0, steps: int = 4) -> dict[str, np.ndarray]:

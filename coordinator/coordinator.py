@@ -48,6 +48,25 @@ def initial_player_id(agent_id: str) -> str:
     return f"{agent_id}@initial"
 
 
+TRUESKILL_GAMES_PER_COUNT = 4
+"""TrueSkill's update is sequential, ~0.2 ms a game: of a counted batch (`report_counts`) it sees
+at most this many games per outcome, in the order win, draw, loss, repeated. The payoff and Elo
+take every game."""
+
+
+def _trueskill_games(row: Mapping) -> list[tuple[str, str, str]]:
+    """The games of a counted batch that TrueSkill sees (`TRUESKILL_GAMES_PER_COUNT`)."""
+    left = {o: min(int(row[k]), TRUESKILL_GAMES_PER_COUNT)
+            for o, k in (("win", "wins"), ("draw", "draws"), ("loss", "losses"))}
+    games = []
+    while any(left.values()):
+        for outcome in ("win", "draw", "loss"):
+            if left[outcome]:
+                games.append((row["home"], row["away"], outcome))
+                left[outcome] -= 1
+    return games
+
+
 class _GroupMember:
     """One agent of a learner group, with the per-agent surface the coordinator polls."""
 
@@ -62,6 +81,9 @@ class _GroupMember:
 
     def reset(self, params) -> int:
         return self.group.reset(self.agent_id, params)
+
+    def params(self):
+        return self.group.params(self.agent_id)
 
 
 class Coordinator:
@@ -90,14 +112,17 @@ class Coordinator:
                 if player.role == HISTORICAL:
                     self.history.add_event("snapshot", player.parent, player.player_id, 0, "initial", now)
             self._last_game_id = 0
+            self._last_count_id = 0
             self._save_state()
         else:
             self.league = League.from_state(state["league"])
             self._last_game_id = int(state["last_game_id"])
+            self._last_count_id = int(state.get("last_count_id", 0))
             self._catch_up()
         self._trueskill = meta.trueskill_ratings(
-            [(g["home"], g["away"], g["outcome"]) for g in self.history.games()], list(self.league.players)
-        )
+            [(g["home"], g["away"], g["outcome"]) for g in self.history.games()]
+            + [game for row in self.history.game_counts() for game in _trueskill_games(row)],
+            list(self.league.players))
         # TrueSkill is sequential in the games: reports queue them, the meta-game publisher
         # replays them, so the ~0.2 ms per game is not spent while actors wait on the lock.
         self._trueskill_pending: list[tuple[str, str, str]] = []
@@ -120,12 +145,19 @@ class Coordinator:
             if game["home"] in self.league.players and game["away"] in self.league.players:
                 self.league.record_result(game["home"], game["away"], game["outcome"], game["score"])
             self._last_game_id = game["id"]
+        for row in self.history.game_counts(since_id=self._last_count_id):
+            if row["home"] in self.league.players and row["away"] in self.league.players:
+                self.league.record_counts(row["home"], row["away"], row["wins"], row["draws"],
+                                          row["losses"], row["score"])
+            self._last_count_id = row["id"]
 
     def _save_state(self) -> None:
         # Every game up to the newest row is in the payoff (recorded under the same lock);
         # a restart replays only the rows after it.
         self._last_game_id = max(self._last_game_id, self.history.last_game_id())
-        self.history.save_league_state({"league": self.league.state(), "last_game_id": self._last_game_id})
+        self._last_count_id = max(self._last_count_id, self.history.last_count_id())
+        self.history.save_league_state({"league": self.league.state(), "last_game_id": self._last_game_id,
+                                        "last_count_id": self._last_count_id})
 
     # -- the RPC surface -------------------------------------------------------
 
@@ -202,6 +234,55 @@ class Coordinator:
             self.history.add_games(results)
             self._games_since_start += len(results)
         return len(results)
+
+    def match_distribution(self, agent_id: str) -> dict:
+        """The exact distribution of `agent_id`'s next opponents (`League.match_distribution`:
+        the one `request_match` samples from), for a device learner to draw the opponents of a
+        chunk's games: {"agent_id", "home_race", "opponents", "probabilities", "branches",
+        "races" (opponent -> race), "learning" (opponents whose learner plays its current
+        parameters)}."""
+        with self._lock:
+            dist = self.league.match_distribution(agent_id)
+            players = self.league.players
+            return {"agent_id": agent_id, "home_race": players[agent_id].race,
+                    "opponents": list(dist.opponents), "probabilities": dist.probabilities.tolist(),
+                    "branches": list(dist.branches),
+                    "races": {o: players[o].race for o in dist.opponents},
+                    "learning": sorted({o for o in dist.opponents if players[o].is_learning})}
+
+    def report_counts(self, rows: Sequence[Mapping]) -> int:
+        """Batches of games played at once (a device learner's chunk): {"home", "away", "wins",
+        "draws", "losses", optional "score" and "length" (sums over the games), "branch",
+        "home_race", "away_race", "source", "actor_id"}; one `game_counts` row each, and the
+        payoff (`League.record_counts`) and ratings as if each game had been reported. A
+        malformed batch is refused whole. Returns the number of games."""
+        with self._lock:
+            for r in rows:
+                for key in ("home", "away"):
+                    self.league.player(r[key])
+                counts = [r[k] for k in ("wins", "draws", "losses")]
+                if any(int(c) != c or c < 0 for c in counts):
+                    raise ValueError(f"games {r['home']} vs {r['away']}: counts must be integers >= 0, "
+                                     f"got {counts}; nothing of this batch was recorded")
+                for key in ("home", "away"):
+                    played, race = r.get(f"{key}_race"), self.league.players[r[key]].race
+                    if played is not None and played != race:
+                        raise ValueError(f"games {r['home']} vs {r['away']} were played with {key} race "
+                                         f"{played!r}, but {r[key]} is a {race} player; nothing of this "
+                                         "batch was recorded")
+                score = r.get("score")
+                if score is not None and not np.isfinite(float(score)):
+                    raise ValueError(f"games {r['home']} vs {r['away']} reported score {score}; the game "
+                                     "returned a non-finite payoff; nothing of this batch was recorded")
+            total = 0
+            for r in rows:
+                self.league.record_counts(r["home"], r["away"], r["wins"], r["draws"], r["losses"],
+                                          r.get("score"))
+                self._trueskill_pending.extend(_trueskill_games(r))
+                total += int(r["wins"]) + int(r["draws"]) + int(r["losses"])
+            self.history.add_game_counts(rows)
+            self._games_since_start += total
+        return total
 
     def poll(self) -> list[dict]:
         """Asks every learner for its steps and carries out the league's snapshot/reset decisions."""
@@ -285,6 +366,14 @@ class Coordinator:
         the run directory's store on the coordinator's host: actors and evaluators on other
         hosts fetch them here (and cache them: they never change), so no disk is shared."""
         return self.params.load(player_id)
+
+    def learner_params(self, agent_id: str) -> tuple[int, dict]:
+        """(version, current parameters) of a learning agent, from its learner group: device
+        learners in other groups play against it with these."""
+        learner = self._learners.get(agent_id)
+        if learner is None:
+            raise KeyError(f"{agent_id!r} has no connected learner")
+        return learner.params()
 
     def nash_weights(self) -> dict[str, float]:
         """The latest published Nash distribution over the players (empty before the first)."""

@@ -11,6 +11,12 @@ readers work while the league writes. Schema (times are Unix seconds):
         source "actor" | "evaluator"; branch = the matchmaking branch that chose the match;
         score = what the game paid home (chips in poker); home_race / away_race = the races
         the game was actually played in, as the game reports them (NULL for one-race games)
+    game_counts(id INTEGER PRIMARY KEY, time, home, away, wins, draws, losses, score, length,
+                branch, source, actor_id, home_race, away_race)
+        games played at once against one opponent in the same races (a device learner's chunk,
+        source "device"): one row with counts of home's wins, draws and losses; score and length
+        are the sums over those games. Counted games are games like any other: `game_count`,
+        the payoff, the ratings and the dashboard include them.
     events(id INTEGER PRIMARY KEY, time, kind, agent_id, player_id, step, reason)
         kind "snapshot" (player_id = the new frozen player) | "reset"
     payoff_snapshots(id INTEGER PRIMARY KEY, time, players TEXT, wins BLOB, draws BLOB)
@@ -55,6 +61,11 @@ CREATE TABLE IF NOT EXISTS games(id INTEGER PRIMARY KEY, time REAL NOT NULL, hom
     length INTEGER, branch TEXT, source TEXT, actor_id TEXT, score REAL, home_race TEXT,
     away_race TEXT);
 CREATE INDEX IF NOT EXISTS games_pair ON games(home, away);
+CREATE TABLE IF NOT EXISTS game_counts(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+    home TEXT NOT NULL, away TEXT NOT NULL, wins INTEGER NOT NULL CHECK (wins >= 0),
+    draws INTEGER NOT NULL CHECK (draws >= 0), losses INTEGER NOT NULL CHECK (losses >= 0),
+    score REAL, length INTEGER, branch TEXT, source TEXT, actor_id TEXT, home_race TEXT,
+    away_race TEXT);
 CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, time REAL NOT NULL, kind TEXT NOT NULL,
     agent_id TEXT NOT NULL, player_id TEXT, step INTEGER, reason TEXT);
 CREATE TABLE IF NOT EXISTS payoff_snapshots(id INTEGER PRIMARY KEY, time REAL NOT NULL,
@@ -193,6 +204,38 @@ class LeagueHistory:
             ],
         )
 
+    def add_game_counts(self, rows: Iterable[Mapping]) -> None:
+        """Batches of games (`game_counts`): {"home", "away", "wins", "draws", "losses",
+        optional "score" and "length" (sums), "branch", "source", "actor_id", races}."""
+        now = time.time()
+        self._write(
+            "INSERT INTO game_counts(time, home, away, wins, draws, losses, score, length, branch, "
+            "source, actor_id, home_race, away_race) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (r.get("time", now), r["home"], r["away"], int(r["wins"]), int(r["draws"]),
+                 int(r["losses"]), None if r.get("score") is None else float(r["score"]),
+                 r.get("length"), r.get("branch"), r.get("source", "device"), r.get("actor_id"),
+                 r.get("home_race"), r.get("away_race"))
+                for r in rows
+            ],
+        )
+
+    def game_counts(self, since_id: int = 0, upto_id: int | None = None) -> list[dict]:
+        """The `game_counts` rows with since_id < id (<= upto_id), oldest first."""
+        keys = ("id", "time", "home", "away", "wins", "draws", "losses", "score", "length", "branch",
+                "source", "actor_id", "home_race", "away_race")
+        if not self._has_table("game_counts"):
+            return []
+        upto = "" if upto_id is None else f" AND id <= {int(upto_id)}"
+        rows = self._read(f"SELECT {', '.join(keys)} FROM game_counts WHERE id > ?{upto} ORDER BY id",
+                          (since_id,))
+        return [dict(zip(keys, r)) for r in rows]
+
+    def last_count_id(self) -> int:
+        if not self._has_table("game_counts"):
+            return 0
+        return self._read("SELECT coalesce(max(id), 0) FROM game_counts")[0][0]
+
     def add_event(self, kind: str, agent_id: str, player_id: str | None, step: int, reason: str | None, when: float | None = None) -> None:
         self._write(
             "INSERT INTO events(time, kind, agent_id, player_id, step, reason) VALUES (?, ?, ?, ?, ?, ?)",
@@ -293,7 +336,11 @@ class LeagueHistory:
         return self._read("SELECT coalesce(max(id), 0) FROM games")[0][0]
 
     def game_count(self) -> int:
-        return self._read("SELECT count(*) FROM games")[0][0]
+        """Every game recorded: one per `games` row plus the counts of `game_counts`."""
+        if not self._has_table("game_counts"):  # a history written before counted games
+            return self._read("SELECT count(*) FROM games")[0][0]
+        return self._read("SELECT (SELECT count(*) FROM games) + "
+                          "(SELECT coalesce(sum(wins + draws + losses), 0) FROM game_counts)")[0][0]
 
     def events(self) -> list[dict]:
         rows = self._read("SELECT time, kind, agent_id, player_id, step, reason FROM events ORDER BY id")
@@ -372,7 +419,7 @@ class LeagueHistory:
             " (SELECT max(id) FROM learner_metrics)"
         )[0]
         measured = sum(self._read(f"SELECT coalesce(max(id), 0) FROM {table}")[0][0]
-                       for table in ("exploitability", "heuristic") if self._has_table(table))
+                       for table in ("exploitability", "heuristic", "game_counts") if self._has_table(table))
         return (*(v or 0 for v in row), measured)
 
     def game_columns(self, after_id: int = 0, upto_id: int | None = None) -> tuple[list[str], list[str], list[str]]:

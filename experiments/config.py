@@ -37,10 +37,12 @@ MATRIX_GAMES = ("matrix_rps", "matrix_disc", "matrix_blotto", "matrix_random")
 POKER_GAMES = ("kuhn_poker", "leduc_poker")
 GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
 RUNNERS = ("inprocess", "ray", "launchpad")
+EXPERIENCE = ("auto", "device", "replay")
 COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
-RESUMABLE_CHANGES = ("minutes", "learner_steps", "dashboard_port", "runner", "ray_address",
+RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
+                     "device.opponent_slots", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -145,6 +147,15 @@ class ActorSettings:
 
 
 @dataclass(frozen=True)
+class DeviceSettings:
+    """The device path (--experience=device): learners that play their own games
+    (learners/device.py, actors/rollout.py); each plays learner.batch_size games."""
+
+    updates_per_chunk: int = 8  # updates per jitted call (a chunk) between two talks to the coordinator
+    opponent_slots: int = 4  # opponents drawn per chunk from the match distribution (divides learner.batch_size)
+
+
+@dataclass(frozen=True)
 class EvaluatorSettings:
     count: int = 1  # evaluator nodes filling the payoff matrix for pairs with few games
     games: int = 16  # games an evaluator plays per pair of players
@@ -228,7 +239,12 @@ def _run_learner():
 class RunConfig:
     game: str = "smax_races"  # the game: SMAX races, OpenSpiel Kuhn/Leduc poker or a matrix game
     races: int = 3  # SMAX races: the first N of terran, protoss, zerg; other games have one
-    runner: str = "ray"  # ray (a local instance, or a cluster with ray_address) or inprocess
+    runner: str = "ray"  # ray (a local instance, or a cluster with ray_address), inprocess or launchpad
+    # Where learners' experience comes from: "device" (each learner plays its own games in the
+    # jitted program of its update: games with a JAX step), "replay" (actors write to Reverb,
+    # learners sample), "auto" (device wherever the game and settings allow; --print_program
+    # says which and why).
+    experience: str = "auto"
     ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001")
     run_dir: str = ""  # config.json, league.db, params/, learners/; rerun to resume
     minutes: float = 0.0  # stop after this many minutes; 0: until Ctrl-C (or learner_steps)
@@ -261,6 +277,7 @@ class RunConfig:
     learner: Any = field(default_factory=_run_learner)  # learners.config.LearnerConfig
     actor: ActorSettings = field(default_factory=ActorSettings)
     evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
+    device: DeviceSettings = field(default_factory=DeviceSettings)
     ray: RaySettings = field(default_factory=RaySettings)
     supervised: SupervisedStartSettings = field(default_factory=SupervisedStartSettings)
 
@@ -269,6 +286,8 @@ class RunConfig:
             raise ConfigError(f"unknown --game {self.game!r}; allowed: {', '.join(GAMES)}")
         if self.runner not in RUNNERS:
             raise ConfigError(f"unknown --runner {self.runner!r}; allowed: {', '.join(RUNNERS)}")
+        if self.experience not in EXPERIENCE:
+            raise ConfigError(f"unknown --experience {self.experience!r}; allowed: {', '.join(EXPERIENCE)}")
         if self.game == "smax_races" and not 1 <= self.races <= len(RACES):
             raise ConfigError(f"--races must be 1, 2 or 3 (the first N of {', '.join(RACES)}); got {self.races}")
         if self.game != "smax_races" and self.races != 1:
@@ -278,7 +297,8 @@ class RunConfig:
                 raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
         for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
                      "network.hidden_size", "network.core_size", "evaluator.games", "evaluator.heuristic_games",
-                     "supervised.games", "supervised.steps", "supervised.batch_size"):
+                     "supervised.games", "supervised.steps", "supervised.batch_size",
+                     "device.updates_per_chunk", "device.opponent_slots"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
         for name in ("actor.team_spirit_start", "actor.team_spirit_end",

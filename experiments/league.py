@@ -152,6 +152,10 @@ def main(argv) -> int:
         config, start = choose_start(config, FLAGS["init"].present, kl_given)
         check_teacher(config)
         z_line = check_z(config)
+        from experiments.program import experience_path
+
+        path, why = experience_path(config)  # --experience=device that cannot be: refused here
+        experience_line = f"experience: {path} ({why})"
         resuming = prepare_run_dir(config)
         # Held until the league stops: a second league or a surgery on the run is refused.
         lock = run_lock.hold(config.run_dir, f"a league (experiments.league --runner={config.runner})")
@@ -166,6 +170,7 @@ def main(argv) -> int:
           f"runner={config.runner} run_dir={config.run_dir}", flush=True)
     print(start, flush=True)
     print(z_line, flush=True)
+    print(experience_line, flush=True)
     from experiments.launchers import LAUNCHERS
 
     try:

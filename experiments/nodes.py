@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.config import POKER_GAMES, RunConfig
+from experiments.config import POKER_GAMES, RACES, RunConfig
 from league.players import learning_agents
 
 
@@ -228,8 +228,54 @@ def initial_params(network, spec, agent_index: int, seed: int):
     return jax.tree_util.tree_map(np.asarray, params)
 
 
-class LearnerGroup:
-    """Learners for `agent_ids` sharing one process, one JAX runtime and one Reverb server."""
+def learner_setup(config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int]):
+    """What every learner group builds first: (game spec, network, {agent: initial params},
+    {agent: teacher params or None}) -- the supervised start (--init) replaces the random
+    initial parameters, and each agent's teacher is its race's (`load_teachers`)."""
+    probe = make_game(config, 1)
+    network = make_network(config, probe.spec)
+    initial = {a: initial_params(network, probe.spec, agent_indices[a], config.seed) for a in agent_ids}
+    like = next(iter(initial.values()))
+    races = agent_races(config)
+    init = load_init(config, like)
+    if init:  # AlphaStar: every agent starts (and exploiters reset) from the supervised agent
+        initial = {a: init[races[a]] for a in agent_ids}
+    teachers = load_teachers(config, like, init)
+    return probe, network, initial, {a: None if teachers is None else teachers[races[a]] for a in agent_ids}
+
+
+class _Learners:
+    """The per-agent RPC surface every learner group shares (`self.learners`: agent -> learner)."""
+
+    learners: dict
+    _initial: dict
+
+    def initial_params(self, agent_id: str):
+        return self._initial[agent_id]
+
+    def steps(self, agent_id: str) -> int:
+        return self.learners[agent_id].steps()
+
+    def snapshot(self, agent_id: str):
+        return self.learners[agent_id].snapshot()
+
+    def reset(self, agent_id: str, params) -> int:
+        return self.learners[agent_id].reset(params)
+
+    def params(self, agent_id: str, min_version: int | None = None):
+        return self.learners[agent_id].params(min_version)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def checkpoint(self) -> None:
+        for learner in self.learners.values():
+            learner.save_checkpoint()
+
+
+class LearnerGroup(_Learners):
+    """Learners for `agent_ids` sharing one process, one JAX runtime and one Reverb server
+    (the replay path: actors write to their agent's table)."""
 
     def __init__(self, config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int]):
         import reverb
@@ -241,19 +287,11 @@ class LearnerGroup:
 
         self.config = config
         self.agent_ids = list(agent_ids)
-        probe = make_game(config, 1)
+        probe, self.network, self._initial, self._teachers = learner_setup(config, agent_ids, agent_indices)
         self.spec = probe.spec
-        self.network = make_network(config, self.spec)
-        self._initial = {a: initial_params(self.network, self.spec, agent_indices[a], config.seed) for a in agent_ids}
-        like = next(iter(self._initial.values()))
-        races = agent_races(config)
-        init = load_init(config, like)
-        if init:  # AlphaStar: every agent starts (and exploiters reset) from the supervised agent
-            self._initial = {a: init[races[a]] for a in agent_ids}
-        teachers = load_teachers(config, like, init)
-        self._teachers = {a: None if teachers is None else teachers[races[a]] for a in agent_ids}
+        teachers = any(t is not None for t in self._teachers.values())
         run = config.learner
-        example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers is not None)
+        example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers)
         learner_configs, tables = {}, []
         for agent in agent_ids:
             # One table per agent, named after it; sampling starts once a batch is there.
@@ -284,21 +322,6 @@ class LearnerGroup:
                 host = "localhost"
         return f"{host}:{self._server.port}"
 
-    def initial_params(self, agent_id: str):
-        return self._initial[agent_id]
-
-    def steps(self, agent_id: str) -> int:
-        return self.learners[agent_id].steps()
-
-    def snapshot(self, agent_id: str):
-        return self.learners[agent_id].snapshot()
-
-    def reset(self, agent_id: str, params) -> int:
-        return self.learners[agent_id].reset(params)
-
-    def params(self, agent_id: str, min_version: int | None = None):
-        return self.learners[agent_id].params(min_version)
-
     def metrics(self) -> dict[str, dict[str, float]]:
         info = self._client.server_info()  # once for every table
         return {agent: learner.metrics(info) for agent, learner in self.learners.items()}
@@ -320,18 +343,155 @@ class LearnerGroup:
             if not done:
                 time.sleep(0.01)
 
-    def stop(self) -> None:
-        self._stop.set()
-
-    def checkpoint(self) -> None:
-        for learner in self.learners.values():
-            learner.save_checkpoint()
-
     def close(self) -> None:
         self._stop.set()
         for learner in self.learners.values():
             learner.close()
         self._server.stop()
+
+
+class DeviceLearnerGroup(_Learners):
+    """Learners for `agent_ids` that play their own games on their device (the device path,
+    Podracer's Anakin: `learners.device.DeviceLearner` over `actors.rollout.DeviceRollout`).
+
+    `run` goes round-robin over the agents, one chunk each: the agent's exact match
+    distribution from the coordinator (`Coordinator.match_distribution`, what `request_match`
+    samples from), `device.opponent_slots` opponents drawn from it for the chunk's B games (B /
+    M games each, in the two players' races), their parameters from a device-resident bank
+    (frozen players cached by id; learning opponents refreshed every
+    `actor.param_refresh_seconds`; the agent itself for self-play), K updates in one jitted
+    call, then the chunk's results in one `Coordinator.report_counts` batch (one row per
+    opponent and branch)."""
+
+    BANK_SIZE = 256  # frozen players kept on the device (least recently used leave first)
+
+    def __init__(self, config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int],
+                 coordinator, name: str = "learners"):
+        from collections import OrderedDict
+
+        from actors import rewards
+        from actors.actor import example_unroll, value_shape
+        from actors.rollout import DeviceRollout
+        from learners import checkpoint
+        from learners.device import DeviceLearner
+
+        self.config, self.name = config, name
+        self.agent_ids = list(agent_ids)
+        self._coordinator = coordinator
+        probe, self.network, self._initial, self._teachers = learner_setup(config, agent_ids, agent_indices)
+        self.spec = probe.spec
+        run = config.learner
+        rollout = DeviceRollout(
+            self.network, probe.fns, batch_size=run.batch_size, num_slots=config.device.opponent_slots,
+            unroll_length=run.unroll_length, reward_fn=rewards.device_reward(config.reward, self.spec),
+            value_shape=value_shape(self.network), races=config.game == "smax_races")
+        teachers = any(t is not None for t in self._teachers.values())
+        example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers)
+        self.learners = {
+            agent: DeviceLearner(self.network, self._initial[agent], run, example, rollout,
+                                 updates_per_chunk=config.device.updates_per_chunk,
+                                 seed=config.seed * 1009 + agent_indices[agent],
+                                 checkpoint_dir=checkpoint.directory(config.run_dir, agent),
+                                 teacher_params=self._teachers[agent])
+            for agent in agent_ids
+        }
+        self._rng = np.random.default_rng(config.seed * 7919 + min(agent_indices[a] for a in agent_ids))
+        self._frozen: OrderedDict = OrderedDict()   # player id -> device params
+        self._learning: dict[str, tuple[float, Any]] = {}  # agent id -> (fetched at, device params)
+        self._race_index = {race: i for i, race in enumerate(RACES)}
+        self._stop = threading.Event()
+        self.games = 0
+        self.errors: list[str] = []
+
+    # -- opponents ------------------------------------------------------------------------
+
+    def _opponent_params(self, player_id: str, learning: bool):
+        import jax
+
+        if player_id in self.learners:
+            return self.learners[player_id].current_params()
+        if learning:
+            fetched = self._learning.get(player_id)
+            if fetched is None or time.monotonic() - fetched[0] >= self.config.actor.param_refresh_seconds:
+                _, params = self._coordinator.learner_params(player_id)
+                fetched = (time.monotonic(), jax.device_put(params))
+                self._learning[player_id] = fetched
+            return fetched[1]
+        if player_id in self._frozen:
+            self._frozen.move_to_end(player_id)
+            return self._frozen[player_id]
+        _, params = self._coordinator.frozen_params(player_id)
+        self._frozen[player_id] = jax.device_put(params)
+        while len(self._frozen) > self.BANK_SIZE:
+            self._frozen.popitem(last=False)
+        return self._frozen[player_id]
+
+    def draw_opponents(self, agent_id: str):
+        """(Opponents, races [B, 2] or None, slots: [(opponent, branch)]) of the agent's next
+        chunk, drawn from its match distribution."""
+        import jax
+        import jax.numpy as jnp
+
+        from actors.rollout import Opponents
+
+        dist = self._coordinator.match_distribution(agent_id)
+        m = self.config.device.opponent_slots
+        picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
+        slots = [(dist["opponents"][i], dist["branches"][i]) for i in picks]
+        learning = set(dist["learning"])
+        own = self.learners[agent_id].current_params()
+        params = [own if opp == agent_id else self._opponent_params(opp, opp in learning) for opp, _ in slots]
+        bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
+        use_self = jnp.asarray([opp == agent_id for opp, _ in slots])
+        races = None
+        if self.config.game == "smax_races":
+            home = self._race_index[dist["home_race"]]
+            per_slot = [(home, self._race_index[dist["races"][opp]]) for opp, _ in slots]
+            races = jnp.asarray(np.repeat(np.asarray(per_slot, np.int32), self.config.learner.batch_size // m, 0))
+        return Opponents(bank, use_self), races, slots, dist
+
+    def play_chunk(self, agent_id: str) -> int:
+        """One chunk of the agent (see the class docstring); returns the games reported."""
+        opponents, races, slots, dist = self.draw_opponents(agent_id)
+        results = self.learners[agent_id].play_and_learn(opponents, races)
+        rows: dict[tuple[str, str], dict] = {}
+        for m, (opp, branch) in enumerate(slots):
+            row = rows.setdefault((opp, branch), {
+                "home": agent_id, "away": opp, "branch": branch, "wins": 0, "draws": 0, "losses": 0,
+                "score": 0.0, "length": 0, "source": "device", "actor_id": self.name,
+                **({"home_race": dist["home_race"], "away_race": dist["races"][opp]}
+                   if self.config.game == "smax_races" else {})})
+            for key in ("wins", "draws", "losses", "length"):
+                row[key] += int(getattr(results, key)[m])
+            row["score"] += float(results.score[m])
+        rows = [r for r in rows.values() if r["wins"] + r["draws"] + r["losses"]]
+        games = self._coordinator.report_counts(rows) if rows else 0
+        self.games += games
+        return games
+
+    # -- the node's loop ------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Round-robin over the agents, one chunk each; checkpoints every
+        `checkpoint_every_seconds` (a kill -9 loses at most that much)."""
+        self._stop.clear()
+        last_checkpoint = time.time()
+        while not self._stop.is_set():
+            if time.time() - last_checkpoint >= self.config.checkpoint_every_seconds:
+                self.checkpoint()
+                last_checkpoint = time.time()
+            for agent_id in self.agent_ids:
+                if self._stop.is_set():
+                    break
+                self.play_chunk(agent_id)
+
+    def metrics(self) -> dict[str, dict[str, float]]:
+        return {agent: learner.metrics() for agent, learner in self.learners.items()}
+
+    def close(self) -> None:
+        self._stop.set()
+        for learner in self.learners.values():
+            learner.close()
 
 
 class ActorGroup:

@@ -7,8 +7,10 @@
 The graph (Acme's `make_distributed_experiment`, in small):
 
     coordinator      Coordinator: league, payoff, matchmaking, history, parameter store
-    learners[/key]   LearnerGroup: the learners of some agents and their Reverb tables
-    actors[/key]     ActorGroup: `actors_per_learner` actors per agent of the group
+    learners[/key]   LearnerGroup: the learners of some agents and their Reverb tables (replay
+                     path), or DeviceLearnerGroup: learners that play their own games (device
+                     path: no actors, no Reverb; `experience_path` picks the path)
+    actors[/key]     ActorGroup: `actors_per_learner` actors per agent of the group (replay path)
     evaluator_<i>    EvaluatorNode: fills the payoff matrix for pairs with few games
 
 Co-location is a parameter (`--learner_groups`, `--actor_groups`): "all" agents in one node
@@ -27,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.coordinator import Coordinator, CoordinatorConfig
-from experiments.config import RunConfig
-from experiments.nodes import ActorGroup, EvaluatorNode, LearnerGroup
+from experiments.config import MATRIX_GAMES, POKER_GAMES, ConfigError, RunConfig
+from experiments.nodes import ActorGroup, DeviceLearnerGroup, EvaluatorNode, LearnerGroup
 from league.players import learning_agents
 
 
@@ -66,17 +68,20 @@ class Program:
     config: RunConfig
     nodes: list[Node]
     calls: list[Call] = field(default_factory=list)
+    experience: tuple[str, str] = ("replay", "")  # (path, why): `experience_path`
 
     def node(self, name: str) -> Node:
         return next(n for n in self.nodes if n.name == name)
 
     def learner_groups(self) -> list[str]:
-        return [n.name for n in self.nodes if n.cls is LearnerGroup]
+        return [n.name for n in self.nodes if n.cls in (LearnerGroup, DeviceLearnerGroup)]
 
     def __str__(self) -> str:
         c = self.config
+        path, why = self.experience
         lines = [f"program: game={c.game} races={','.join(c.race_names)} "
-                 f"learner_groups={c.learner_groups} actor_groups={c.actor_groups}"]
+                 f"learner_groups={c.learner_groups} actor_groups={c.actor_groups}",
+                 f"experience: {path} ({why})"]
         for n in self.nodes:
             what = _describe(n)
             talks = ", ".join(n.refs())
@@ -108,6 +113,11 @@ def _describe(node: Node) -> str:
     k = node.kwargs
     if node.cls is LearnerGroup:
         return f"{len(k['agent_ids'])} learners"
+    if node.cls is DeviceLearnerGroup:
+        c = k["config"]
+        return (f"{len(k['agent_ids'])} learners playing their own games: {c.learner.batch_size} games x "
+                f"{c.learner.unroll_length} steps per update, {c.device.updates_per_chunk} updates per "
+                f"chunk, {c.device.opponent_slots} opponents per chunk")
     if node.cls is ActorGroup:
         return f"{len(k['assignments'])} actors x {k['config'].actor.batch_size} games"
     if node.cls is EvaluatorNode:
@@ -144,16 +154,59 @@ def agent_indices(config: RunConfig) -> dict[str, int]:
     return {a.player_id: i for i, a in enumerate(learning_agents(config.league))}
 
 
+DEVICE_GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
+"""Games with a pure JAX step (`game.fns`): the device path can play them."""
+
+
+def device_problem(config: RunConfig) -> str | None:
+    """Why the run cannot take the device path (None: it can)."""
+    from actors import rewards
+
+    if config.game not in DEVICE_GAMES:
+        return f"--game={config.game} has no JAX step (the device path plays {', '.join(DEVICE_GAMES)})"
+    if config.learner.batch_size % config.device.opponent_slots:
+        return (f"--learner.batch_size={config.learner.batch_size} games do not split into "
+                f"--device.opponent_slots={config.device.opponent_slots}; pick slots that divide the batch")
+    if config.z_replay_dir is not None:
+        return ("SMAX main agents sample z from replays and learn z's pseudo-rewards, which the device "
+                "path does not do yet; --z_replays=none plays with z = 0")
+    try:
+        spec = None
+        if config.reward not in (None, "", "outcome", "game", "openai_five"):
+            from experiments.nodes import make_game
+
+            spec = make_game(config, 1).spec
+        rewards.device_reward(config.reward, spec)
+    except rewards.RewardPluginError as e:
+        return str(e)
+    return None
+
+
+def experience_path(config: RunConfig) -> tuple[str, str]:
+    """("device" | "replay", why) of a run: `--experience=replay` or `device` as asked (device
+    refused with ConfigError naming what it cannot do), `auto` the device path wherever
+    `device_problem` finds nothing in the way, else replay."""
+    if config.experience == "replay":
+        return "replay", "--experience=replay"
+    problem = device_problem(config)
+    if config.experience == "device":
+        if problem:
+            raise ConfigError(f"--experience=device: {problem}")
+        return "device", "--experience=device"
+    if problem:
+        return "replay", f"auto: {problem}"
+    return "device", "auto: every learner plays its own games in the jitted program of its update"
+
+
 def build_program(config: RunConfig) -> Program:
     """The graph of nodes of a league run (see the module docstring)."""
+    experience = experience_path(config)
+    if experience[0] == "device":
+        return _device_program(config, experience)
     agents = learning_agents(config.league)
     index = agent_indices(config)
     coordinator = Ref("coordinator")
-    nodes = [Node("coordinator", Coordinator, dict(
-        league_config=config.league, run_dir=config.run_dir, seed=config.seed,
-        config=CoordinatorConfig(meta_game_every_seconds=config.meta_game_every_seconds,
-                                 checkpoint_every_seconds=config.checkpoint_every_seconds)),
-        runs=False)]
+    nodes = [_coordinator_node(config)]
     calls, learner_of = [], {}
     for name, members in _grouped("learners", config.learner_groups, agents).items():
         ids = [a.player_id for a in members]
@@ -169,8 +222,36 @@ def build_program(config: RunConfig) -> Program:
             # Every learning agent's group: opponents are any agent, not only the group's.
             learner_groups=dict(learner_of)),
             restartable=True))
-    for i in range(config.evaluator.count):
-        nodes.append(Node(f"evaluator_{i}", EvaluatorNode, dict(
-            config=config, coordinator=coordinator, learner_groups=dict(learner_of),
-            evaluator_id=f"evaluator_{i}"), restartable=True))
-    return Program(config, nodes, calls)
+    nodes += _evaluators(config, coordinator, learner_of)
+    return Program(config, nodes, calls, experience)
+
+
+def _evaluators(config: RunConfig, coordinator: Ref, learner_of: dict) -> list[Node]:
+    return [Node(f"evaluator_{i}", EvaluatorNode, dict(
+        config=config, coordinator=coordinator, learner_groups=dict(learner_of),
+        evaluator_id=f"evaluator_{i}"), restartable=True) for i in range(config.evaluator.count)]
+
+
+def _coordinator_node(config: RunConfig) -> Node:
+    return Node("coordinator", Coordinator, dict(
+        league_config=config.league, run_dir=config.run_dir, seed=config.seed,
+        config=CoordinatorConfig(meta_game_every_seconds=config.meta_game_every_seconds,
+                                 checkpoint_every_seconds=config.checkpoint_every_seconds)),
+        runs=False)
+
+
+def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:
+    """The device path's graph: the coordinator, learner groups that play their own games,
+    evaluators; no actors and no Reverb."""
+    index = agent_indices(config)
+    coordinator = Ref("coordinator")
+    nodes, calls, learner_of = [_coordinator_node(config)], [], {}
+    for name, members in _grouped("learners", config.learner_groups, learning_agents(config.league)).items():
+        ids = [a.player_id for a in members]
+        nodes.append(Node(name, DeviceLearnerGroup, dict(
+            config=config, agent_ids=ids, agent_indices={a: index[a] for a in ids},
+            coordinator=coordinator, name=name)))
+        calls.append(Call("coordinator", "connect_learners", dict(group=Ref(name), agent_ids=ids)))
+        learner_of.update(dict.fromkeys(ids, Ref(name)))
+    nodes += _evaluators(config, coordinator, learner_of)
+    return Program(config, nodes, calls, experience)

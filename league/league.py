@@ -120,6 +120,17 @@ class League:
         self.payoff.update(home, away, outcome, score)
         self._update_quality(home, away, outcome)
 
+    def record_counts(self, home: str, away: str, wins: int, draws: int, losses: int,
+                      score: float | None = None) -> None:
+        """A batch of games of home against away played at once (`Payoff.update_counts`); each
+        won game updates the quality scores as one `record_result` would."""
+        self.player(home), self.player(away)
+        self.payoff.update_counts(home, away, wins, draws, losses, score)
+        past_self = (away in self._snapshots_of.get(home, ()) or home in self._snapshots_of.get(away, ()))
+        for outcome, count in (("win", wins), ("loss", losses)):
+            for _ in range(int(count) if past_self else 0):
+                self._update_quality(home, away, outcome)
+
     def quality_probabilities(self, agent_id: str) -> np.ndarray:
         """Softmax of the OpenAI Five quality scores of the agent's past selves."""
         q = np.asarray(self._quality.get(agent_id, ()), dtype=np.float64)

@@ -132,6 +132,44 @@ class Payoff:
             if h != a:
                 self._draws[a, h] += 1
 
+    def update_counts(self, home: str, away: str, wins: int, draws: int, losses: int,
+                      score: float | None = None) -> None:
+        """Records n = wins + draws + losses games of home against away played at once (a
+        device learner's chunk); `score` is their total payoff to home (default: the outcomes
+        as +1/0/-1).
+
+        With decay d, `update` applied to the n games one by one gives every pair statistic
+        S -> d^n S + sum_k d^(n-1-k) x_k, which depends on the order of the games. Played at
+        once, they have none: this records the expectation over a uniformly random order,
+        S -> d^n S + (sum_k x_k) (1 - d^n) / (n (1 - d))  (the mean weight of one game is
+        (1/n) sum_j d^j), which is the per-game result exactly when d = 1 or n = 1."""
+        counts = (int(wins), int(draws), int(losses))
+        if min(counts) < 0:
+            raise ValueError(f"game counts of {home} vs {away} must be >= 0; got {counts}")
+        n = sum(counts)
+        if n == 0:
+            return
+        if score is None:
+            score = float(wins - losses)
+        elif not np.isfinite(score):
+            raise ValueError(f"the score of {home} vs {away} is {score}; a game must report a finite score")
+        h, a = self.index(home), self.index(away)
+        d = self.decay
+        keep = d ** n
+        weight = 1.0 if d == 1.0 else (1.0 - keep) / (n * (1.0 - d))
+        for stats in (self._wins, self._draws, self._scores):
+            stats[h, a] *= keep
+            if h != a:
+                stats[a, h] *= keep
+        if h != a:
+            self._scores[h, a] += weight * score
+            self._scores[a, h] -= weight * score
+        self._wins[h, a] += weight * wins
+        self._wins[a, h] += weight * losses
+        self._draws[h, a] += weight * draws
+        if h != a:
+            self._draws[a, h] += weight * draws
+
     def set_exact(self, home: str, away: str, win_rate: float, score: float) -> None:
         """The exact expected outcome of home against away: P[home wins] + P[draw] / 2 and the
         mean score per game to home; away's view follows (1 - win rate, -score)."""

@@ -99,8 +99,10 @@ def _all_finite(tree: PyTree) -> jax.Array:
     return jnp.all(jnp.isfinite(jnp.concatenate(leaves))) if leaves else jnp.asarray(True)
 
 
-def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation):
-    """The pure update: (state, batch-major batch [B, T], teacher params or None) -> (state, metrics).
+def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation,
+                   time_major_input: bool = False):
+    """The pure update: (state, batch-major batch [B, T], teacher params or None) -> (state, metrics);
+    with `time_major_input`, the batch is time-major [T, B] (the device path's rollout).
 
     With a teacher, each unroll's core state is the pair (policy's, teacher's) that the actor
     stored (`actors.actor.example_unroll(..., teacher=True)`).
@@ -146,8 +148,7 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
             learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
             teacher_logits, losses.entropy_schedule(config.loss, version), pseudo)
 
-    def update(state: TrainingState, batch: Unroll, teacher_params):
-        unroll = time_major(batch)
+    def update_time_major(state: TrainingState, unroll: Unroll, teacher_params):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, unroll, teacher_params, state.version)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -165,6 +166,12 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
             version=state.version + finite.astype(jnp.int32),
             num_skipped=state.num_skipped + (~finite).astype(jnp.int32))
         return new_state, metrics
+
+    if time_major_input:
+        return update_time_major
+
+    def update(state: TrainingState, batch: Unroll, teacher_params):
+        return update_time_major(state, time_major(batch), teacher_params)
 
     return update
 

@@ -5,7 +5,8 @@ Blotto, random non-transitive games, and the disc game discretised to points of 
 Each game is one step: both sides pick an action (head `action`), side 0 receives the exact
 payoff p = M[a0, a1] in [-1, 1] as its reward and side 1 receives -p. The outcome is a draw when
 p == 0, else a win with probability (1 + p) / 2 and a loss otherwise, so its expectation is p
-(the league's win rate (1 + p) / 2). Vectorised numpy over the batch.
+(the league's win rate (1 + p) / 2). Vectorised numpy over the batch; `MatrixFunctions` is the
+same game as pure JAX functions of one game (`game.fns`, for the device path's rollout).
 """
 
 from __future__ import annotations
@@ -57,6 +58,39 @@ def make_spec(game: matrix_games.MatrixGame) -> GameSpec:
     return GameSpec(f"matrix_{game.name}", (side, side), 1, {"payoff": ArraySpec((2,), np.float32)})
 
 
+class MatrixFunctions:
+    """Pure, jittable reset/step of ONE play (the state is its PRNG key): the same rules as
+    `MatrixGameBatch.step`."""
+
+    def __init__(self, game: matrix_games.MatrixGame):
+        import jax.numpy as jnp
+
+        self.game = game
+        self.config = (game.name, np.asarray(game.payoff_matrix, np.float64).tobytes())
+        self.spec = make_spec(game)
+        self._payoff = jnp.asarray(np.asarray(game.payoff_matrix, np.float32))
+
+    def observe(self):
+        import jax.numpy as jnp
+
+        obs = {"acting": jnp.array(True), MASK_KEY: {ACTION_HEAD: jnp.ones(self.game.num_actions, bool)}}
+        return (obs, obs)
+
+    def reset(self, key):
+        return key, self.observe()
+
+    def step(self, key, actions):
+        import jax
+        import jax.numpy as jnp
+
+        key, draw = jax.random.split(key)
+        p = self._payoff[actions[0][ACTION_HEAD], actions[1][ACTION_HEAD]]
+        win = jax.random.uniform(draw) < (1.0 + p) / 2.0
+        outcome = jnp.where(p == 0, 0, jnp.where(win, 1, -1)).astype(jnp.int8)
+        payoff = jnp.stack([p, -p]).astype(jnp.float32)
+        return key, self.observe(), payoff, jnp.array(True), outcome, {"payoff": payoff}
+
+
 class MatrixGameBatch:
     """B independent one-step plays of a symmetric zero-sum matrix game."""
 
@@ -66,6 +100,7 @@ class MatrixGameBatch:
         self.spec = make_spec(self.game)
         self.payoff_matrix = np.asarray(self.game.payoff_matrix, np.float64)
         self._rng = np.random.default_rng(0)
+        self.fns = MatrixFunctions(self.game)
 
     def _observations(self):
         b, n = self.batch_size, self.game.num_actions

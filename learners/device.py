@@ -1,0 +1,141 @@
+"""The device learner: a learner that plays its own games (Podracer's Anakin).
+
+Hessel et al. 2021, "Podracer architectures for scalable reinforcement learning", Sec. 3
+(Anakin): the environment, acting and learning in one compiled program on the device. One call
+of `DeviceLearner.play_and_learn` is a chunk:
+
+    start:  reset the B games for this chunk's opponents and play one step
+    K times (one lax.scan):  play T - 1 steps (the rollout)  ->  one update on the T-step unroll
+
+so nothing per step crosses to the host; between chunks the node (experiments/nodes.py:
+`DeviceLearnerGroup`) draws the next opponents from the coordinator's match distribution and
+reports the chunk's results in one batch. The rollout is passed in (any object with
+`start(params, version, opponents, teacher, key, races)` and `unroll(params, version, opponents,
+teacher, carry, key)`, e.g. `actors.rollout.DeviceRollout`): where experience comes from is not
+the learner's business. The update is the replay path's (`learners.learner.make_update_fn`, on
+the time-major unroll), and so are the parameters, versions, snapshots, resets, metrics and
+checkpoints (`Learner`).
+
+A step's `policy_version` is the learner's version when it was played: staleness is 0 except for
+an unroll's first step (played before the previous update) and sample reuse is 1 (each step is
+learnt on once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from agents import network_key
+from learners.config import LearnerConfig, ReplayConfig
+from learners.learner import Learner, make_optimizer, make_update_fn
+
+PyTree = Any
+
+_COMPILED: dict = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def make_chunk_fn(update, rollout, num_updates: int):
+    """The pure chunk: (state, carry, opponents, teacher, key) -> (state, carry, metrics averaged
+    over the K updates (staleness_max: the max), results summed over them)."""
+
+    def chunk(state, carry, opponents, teacher, key):
+        def body(c, k):
+            state, carry = c
+            carry, unroll, results = rollout.unroll(state.params, state.version, opponents,
+                                                    teacher, carry, k)
+            state, metrics = update(state, unroll, teacher)
+            return (state, carry), (metrics, results)
+
+        (state, carry), (metrics, results) = jax.lax.scan(
+            body, (state, carry), jax.random.split(key, num_updates))
+        summary = {k: (jnp.max(v) if k == "staleness_max" else jnp.mean(v.astype(jnp.float32)))
+                   for k, v in metrics.items()}
+        summary["finite"] = jnp.mean(metrics["finite"].astype(jnp.float32))
+        return state, carry, summary, jax.tree_util.tree_map(lambda x: x.sum(0), results)
+
+    return chunk
+
+
+def _compiled(network, config: LearnerConfig, rollout, num_updates: int, optimizer):
+    """(jitted start, jitted chunk) shared by every device learner of one network, learner
+    configuration, rollout and chunk size in a process: co-located learners compile once."""
+    key = (network_key(network), dataclasses.replace(config, replay=ReplayConfig()).to_json(),
+           rollout.key, num_updates)
+    with _COMPILED_LOCK:
+        if key not in _COMPILED:
+            update = make_update_fn(network, config, optimizer, time_major_input=True)
+            _COMPILED[key] = (jax.jit(rollout.start, static_argnums=()),
+                              jax.jit(make_chunk_fn(update, rollout, num_updates)))
+        return _COMPILED[key]
+
+
+class DeviceLearner(Learner):
+    """A `Learner` whose experience comes from its own games on its device: see the module
+    docstring. `example_unroll` fixes the trajectory structure (as for the replay path)."""
+
+    def __init__(self, network: Any, initial_params: PyTree, config: LearnerConfig,
+                 example_unroll, rollout, *, updates_per_chunk: int = 8, seed: int = 0,
+                 checkpoint_dir: str | None = None, teacher_params: PyTree | None = None,
+                 devices: list | None = None):
+        if updates_per_chunk < 1:
+            raise ValueError(f"updates_per_chunk must be >= 1; got {updates_per_chunk}")
+        if rollout.batch_size != config.batch_size or rollout.unroll_length != config.unroll_length:
+            raise ValueError(f"the rollout plays {rollout.batch_size} games x {rollout.unroll_length} "
+                             f"steps; the learner's batch is {config.batch_size} x {config.unroll_length}")
+        super().__init__(network, initial_params, config, example_unroll,
+                         checkpoint_dir=checkpoint_dir, teacher_params=teacher_params,
+                         devices=devices or jax.local_devices()[:1])
+        self._rollout, self._updates_per_chunk = rollout, int(updates_per_chunk)
+        self._start_fn, self._chunk_fn = _compiled(network, config, rollout, self._updates_per_chunk,
+                                                   make_optimizer(config))
+        self._key = jax.random.PRNGKey(seed)
+        self.games_played = 0
+
+    def current_params(self):
+        """The current parameters, on the device (for self-play and co-located opponents)."""
+        with self._lock:
+            return self._state.params
+
+    @property
+    def updates_per_chunk(self) -> int:
+        return self._updates_per_chunk
+
+    def play_and_learn(self, opponents, races=None):
+        """One chunk against `opponents` (`actors.rollout.Opponents`; `races` [B, 2] for games
+        with races): K updates, each on an unroll of the B games. Returns the chunk's results
+        per opponent slot (`actors.rollout.Results` of numpy arrays). An exploiter reset made
+        while the chunk ran wins: the chunk's parameters are dropped, its games still count."""
+        with self._lock:
+            state = self._state
+        self._key, k_start, k_chunk = jax.random.split(self._key, 3)
+        carry, first = self._start_fn(state.params, state.version, opponents, self._teacher,
+                                      k_start, races)
+        new_state, _, metrics, results = self._chunk_fn(state, carry, opponents, self._teacher,
+                                                        k_chunk)
+        results = jax.device_get(first + results)
+        k = self._updates_per_chunk
+        with self._lock:
+            if self._state is state:
+                self._state = new_state
+                self._history.append(metrics)
+                self._dispatched += k
+                self._consumed += k * self._config.batch_size
+        self.games_played += int(np.sum(results.wins + results.draws + results.losses))
+        every = self._config.checkpoint_every
+        if every and self._checkpoint_path and self._dispatched % every < k:
+            self.save_checkpoint()
+        return results
+
+    def metrics(self, server_info: dict | None = None) -> dict[str, float]:
+        """`Learner.metrics`, with sample reuse 1 (each played step is learnt on once) and the
+        games played."""
+        out = super().metrics(server_info)
+        out.update(sample_reuse=1.0, sample_reuse_recent=1.0, games_played=self.games_played)
+        return out
