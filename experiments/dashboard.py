@@ -113,6 +113,7 @@ class DashboardData:
         self._wins = self._draws = self._self_losses = None
         self._games = 0
         self._last_game_id = 0
+        self._last_count_id = 0
         self._cached_etag: str | None = None
         self._cached: bytes | None = None
         # ETags: this instance's tag and the history's version, so that a page that outlives
@@ -216,8 +217,10 @@ class DashboardData:
         wins; the page shows self-play from home's side.)
         """
         last = history.last_game_id()
-        if last < self._last_game_id:  # a different history under the same path
+        last_count = history.last_count_id()
+        if last < self._last_game_id or last_count < self._last_count_id:  # a different history under the same path
             self._slot, self._wins, self._draws, self._self_losses, self._last_game_id = {}, None, None, None, 0
+            self._last_count_id = 0
         slot = self._slot
         for name in ids:
             slot.setdefault(name, len(slot))
@@ -238,6 +241,19 @@ class DashboardData:
             np.add.at(self._draws, (home[draw], away[draw]), 1)
             np.add.at(self._draws, (away[draw & ~same], home[draw & ~same]), 1)
             self._games += len(homes)
+        # Counted games (the device path's `game_counts` rows): a row's wins, draws and losses.
+        for row in history.game_counts(self._last_count_id, last_count):
+            home, away = (slot.setdefault(row[k], len(slot)) for k in ("home", "away"))
+            self._grow(len(slot))
+            self._wins[home, away] += row["wins"]
+            if home == away:
+                self._self_losses[home] += row["losses"]
+            else:
+                self._wins[away, home] += row["losses"]
+                self._draws[away, home] += row["draws"]
+            self._draws[home, away] += row["draws"]
+            self._games += row["wins"] + row["draws"] + row["losses"]
+        self._last_count_id = last_count
         self._grow(len(slot))
         self._last_game_id = last
         order = np.fromiter((slot[p] for p in ids), np.int64, len(ids))

@@ -23,7 +23,9 @@ FAST = dict(
 
 
 def config(tmp_path, **overrides) -> RunConfig:
-    values = {**FAST, "game": "matrix_rps", "runner": "inprocess", "run_dir": str(tmp_path / "run"), **overrides}
+    """A small run of the replay path (actors, Reverb; the device path: tests/test_device_path.py)."""
+    values = {**FAST, "game": "matrix_rps", "runner": "inprocess", "run_dir": str(tmp_path / "run"),
+              "experience": "replay", **overrides}
     return RunConfig.make(**values)
 
 

@@ -1,0 +1,266 @@
+"""The device path (Podracer's Anakin): learners that play their own games in the jitted program
+of their update (actors/rollout.py, learners/device.py, experiments/nodes.py:DeviceLearnerGroup).
+
+Each test is checked against something the device path does not compute itself: the batch game's
+own `step` driven from Python, the payoff's per-game update over every order of the games, the
+command line's exit status and the run directory."""
+
+import base64
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from actors import rewards
+from actors.games import make_batch_game
+from actors.rollout import DeviceRollout, Opponents
+from agents import act
+from coordinator.coordinator import Coordinator
+from coordinator.history import LeagueHistory
+from experiments.config import ConfigError, RunConfig
+from experiments.program import build_program, experience_path
+from league.payoff import Payoff
+from league.players import LeagueConfig
+
+B, M, T = 8, 2, 6
+
+
+def kuhn_setup():
+    from experiments import nodes
+
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16)
+    game = make_batch_game("kuhn_poker", B)
+    network = nodes.make_network(config, game.spec)
+    p0 = nodes.initial_params(network, game.spec, 0, 0)
+    p1 = nodes.initial_params(network, game.spec, 1, 0)
+    return game, network, p0, p1
+
+
+def test_the_rollout_plays_the_games_the_batch_game_plays():
+    """Fixed parameters and keys: the device rollout's steps and per-slot results equal a Python
+    loop over the batch game's own `step` (the replay path's actor plays through it) with the
+    same actions, counting results the way the actor reports them."""
+    game, network, p0, p1 = kuhn_setup()
+    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec))
+    bank = jax.tree_util.tree_map(lambda a, b: jnp.stack([jnp.asarray(a), jnp.asarray(b)]), p1, p0)
+    opponents = Opponents(bank, jnp.array([False, True]))  # slot 1: self-play
+    key = jax.random.PRNGKey(3)
+    k_start, k_unroll = jax.random.split(key)
+    carry, first_results = jax.jit(rollout.start)(p0, 0, opponents, None, k_start, None)
+    carry, unroll, results = jax.jit(rollout.unroll)(p0, 0, opponents, None, carry, k_unroll)
+    total = jax.device_get(first_results + results)
+
+    # The same games, stepped by JaxPokerGame.step from Python.
+    reset_key, step_key = jax.random.split(k_start)
+    keys = jax.random.split(reset_key, B)
+    game.state, obs = game._reset(keys)
+    step_keys = [step_key, *jax.random.split(k_unroll, T - 1)]
+    state0 = state1 = network.initial_state(B)
+    first = jnp.ones(B, bool)
+    lengths, scores = np.zeros(B, int), np.zeros(B)
+    expected = {k: np.zeros(M) for k in ("wins", "draws", "losses", "score", "length")}
+    slot = np.arange(B) // (B // M)
+    rewards_seen, firsts = [], []
+    for k in step_keys:
+        k0, k1 = jax.random.split(k)
+        a0, state0 = act(network, p0, k0, obs[0], state0, first)
+        slot_keys = jax.random.split(k1, M)
+        halves = []
+        for m, params in enumerate((p1, p0)):
+            part = slice(m * (B // M), (m + 1) * (B // M))
+            half = jax.tree_util.tree_map(lambda x, part=part: x[part], (obs[1], state1, first))
+            halves.append(act(network, params, slot_keys[m], *half))
+        a1 = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[h[0] for h in halves])
+        state1 = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[h[1] for h in halves])
+        t = game.step(({h: np.asarray(v) for h, v in a0.game.items()},
+                       {h: np.asarray(v) for h, v in a1.game.items()}))
+        rewards_seen.append(np.asarray(t.rewards)[:, 0])
+        firsts.append(np.asarray(first))
+        lengths += 1
+        scores += np.asarray(t.rewards)[:, 0]
+        for b in np.flatnonzero(np.asarray(t.done)):
+            outcome = int(np.asarray(t.outcome)[b])
+            name = {1: "wins", 0: "draws", -1: "losses"}[outcome]
+            expected[name][slot[b]] += 1
+            expected["score"][slot[b]] += scores[b]
+            expected["length"][slot[b]] += lengths[b]
+            lengths[b], scores[b] = 0, 0.0
+        obs, first = t.observations, jnp.asarray(t.done)
+
+    for name, values in expected.items():
+        np.testing.assert_allclose(getattr(total, name), values, err_msg=name)
+    assert int(np.sum(expected["wins"] + expected["draws"] + expected["losses"])) > 0
+    np.testing.assert_allclose(np.asarray(unroll.steps.reward), np.stack(rewards_seen))  # chips
+    np.testing.assert_array_equal(np.asarray(unroll.steps.first), np.stack(firsts))
+    assert unroll.steps.reward.shape == (T, B)
+
+
+def test_counted_games_update_the_payoff_as_the_mean_over_their_orders():
+    """`Payoff.update_counts` of a batch equals the mean, over every order of its games, of
+    recording them one by one (`Payoff.update`); by hand: d = 0.5, a win and a loss from
+    nothing give 0.75 wins each way."""
+    counts = {"win": 2, "draw": 1, "loss": 1}
+    games = [o for o, n in counts.items() for _ in range(n)]
+    orders = set(itertools.permutations(games))
+    totals = {name: np.zeros((2, 2)) for name in ("wins", "draws", "scores")}
+    for order in orders:
+        p = Payoff(decay=0.9)
+        p.add_player("a"), p.add_player("b")
+        p.update("a", "b", "loss")  # some history to decay
+        for outcome in order:
+            p.update("a", "b", outcome, {"win": 2.0, "draw": 0.0, "loss": -1.0}[outcome])
+        for name in totals:
+            totals[name] += getattr(p, f"_{name}")[:2, :2] / len(orders)
+    q = Payoff(decay=0.9)
+    q.add_player("a"), q.add_player("b")
+    q.update("a", "b", "loss")
+    q.update_counts("a", "b", 2, 1, 1, score=2 * 2.0 - 1.0)
+    for name, expected in totals.items():
+        np.testing.assert_allclose(getattr(q, f"_{name}")[:2, :2], expected, rtol=1e-5, err_msg=name)
+
+    hand = Payoff(decay=0.5)
+    hand.add_player("a"), hand.add_player("b")
+    hand.update_counts("a", "b", 1, 0, 1)
+    assert hand._wins[0, 1] == pytest.approx(0.75) and hand._wins[1, 0] == pytest.approx(0.75)
+
+
+def test_counted_results_reach_league_db_and_the_payoff(tmp_path):
+    coordinator = Coordinator(LeagueConfig(races=("any",)), str(tmp_path / "run"))
+    main = coordinator.agent_ids()[0]
+    dist = coordinator.match_distribution(main)
+    assert dist["opponents"] and abs(sum(dist["probabilities"]) - 1) < 1e-9
+    opponent = dist["opponents"][0]
+    before = coordinator.league.payoff.count_matrices([main, opponent])
+    rows = [{"home": main, "away": opponent, "wins": 5, "draws": 2, "losses": 3, "score": 4.0,
+             "length": 30, "branch": dist["branches"][0]}]
+    assert coordinator.report_counts(rows) == 10
+    history = LeagueHistory(coordinator.history.path, readonly=True)
+    assert history.game_count() == 10
+    (row,) = history.game_counts()
+    assert (row["wins"], row["draws"], row["losses"], row["score"]) == (5, 2, 3, 4.0)
+    reference = Payoff()
+    for pid in (main, opponent):
+        reference.add_player(pid)
+    reference.update_counts(main, opponent, 5, 2, 3, 4.0)
+    after = coordinator.league.payoff.count_matrices([main, opponent])
+    if main != opponent:
+        np.testing.assert_allclose(after[0], reference.count_matrices([main, opponent])[0], rtol=1e-6)
+    assert not np.allclose(after[0], before[0]) or main == opponent
+    with pytest.raises(ValueError, match="nothing of this batch was recorded"):
+        coordinator.report_counts([{**rows[0], "wins": -1}])
+    assert LeagueHistory(coordinator.history.path, readonly=True).game_count() == 10
+
+    # A restarted coordinator replays the rows after its last league checkpoint.
+    coordinator.report_counts(rows)
+    coordinator.history.close()
+    again = Coordinator(LeagueConfig(races=("any",)), str(tmp_path / "run"))
+    np.testing.assert_allclose(again.league.payoff.count_matrices([main, opponent])[0],
+                               coordinator.league.payoff.count_matrices([main, opponent])[0], rtol=1e-6)
+
+
+def test_auto_picks_the_device_path_where_the_game_allows_and_says_why():
+    kuhn = RunConfig.make(game="kuhn_poker", runner="inprocess")
+    assert experience_path(kuhn)[0] == "device"
+    assert "DeviceLearnerGroup" in str(build_program(kuhn)) and "actors" not in str(build_program(kuhn))
+    assert experience_path(RunConfig.make(game="kuhn_poker", experience="replay"))[0] == "replay"
+    smax = RunConfig.make(game="smax_races", init="none")  # the default reward: openai_five
+    path, why = experience_path(smax)
+    assert path == "replay" and "openai_five" in why
+    with pytest.raises(ConfigError, match="--experience=device: .*openai_five"):
+        experience_path(RunConfig.make(game="smax_races", init="none", experience="device"))
+
+
+def league_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "experiments.league", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_reward_plugin_that_cannot_be_traced_is_refused_before_anything_is_written(tmp_path):
+    plugin = tmp_path / "numpy_reward.py"
+    plugin.write_text("import numpy as np\n\n"
+                      "def get_reward(batch, contiguous):\n"
+                      "    return np.asarray(batch['reward'], np.float32) * 2\n")
+    run_dir = tmp_path / "run"
+    result = league_cli("--game=kuhn_poker", "--runner=inprocess", "--experience=device",
+                        f"--reward_plugin={plugin}", f"--run_dir={run_dir}")
+    assert result.returncode == 2, result.stderr
+    assert "cannot be traced by JAX" in result.stderr and "get_reward" in result.stderr
+    assert "jax.numpy" in result.stderr and "--experience=replay" in result.stderr
+    assert not run_dir.exists()
+
+    traceable = tmp_path / "jax_reward.py"
+    traceable.write_text("def get_reward(batch, contiguous):\n    return batch['reward'] * 2\n")
+    config = RunConfig.make(game="kuhn_poker", experience="device", reward_plugin=str(traceable))
+    assert experience_path(config)[0] == "device"
+
+
+def test_a_killed_device_path_run_resumes(tmp_path):
+    """kill -9 of a device-path league (in one process); the rerun resumes: the players and
+    games league.db had stay, learners continue from their checkpoints."""
+    from learners import checkpoint
+
+    run_dir = str(tmp_path / "run")
+    args = ["--game=kuhn_poker", "--runner=inprocess", f"--run_dir={run_dir}", "--dashboard_port=-1",
+            "--checkpoint_every_seconds=3", "--progress_every_seconds=2"]
+    process = subprocess.Popen([sys.executable, "-m", "experiments.league", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    db = os.path.join(run_dir, "league.db")
+    deadline = time.time() + 240
+    checkpoints = os.path.join(run_dir, "learners", "any_main_agent_0", checkpoint.FILENAME)
+    while time.time() < deadline:
+        if os.path.exists(checkpoints) and LeagueHistory(db, readonly=True).game_count() > 20_000:
+            break
+        time.sleep(1.0)
+    time.sleep(4.0)  # one more checkpoint interval
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    history = LeagueHistory(db, readonly=True)
+    games, players = history.game_count(), {p["player_id"] for p in history.players()}
+    version = checkpoint.read_params(run_dir, "any_main_agent_0")[0]
+    assert games > 20_000 and version > 0
+
+    result = league_cli(*args, "--minutes=0.3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "resuming" in result.stdout
+    history = LeagueHistory(db, readonly=True)
+    assert history.game_count() > games
+    assert players <= {p["player_id"] for p in history.players()}
+    assert checkpoint.read_params(run_dir, "any_main_agent_0")[0] > version
+
+
+def test_the_dashboard_counts_counted_games_like_games(tmp_path):
+    """The dashboard's payoff counts and headline from `games` rows and `game_counts` rows
+    (device path) together, against the sums read with SQL."""
+    import sqlite3
+
+    from experiments.dashboard import DashboardData
+
+    history = LeagueHistory(str(tmp_path))
+    for pid in ("a", "b"):
+        history.add_player(pid, "main_agent", "any", None, 0, time.time())
+    history.add_games([{"home": "a", "away": "b", "outcome": "win"},
+                       {"home": "b", "away": "a", "outcome": "draw"}])
+    history.add_game_counts([{"home": "a", "away": "b", "wins": 4, "draws": 2, "losses": 3},
+                             {"home": "a", "away": "a", "wins": 1, "draws": 0, "losses": 2}])
+    data = DashboardData(str(tmp_path))
+    first = data.data()
+    history.add_game_counts([{"home": "b", "away": "a", "wins": 7, "draws": 0, "losses": 0}])
+    payload = data.data()  # read incrementally: only the new row
+    with sqlite3.connect(tmp_path / "league.db") as db:
+        (counted,), = db.execute("SELECT sum(wins + draws + losses) FROM game_counts").fetchall()
+    assert first["headline"]["games"] == 2 + 9 + 3
+    assert payload["headline"]["games"] == 2 + counted == 21
+    ids = payload["players"]["id"]
+    a, b = ids.index("a"), ids.index("b")
+    encoded = payload["payoff"]["wins"]
+    n = payload["payoff"]["n"]
+    wins = np.frombuffer(base64.b64decode(encoded["b64"]), encoded["dtype"]).reshape(n, n)
+    assert wins[a, b] == 1 + 4 and wins[b, a] == 3 + 7
+    assert payload["payoff"]["self_losses"][a] == 2
