@@ -296,26 +296,27 @@ def races_played(matchups: list[tuple[str, str]] | None, slot: int) -> dict:
 
 
 def training_reward(rewards: np.ndarray, present: np.ndarray | None,
-                    shape: tuple[int, ...] = ()) -> np.ndarray:
+                    shape: tuple[int, ...] = (), xp=np) -> np.ndarray:
     """A plug-in's [N] or per-unit [N, n] rewards in the trajectory's shape [N, *shape]:
 
     shape () (one value per side): [N] as it is, [N, n] averaged over the present units;
     shape (n,) (one value per unit): [N, n] as it is (each unit its own reward), [N] given to
-    every present unit (zero for absent slots, as the per-unit plug-ins do)."""
-    rewards = np.asarray(rewards, np.float32)
-    w = None if present is None else np.asarray(present, np.float32)
+    every present unit (zero for absent slots, as the per-unit plug-ins do). `xp`: the array
+    module (`jax.numpy` inside the device path's jitted rollout)."""
+    rewards = xp.asarray(rewards).astype(xp.float32)
+    w = None if present is None else xp.asarray(present).astype(xp.float32)
     if not shape:
         if rewards.ndim == 1:
             return rewards
         if w is None:
             return rewards.mean(-1)
-        return ((rewards * w).sum(-1) / np.maximum(w.sum(-1), 1.0)).astype(np.float32)
+        return ((rewards * w).sum(-1) / xp.maximum(w.sum(-1), 1.0)).astype(xp.float32)
     if rewards.ndim == 2:
         if rewards.shape[1:] != tuple(shape):
             raise ValueError(f"per-unit rewards {rewards.shape} do not match the network's {shape}")
         return rewards
-    out = np.broadcast_to(rewards[:, None], (len(rewards), *shape))
-    return (out if w is None else out * w).astype(np.float32)
+    out = xp.broadcast_to(rewards[:, None], (len(rewards), *shape))
+    return (out if w is None else out * w).astype(xp.float32)
 
 
 class _ParamsRefresher:

@@ -132,6 +132,7 @@ class DeviceRollout:
         """One step of every game: (carry with the new game state, the step's record, its
         results per slot)."""
         from actors import rewards
+        from actors.actor import training_reward
 
         k0, k1 = jax.random.split(key)
         obs0 = self._with_z(c.obs[0])
@@ -142,7 +143,7 @@ class DeviceRollout:
         fields = {"done": done, "outcome": outcome, "rewards": game_rewards, **signals}
         batch = rewards.side_batch(fields, 0, xp=jnp)
         reward = training_reward(self.reward_fn(batch, False), batch.get("present"),
-                                 self.value_shape)
+                                 self.value_shape, xp=jnp)
         record = dict(observation=obs0, opponent_observation=c.obs[1], action=a0.heads,
                       behaviour_log_prob=a0.log_probs, reward=reward,
                       discount=1.0 - done.astype(jnp.float32), first=c.first,
@@ -222,22 +223,3 @@ def advance_teacher(network, teacher_params, state, steps: dict):
              if getattr(network, "unroll_takes_actions", False) else {})
     _, state = network.unroll(teacher_params, learnt["observation"], learnt["first"], state, **taken)
     return state
-
-
-def training_reward(rewards, present, shape: tuple[int, ...] = ()):
-    """A plug-in's [N] or per-unit [N, n] rewards in the trajectory's shape [N, *shape] (jnp;
-    the same rule as `actors.actor.training_reward`): shape () takes [N] as it is and averages
-    [N, n] over the present units; shape (n,) takes [N, n] as it is and gives [N] to every
-    present unit (zero for absent slots)."""
-    rewards = jnp.asarray(rewards, jnp.float32)
-    w = None if present is None else jnp.asarray(present, jnp.float32)
-    if not shape:
-        if rewards.ndim == 1:
-            return rewards
-        if w is None:
-            return rewards.mean(-1)
-        return (rewards * w).sum(-1) / jnp.maximum(w.sum(-1), 1.0)
-    if rewards.ndim == 2:
-        return rewards
-    out = jnp.broadcast_to(rewards[:, None], (rewards.shape[0], *shape))
-    return out if w is None else out * w

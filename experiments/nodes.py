@@ -272,6 +272,18 @@ class _Learners:
         for learner in self.learners.values():
             learner.save_checkpoint()
 
+    def run(self) -> None:
+        """Round-robin over the learners (`_round`: an update each on the replay path, a chunk
+        each on the device path) until `stop()`; checkpoints every `checkpoint_every_seconds`
+        (a kill -9 loses at most that much)."""
+        self._stop.clear()
+        last_checkpoint = time.time()
+        while not self._stop.is_set():
+            if time.time() - last_checkpoint >= self.config.checkpoint_every_seconds:
+                self.checkpoint()
+                last_checkpoint = time.time()
+            self._round()
+
 
 class LearnerGroup(_Learners):
     """Learners for `agent_ids` sharing one process, one JAX runtime and one Reverb server
@@ -326,22 +338,15 @@ class LearnerGroup(_Learners):
         info = self._client.server_info()  # once for every table
         return {agent: learner.metrics(info) for agent, learner in self.learners.items()}
 
-    def run(self) -> None:
-        """Round-robin over the learners: one update for each that has a batch ready;
-        checkpoints every `checkpoint_every_seconds` (a kill -9 loses at most that much)."""
-        self._stop.clear()
-        last_checkpoint = time.time()
-        while not self._stop.is_set():
-            if time.time() - last_checkpoint >= self.config.checkpoint_every_seconds:
-                self.checkpoint()
-                last_checkpoint = time.time()
-            done = 0
-            for learner in self.learners.values():
-                if self._stop.is_set():
-                    break
-                done += learner.update(1, timeout=0.005)
-            if not done:
-                time.sleep(0.01)
+    def _round(self) -> None:
+        """One update for each learner that has a batch ready (a short sleep if none had)."""
+        done = 0
+        for learner in self.learners.values():
+            if self._stop.is_set():
+                break
+            done += learner.update(1, timeout=0.005)
+        if not done:
+            time.sleep(0.01)
 
     def close(self) -> None:
         self._stop.set()
@@ -471,19 +476,12 @@ class DeviceLearnerGroup(_Learners):
 
     # -- the node's loop ------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Round-robin over the agents, one chunk each; checkpoints every
-        `checkpoint_every_seconds` (a kill -9 loses at most that much)."""
-        self._stop.clear()
-        last_checkpoint = time.time()
-        while not self._stop.is_set():
-            if time.time() - last_checkpoint >= self.config.checkpoint_every_seconds:
-                self.checkpoint()
-                last_checkpoint = time.time()
-            for agent_id in self.agent_ids:
-                if self._stop.is_set():
-                    break
-                self.play_chunk(agent_id)
+    def _round(self) -> None:
+        """One chunk for each agent."""
+        for agent_id in self.agent_ids:
+            if self._stop.is_set():
+                break
+            self.play_chunk(agent_id)
 
     def metrics(self) -> dict[str, dict[str, float]]:
         return {agent: learner.metrics() for agent, learner in self.learners.items()}
