@@ -64,7 +64,8 @@ FAST_MATRIX = ["--batch_size=16", "--learner_batch_size=8", "--unroll_length=8",
                "--main_agent_snapshot_steps=300", "--exploiter_min_steps=300",
                "--main_exploiter_timeout_steps=600", "--league_exploiter_timeout_steps=300",
                "--evaluation_games=8", "--actor_groups=agent", "--learner_groups=all"]
-COMMON = ["--dashboard_port=-1", "--progress_every_seconds=10", "--meta_game_every_seconds=5",
+COMMON = ["--experience=replay",  # actors on the worker hosts: the path this demonstrates
+          "--dashboard_port=-1", "--progress_every_seconds=10", "--meta_game_every_seconds=5",
           "--checkpoint_every_seconds=30", "--param_refresh_seconds=2"]
 
 

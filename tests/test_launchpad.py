@@ -31,8 +31,8 @@ if importlib.util.find_spec("launchpad") is None:
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The league's small, fast settings (as tests/test_program.py's FAST).
-FAST = [
-    "--actors_per_learner=1", "--batch_size=16", "--learner_batch_size=8", "--unroll_length=8",
+FAST = [  # the replay path (actors, Reverb) under Launchpad
+    "--experience=replay", "--actors_per_learner=1", "--batch_size=16", "--learner_batch_size=8", "--unroll_length=8",
     "--hidden_size=16", "--core_size=16", "--main_agent_snapshot_steps=300",
     "--exploiter_min_steps=300", "--main_exploiter_timeout_steps=600",
     "--league_exploiter_timeout_steps=300", "--episodes_per_match=16", "--param_refresh_seconds=1",
