@@ -250,6 +250,69 @@ def produced_order(first_attack_step) -> list[int]:
     return [int(k) for k in sorted(np.flatnonzero(np.isfinite(steps)), key=lambda k: (steps[k], k))]
 
 
+# -- the same z pseudo-rewards in jax.numpy, for the device path (actors/rollout.py) ----------
+
+
+def _compact(tokens, valid):
+    """(tokens with the valid ones first, in order; their number) -- one game, jnp."""
+    import jax.numpy as jnp
+
+    order = jnp.argsort(~valid, stable=True)
+    return tokens[order], valid.sum()
+
+
+def _edit_distance_jax(a, la, b, lb):
+    """Levenshtein distance of a[:la] and b[:lb] (padded int arrays of static lengths): the
+    Wagner-Fischer table of `edit_distance` over the padded arrays, read at (la, lb)."""
+    import jax.numpy as jnp
+
+    n, m = a.shape[0], b.shape[0]
+    rows = [jnp.arange(m + 1)]
+    for i in range(1, n + 1):
+        row = [jnp.asarray(i)]
+        for j in range(1, m + 1):
+            row.append(jnp.minimum(jnp.minimum(rows[i - 1][j] + 1, row[j - 1] + 1),
+                                   rows[i - 1][j - 1] + (a[i - 1] != b[j - 1])))
+        rows.append(jnp.stack(row))
+    return jnp.stack(rows)[la, lb]
+
+
+def z_pseudo_rewards_jax(target_z, army, first_attack_step):
+    """`z_pseudo_rewards` of one finished game in jax.numpy (vmap it over games): target_z
+    [Z_SIZE]; army: the army played (-1 none); first_attack_step [6]: each enemy type's first
+    attack step (inf: never), from which the attack order and attacked types follow
+    (`produced_order`, `isfinite`). Returns float32 [2]."""
+    import jax.numpy as jnp
+
+    k = NUM_UNIT_TYPES
+    army_part = target_z[:Z_ARMIES]
+    z_army = jnp.where(army_part.any(), jnp.argmax(army_part), -1)
+    ranks = target_z[Z_ARMIES:Z_ARMIES + k * k].reshape(k, k) > 0.5
+    z_order = jnp.where(ranks.any(-1), jnp.argmax(ranks, -1), -1)
+    want, want_len = _compact(jnp.concatenate([jnp.reshape(k + z_army, (1,)), z_order]),
+                              jnp.concatenate([jnp.reshape(z_army >= 0, (1,)), z_order >= 0]))
+    steps = jnp.asarray(first_attack_step, jnp.float32)
+    attacked = jnp.isfinite(steps)
+    by_step = jnp.argsort(jnp.where(attacked, steps, jnp.inf), stable=True)  # ties: type order
+    got, got_len = _compact(jnp.concatenate([jnp.reshape(k + army, (1,)), by_step]),
+                            jnp.concatenate([jnp.reshape(army >= 0, (1,)), attacked[by_step]]))
+    distance = _edit_distance_jax(want, want_len, got, got_len)
+    r_build = -distance / jnp.maximum(jnp.maximum(want_len, got_len), 1)
+    r_types = -jnp.sum((target_z[Z_ARMIES + k * k:] > 0.5) != attacked) / k
+    return jnp.stack([r_build, r_types]).astype(jnp.float32)
+
+
+def attacked_types_jax(action_type, target, alive, enemy_types):
+    """`attacked_types` of side 0 in jax.numpy: bool [..., 6]."""
+    import jax.numpy as jnp
+
+    n = alive.shape[-1]
+    slot = jnp.clip(target, 0, n - 1)
+    types = jnp.take_along_axis(enemy_types, slot, axis=-1)
+    attacking = (action_type == ATTACK) & alive & (types >= 0)
+    return jnp.any((types[..., None] == jnp.arange(NUM_UNIT_TYPES)) & attacking[..., None], axis=-2)
+
+
 class ZBank:
     """The z of every recorded side of a replay directory, by (own race, enemy race): what a
     main agent samples its z from at each game's start (AlphaStar: z sampled from the human

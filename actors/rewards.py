@@ -106,39 +106,44 @@ class OpenAIFiveConfig:
     time_decay: float = 0.6
     time_decay_horizon: float = 1200.0  # steps; OpenAI Five: 10 minutes
 
-    def team_spirit(self, progress: int) -> float:
+    def team_spirit(self, progress, xp=None):
         """Linear annealing of tau from tau_start to tau_end over `anneal_updates` learner
-        updates: tau = start + min(progress / anneal_updates, 1) (end - start)."""
-        frac = min(max(progress / max(self.anneal_updates, 1), 0.0), 1.0)
+        updates: tau = start + min(progress / anneal_updates, 1) (end - start). `xp`: an
+        array module for a traced `progress` (the device path), else a float."""
+        if xp is None:
+            frac = min(max(progress / max(self.anneal_updates, 1), 0.0), 1.0)
+        else:
+            frac = xp.clip(progress / max(self.anneal_updates, 1), 0.0, 1.0)
         return self.tau_start + frac * (self.tau_end - self.tau_start)
 
 
-def team_spirit(rho: np.ndarray, tau: float, present: np.ndarray | None = None) -> np.ndarray:
+def team_spirit(rho: np.ndarray, tau: float, present: np.ndarray | None = None, xp=np) -> np.ndarray:
     """r_i = (1 - tau) rho_i + tau mean(rho) over the team's units (last axis)."""
-    mean = masked_mean(rho, present)
+    mean = masked_mean(rho, present, xp)
     return (1.0 - tau) * rho + tau * mean[..., None]
 
 
-def zero_sum(own: np.ndarray, enemy: np.ndarray, enemy_present: np.ndarray | None = None) -> np.ndarray:
+def zero_sum(own: np.ndarray, enemy: np.ndarray, enemy_present: np.ndarray | None = None, xp=np) -> np.ndarray:
     """own_i - mean(enemy): the two teams' rewards then sum to zero (equal team sizes)."""
-    return own - masked_mean(enemy, enemy_present)[..., None]
+    return own - masked_mean(enemy, enemy_present, xp)[..., None]
 
 
-def masked_mean(x: np.ndarray, present: np.ndarray | None) -> np.ndarray:
+def masked_mean(x: np.ndarray, present: np.ndarray | None, xp=np) -> np.ndarray:
     if present is None:
         return x.mean(-1)
-    w = np.asarray(present, np.float64)
-    return (x * w).sum(-1) / np.maximum(w.sum(-1), 1.0)
+    w = xp.asarray(present).astype(x.dtype)
+    return (x * w).sum(-1) / xp.maximum(w.sum(-1), 1.0)
 
 
-def unit_scores(batch: Mapping[str, np.ndarray], prefix: str, c: OpenAIFiveConfig) -> np.ndarray:
+def unit_scores(batch: Mapping[str, np.ndarray], prefix: str, c: OpenAIFiveConfig, xp=np) -> np.ndarray:
     """Raw one-sided per-unit reward rho [N, n] of the team `prefix` names ("" this side,
     "enemy_" the other): its own damage dealt, kills and deaths (time-decayed) and the win
     bonus if that team won. `batch["win"]` is this side's +1 / -1 / 0."""
     shaped = (c.w_damage_dealt * batch[prefix + "damage_dealt"]
               + c.w_kill * batch[prefix + "kills"] + c.w_death * batch[prefix + "deaths"])
-    decay = c.time_decay ** (np.asarray(batch["time"], np.float64) / c.time_decay_horizon)
-    won = np.asarray(batch["win"], np.float64) * (1.0 if prefix == "" else -1.0) > 0
+    real = np.float64 if xp is np else xp.float32
+    decay = c.time_decay ** (xp.asarray(batch["time"]).astype(real) / c.time_decay_horizon)
+    won = xp.asarray(batch["win"]).astype(real) * (1.0 if prefix == "" else -1.0) > 0
     return shaped * decay[:, None] + c.w_win * won[:, None]
 
 
@@ -159,16 +164,28 @@ class OpenAIFiveReward:
 
     def __call__(self, batch: Mapping[str, np.ndarray], contiguous: bool) -> np.ndarray:
         del contiguous
-        own = unit_scores(batch, "", self.config)
-        enemy = unit_scores(batch, "enemy_", self.config)
+        return self.rewards(batch, self.tau)
+
+    def rewards(self, batch: Mapping[str, np.ndarray], tau, xp=np) -> np.ndarray:
+        """The per-unit rewards [N, n] of `batch` at team spirit `tau` (see the class)."""
+        own = unit_scores(batch, "", self.config, xp)
+        enemy = unit_scores(batch, "enemy_", self.config, xp)
         present = batch.get("present")
         enemy_present = batch.get("enemy_present")
-        own = team_spirit(own, self.tau, present)
-        enemy = team_spirit(enemy, self.tau, enemy_present)
-        reward = zero_sum(own, enemy, enemy_present)
+        own = team_spirit(own, tau, present, xp)
+        enemy = team_spirit(enemy, tau, enemy_present, xp)
+        reward = zero_sum(own, enemy, enemy_present, xp)
         if present is not None:
-            reward = np.where(np.asarray(present, bool), reward, 0.0)
-        return reward.astype(np.float32)
+            reward = xp.where(xp.asarray(present).astype(bool), reward, 0.0)
+        return reward.astype(xp.float32)
+
+    def device(self, batch, contiguous: bool, progress):
+        """The same rewards in jax.numpy, with tau annealed by the traced learner `progress`
+        (the version that plays): the device path's version of this plug-in."""
+        import jax.numpy as jnp
+
+        del contiguous
+        return self.rewards(batch, self.config.team_spirit(progress, jnp), jnp)
 
 
 class RunningRewardNormalizer:
@@ -351,12 +368,16 @@ def game_reward_jax(batch, contiguous):
 
 class DeviceReward:
     """A traceable reward function with a hashable `key` (jitted programs that use the same
-    reward share their compilation) and its `source` for messages."""
+    reward share their compilation) and its `source` for messages. Called with the learner's
+    progress (the version that plays, traced) for plug-ins that anneal with it (`uses_progress`:
+    OpenAI Five's team spirit)."""
 
-    def __init__(self, fn, source: str, key):
-        self.fn, self.source, self.key = fn, source, key
+    def __init__(self, fn, source: str, key, uses_progress: bool = False):
+        self.fn, self.source, self.key, self.uses_progress = fn, source, key, uses_progress
 
-    def __call__(self, batch, contiguous: bool):
+    def __call__(self, batch, contiguous: bool, progress=0):
+        if self.uses_progress:
+            return self.fn(batch, contiguous, progress)
         return self.fn(batch, contiguous)
 
 
@@ -366,12 +387,14 @@ DEVICE_FIX = ("the device path (--experience=device) runs the reward inside the 
               "--experience=replay")
 
 
-def device_reward(path_or_name: str | None, spec: GameSpec) -> DeviceReward:
+def device_reward(path_or_name: str | None, spec: GameSpec,
+                  team_spirit: tuple[float, float, int] | None = None) -> DeviceReward:
     """The reward of `--reward_plugin` as a traceable function for the device path: the
     built-ins "outcome" and "game" in jax.numpy, or a plug-in file's `get_reward`, traced once
     on a synthetic batch of `spec` (`jax.eval_shape`) and its result's shape checked.
-    RewardPluginError naming the function and the fix if it cannot be traced ("openai_five"
-    keeps running statistics between calls: it has no device version yet)."""
+    RewardPluginError naming the function and the fix if it cannot be traced. "openai_five":
+    `OpenAIFiveReward.device`, its team spirit annealed by the learner's version (`team_spirit`:
+    (tau_start, tau_end, anneal_updates), as for `load_reward_plugin`)."""
     import jax
 
     if path_or_name in (None, "", "outcome"):
@@ -379,10 +402,13 @@ def device_reward(path_or_name: str | None, spec: GameSpec) -> DeviceReward:
     if path_or_name == "game":
         return DeviceReward(game_reward_jax, "game payoff (built-in)", "game")
     if path_or_name == "openai_five":
-        raise RewardPluginError("openai_five (built-in)", "keeps running statistics (its reward "
-                                "normaliser) between calls and has no device version yet; pass "
-                                "--reward_plugin=outcome (or a traceable plug-in), or run with "
-                                "--experience=replay")
+        config = OpenAIFiveConfig()
+        if team_spirit is not None:
+            start, end, updates = team_spirit
+            config = dataclasses.replace(config, tau_start=float(start), tau_end=float(end),
+                                         anneal_updates=int(updates))
+        return DeviceReward(OpenAIFiveReward(config).device, "openai_five (built-in)",
+                            ("openai_five", config), uses_progress=True)
     path = str(path_or_name)
     fn = _load_file(path)
     example = {k: jax.numpy.asarray(v) for k, v in example_batch(spec).items()}

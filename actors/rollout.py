@@ -19,13 +19,19 @@ update into one jitted chunk of K updates.
   whose first is the previous unroll's last: unrolls overlap by one step, as the replay
   path's actor writes them, so every step but a chunk's very last is learnt on exactly once.
 - Rewards: `reward_fn` is a traceable reward plug-in (`actors.rewards.device_reward`), called
-  per step on side 0's fields and shaped as the network's values (one per side, or per unit).
+  per step on side 0's fields with the version that plays (OpenAI Five's team spirit anneals
+  with it) and shaped as the network's values (one per side, or per unit).
 - Results: per slot, the finished games' wins, draws and losses (side 0's view), the sum of
   their scores (the game's own payoff to side 0: chips in poker) and of their lengths. Games
   still running when a chunk ends are abandoned (the next chunk resets every game for its new
   opponents): never reported.
-- z (SMAX networks conditioned on it): side 0 plays with z = 0 and no pseudo-reward (the
-  device path does not yet sample z from a bank: `experiments.program.experience_path`).
+- z (SMAX networks conditioned on it; AlphaStar): at each game's start side 0 takes a z drawn
+  uniformly from its z bank (`ZSource`: an `actors.replays.ZBank`'s table and counts for its
+  matchup; counts of 0, as for exploiters, give z = 0) and each of z's pseudo-rewards is
+  active with probability `z_probability`; during the game the army it chose and the step of
+  each enemy type's first attack are tracked, and at its last step the pseudo-rewards
+  (`actors.replays.z_pseudo_rewards_jax`, the replay path's `z_pseudo_rewards` in jax.numpy)
+  are written with the active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from agents import act, z_size
+from agents import act, pseudo_reward_count, z_size
 from agents.trajectory import Step, Unroll
 
 PyTree = Any
@@ -68,6 +74,25 @@ class Results(NamedTuple):
         return Results(*(a + b for a, b in zip(self, other)))
 
 
+class ZSource(NamedTuple):
+    """Where side 0's z comes from: `table` [R * R, N, Z] and `counts` [R * R] of an
+    `actors.replays.ZBank` (matchup own * R + enemy); all counts 0: z = 0, nothing active."""
+
+    table: jax.Array
+    counts: jax.Array
+
+
+class ZState(NamedTuple):
+    """Each running game's z [B, Z], active pseudo-rewards [B, K], army chosen [B] (-1 before),
+    first attack step per enemy unit type [B, 6] (inf: none yet) and steps played [B]."""
+
+    z: jax.Array
+    active: jax.Array
+    army: jax.Array
+    first_attack: jax.Array
+    step: jax.Array
+
+
 class Carry(NamedTuple):
     """What one unroll hands the next: the games, both sides' core states, the last step played
     (its record and side 0's core state before it) and each running game's length and score."""
@@ -82,6 +107,8 @@ class Carry(NamedTuple):
     teacher_state: PyTree
     lengths: jax.Array
     scores: jax.Array
+    z: ZState | None = None
+    z_source: ZSource | None = None
 
 
 class DeviceRollout:
@@ -89,7 +116,8 @@ class DeviceRollout:
     races])`, `step(state, actions)`, e.g. `actors.games.jax_poker.PokerFunctions`)."""
 
     def __init__(self, network, fns, batch_size: int, num_slots: int, unroll_length: int,
-                 reward_fn, value_shape: tuple[int, ...] = (), races: bool = False):
+                 reward_fn, value_shape: tuple[int, ...] = (), races: bool = False,
+                 z_probability: float = 0.25):
         if batch_size % num_slots:
             raise ValueError(f"the batch of {batch_size} games does not split into {num_slots} "
                              "opponent slots; pick a number of slots that divides it")
@@ -98,10 +126,13 @@ class DeviceRollout:
         self.network, self.fns = network, fns
         self.batch_size, self.num_slots, self.unroll_length = batch_size, num_slots, unroll_length
         self.reward_fn, self.value_shape, self.races = reward_fn, tuple(value_shape), races
-        self.z_size = z_size(network)
+        self.z_size, self.pseudo_count = z_size(network), pseudo_reward_count(network)
+        self.z_probability = float(z_probability)
+        menu = getattr(getattr(fns, "env", None), "menu_table", None)
+        self._menu = None if menu is None else jnp.asarray(menu)
         self.key = ("rollout", type(fns).__qualname__, getattr(fns, "config", None), batch_size,
                     num_slots, unroll_length, getattr(reward_fn, "key", id(reward_fn)),
-                    self.value_shape, races)
+                    self.value_shape, races, self.z_probability)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -128,31 +159,75 @@ class DeviceRollout:
             return obs
         return {**obs, "z": jnp.zeros((self.batch_size, self.z_size), jnp.float32)}
 
+    def _z_start(self, c: Carry, obs0, key):
+        """Games starting this step take a z from the source (module docstring)."""
+        b, k = self.batch_size, self.pseudo_count
+        races = obs0["races"]                                          # [B, 2, races]
+        n_races = int(round(c.z_source.counts.shape[0] ** 0.5))
+        matchup = jnp.argmax(races[:, 0], -1) * n_races + jnp.argmax(races[:, 1], -1)
+        counts = c.z_source.counts[matchup]
+        k_pick, k_active = jax.random.split(key)
+        pick = jnp.floor(jax.random.uniform(k_pick, (b,)) * jnp.maximum(counts, 1)).astype(jnp.int32)
+        have = counts > 0
+        candidate = c.z_source.table[matchup, pick] * have[:, None]
+        active = ((jax.random.uniform(k_active, (b, k)) < self.z_probability) & have[:, None])
+        starts = c.first
+        z = c.z
+        return ZState(z=jnp.where(starts[:, None], candidate, z.z),
+                      active=jnp.where(starts[:, None], active.astype(jnp.float32), z.active),
+                      army=jnp.where(starts, -1, z.army),
+                      first_attack=jnp.where(starts[:, None], jnp.inf, z.first_attack),
+                      step=jnp.where(starts, 0, z.step))
+
+    def _z_after(self, z: ZState, obs0, heads, done):
+        """(the games' z state after this step, this step's pseudo-rewards [B, K])."""
+        from actors import replays
+
+        choosing = obs0["choosing"]
+        army = jnp.where(choosing, heads["composition"], z.army)
+        enemy = jnp.argmax(obs0["races"][:, 1], -1)
+        enemy_army = jnp.argmax(obs0["compositions"][:, 1], -1)
+        hit = replays.attacked_types_jax(heads["action_type"], heads["target"], obs0["alive"],
+                                         self._menu[enemy, enemy_army]) & ~choosing[:, None]
+        first_attack = jnp.where(hit & ~jnp.isfinite(z.first_attack), z.step[:, None].astype(jnp.float32),
+                                 z.first_attack)
+        rewards = jax.vmap(replays.z_pseudo_rewards_jax)(z.z, army, first_attack)
+        ends = done & (z.active > 0).any(-1)
+        pseudo = jnp.where(ends[:, None], z.active * rewards, 0.0)
+        return z._replace(army=army, first_attack=first_attack, step=z.step + 1), pseudo
+
     def _step(self, params, version, opponents, c: Carry, key):
         """One step of every game: (carry with the new game state, the step's record, its
         results per slot)."""
         from actors import rewards
         from actors.actor import training_reward
 
-        k0, k1 = jax.random.split(key)
+        k0, k1, kz = jax.random.split(key, 3)
         obs0 = self._with_z(c.obs[0])
+        z = c.z
+        if z is not None:
+            z = self._z_start(c, obs0, kz)
+            obs0 = {**obs0, "z": z.z}
         a0, state0 = act(self.network, params, k0, obs0, c.state0, c.first)
         a1, state1 = self._act_opponents(params, opponents, k1, c.obs[1], c.state1, c.first)
         game_state, obs, game_rewards, done, outcome, signals = jax.vmap(self.fns.step)(
             c.game_state, (a0.game, a1.game))
         fields = {"done": done, "outcome": outcome, "rewards": game_rewards, **signals}
         batch = rewards.side_batch(fields, 0, xp=jnp)
-        reward = training_reward(self.reward_fn(batch, False), batch.get("present"),
+        reward = training_reward(self.reward_fn(batch, False, version), batch.get("present"),
                                  self.value_shape, xp=jnp)
         record = dict(observation=obs0, opponent_observation=c.obs[1], action=a0.heads,
                       behaviour_log_prob=a0.log_probs, reward=reward,
                       discount=1.0 - done.astype(jnp.float32), first=c.first,
                       policy_version=jnp.full(self.batch_size, version, jnp.int32))
+        if z is not None:
+            z, pseudo = self._z_after(z, obs0, a0.heads, done)
+            record["pseudo_reward"] = {"reward": pseudo, "active": z.active}
         lengths = c.lengths + 1
         scores = c.scores + game_rewards[:, 0]
         results = self._results(done, outcome, lengths, scores)
         keep = ~done
-        c = c._replace(game_state=game_state, obs=obs, state0=state0, state1=state1, first=done,
+        c = c._replace(game_state=game_state, obs=obs, state0=state0, state1=state1, first=done, z=z,
                        lengths=jnp.where(keep, lengths, 0), scores=jnp.where(keep, scores, 0.0))
         return c, record, results
 
@@ -171,9 +246,10 @@ class DeviceRollout:
 
     # -- the public surface ----------------------------------------------------------------
 
-    def start(self, params, version, opponents: Opponents, teacher, key, races=None):
+    def start(self, params, version, opponents: Opponents, teacher, key, races=None,
+              z_source: ZSource | None = None):
         """Resets every game (in `races` [B, 2] where the game has races) and plays one step:
-        (carry, results of that step)."""
+        (carry, results of that step). `z_source`: side 0's z (networks with z; None: z = 0)."""
         reset_key, step_key = jax.random.split(key)
         keys = jax.random.split(reset_key, self.batch_size)
         if self.races:
@@ -186,6 +262,14 @@ class DeviceRollout:
                   teacher_state=None if teacher is None else initial,
                   lengths=jnp.zeros(self.batch_size, jnp.int32),
                   scores=jnp.zeros(self.batch_size, jnp.float32))
+        if self.z_size and self.pseudo_count:
+            b, k = self.batch_size, self.pseudo_count
+            if z_source is None:
+                z_source = ZSource(jnp.zeros((1, 1, self.z_size), jnp.float32), jnp.zeros(1, jnp.int32))
+            c = c._replace(z_source=z_source, z=ZState(
+                z=jnp.zeros((b, self.z_size), jnp.float32), active=jnp.zeros((b, k), jnp.float32),
+                army=jnp.full(b, -1, jnp.int32), first_attack=jnp.full((b, 6), jnp.inf, jnp.float32),
+                step=jnp.zeros(b, jnp.int32)))
         c, record, results = self._step(params, version, opponents, c, step_key)
         return c._replace(last=record, last_state0=initial), results
 
@@ -207,7 +291,8 @@ class DeviceRollout:
         if teacher is not None:
             core_state = (core_state, teacher_state)
             teacher_state = advance_teacher(self.network, teacher, teacher_state, steps)
-        unroll = Unroll(steps=Step(pseudo_reward={}, **steps), core_state=core_state)
+        pseudo = steps.pop("pseudo_reward", {})
+        unroll = Unroll(steps=Step(pseudo_reward=pseudo, **steps), core_state=core_state)
         last = jax.tree_util.tree_map(lambda x: x[-1], records)
         last_state0 = jax.tree_util.tree_map(lambda x: x[-1], before)
         c_new = c_new._replace(last=last, last_state0=last_state0, teacher_state=teacher_state)

@@ -42,7 +42,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -56,6 +56,9 @@ DERIVED = ("league.races", "learner.replay.table")
 # per update roughly halve the NashConv reached in 4 minutes; snapshots every 20k steps keep
 # the league at tens of players, not hundreds.
 GAME_DEFAULTS = {
+    # SMAX games last up to ~100 steps: 32 updates of 15 steps per chunk let each game slot
+    # finish several games before the chunk ends (running games are dropped at its end).
+    "smax_races": {"device.updates_per_chunk": 32},
     "kuhn_poker": {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0.1},
     "leduc_poker": {"learner.learning_rate": 2e-3, "learner.batch_size": 32,
                     "learner.loss.entropy_weight": 0.1,
@@ -153,6 +156,7 @@ class DeviceSettings:
 
     updates_per_chunk: int = 8  # updates per jitted call (a chunk) between two talks to the coordinator
     opponent_slots: int = 4  # opponents drawn per chunk from the match distribution (divides learner.batch_size)
+    threads: int = 0  # chunks of a learner group run at once; 0: one per core (at most one per agent)
 
 
 @dataclass(frozen=True)
@@ -305,7 +309,7 @@ class RunConfig:
                      "actor.z_pseudo_reward_probability"):
             if not 0.0 <= self.get(name) <= 1.0:
                 raise ConfigError(f"--{name} must be in [0, 1]; got {self.get(name)}")
-        for name in ("minutes", "learner_steps", "evaluator.count", "actor.team_spirit_updates",
+        for name in ("minutes", "learner_steps", "evaluator.count", "actor.team_spirit_updates", "device.threads",
                      "evaluator.heuristic_every_seconds"):
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")

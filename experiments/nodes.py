@@ -376,7 +376,7 @@ class DeviceLearnerGroup(_Learners):
 
         from actors import rewards
         from actors.actor import example_unroll, value_shape
-        from actors.rollout import DeviceRollout
+        from actors.rollout import DeviceRollout, ZSource
         from learners import checkpoint
         from learners.device import DeviceLearner
 
@@ -388,8 +388,16 @@ class DeviceLearnerGroup(_Learners):
         run = config.learner
         rollout = DeviceRollout(
             self.network, probe.fns, batch_size=run.batch_size, num_slots=config.device.opponent_slots,
-            unroll_length=run.unroll_length, reward_fn=rewards.device_reward(config.reward, self.spec),
-            value_shape=value_shape(self.network), races=config.game == "smax_races")
+            unroll_length=run.unroll_length,
+            reward_fn=rewards.device_reward(config.reward, self.spec, team_spirit=(
+                config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
+            value_shape=value_shape(self.network), races=config.game == "smax_races",
+            z_probability=config.actor.z_pseudo_reward_probability)
+        # AlphaStar: main agents are conditioned on z sampled from their race's replays;
+        # exploiters are not (z = 0).
+        banks = agent_z_banks(config, load_z_bank(config, self.spec)) if config.z_network else {}
+        z_sources = {a: None if banks.get(a) is None else ZSource(banks[a].table, banks[a].counts)
+                     for a in agent_ids}
         teachers = any(t is not None for t in self._teachers.values())
         example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers)
         self.learners = {
@@ -397,10 +405,12 @@ class DeviceLearnerGroup(_Learners):
                                  updates_per_chunk=config.device.updates_per_chunk,
                                  seed=config.seed * 1009 + agent_indices[agent],
                                  checkpoint_dir=checkpoint.directory(config.run_dir, agent),
-                                 teacher_params=self._teachers[agent])
+                                 teacher_params=self._teachers[agent], z_source=z_sources[agent])
             for agent in agent_ids
         }
         self._rng = np.random.default_rng(config.seed * 7919 + min(agent_indices[a] for a in agent_ids))
+        self._lock = threading.Lock()  # the bank and the random draws: chunks run on threads
+        self._pool = None
         self._frozen: OrderedDict = OrderedDict()   # player id -> device params
         self._learning: dict[str, tuple[float, Any]] = {}  # agent id -> (fetched at, device params)
         self._race_index = {race: i for i, race in enumerate(RACES)}
@@ -411,10 +421,15 @@ class DeviceLearnerGroup(_Learners):
     # -- opponents ------------------------------------------------------------------------
 
     def _opponent_params(self, player_id: str, learning: bool):
-        import jax
 
         if player_id in self.learners:
             return self.learners[player_id].current_params()
+        with self._lock:
+            return self._cached_params(player_id, learning)
+
+    def _cached_params(self, player_id: str, learning: bool):
+        import jax
+
         if learning:
             fetched = self._learning.get(player_id)
             if fetched is None or time.monotonic() - fetched[0] >= self.config.actor.param_refresh_seconds:
@@ -441,7 +456,8 @@ class DeviceLearnerGroup(_Learners):
 
         dist = self._coordinator.match_distribution(agent_id)
         m = self.config.device.opponent_slots
-        picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
+        with self._lock:
+            picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
         slots = [(dist["opponents"][i], dist["branches"][i]) for i in picks]
         learning = set(dist["learning"])
         own = self.learners[agent_id].current_params()
@@ -477,17 +493,28 @@ class DeviceLearnerGroup(_Learners):
     # -- the node's loop ------------------------------------------------------------------
 
     def _round(self) -> None:
-        """One chunk for each agent."""
-        for agent_id in self.agent_ids:
-            if self._stop.is_set():
-                break
-            self.play_chunk(agent_id)
+        """One chunk for each agent, `device.threads` at a time (JAX runs them side by side:
+        one jitted program alone does not keep this machine's cores busy)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        if self._pool is None:
+            threads = self.config.device.threads or min(len(self.agent_ids), os.cpu_count() or 1)
+            self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"{self.name}-chunk")
+
+        def chunk(agent_id):
+            if not self._stop.is_set():
+                self.play_chunk(agent_id)
+
+        for future in [self._pool.submit(chunk, a) for a in self.agent_ids]:
+            future.result()
 
     def metrics(self) -> dict[str, dict[str, float]]:
         return {agent: learner.metrics() for agent, learner in self.learners.items()}
 
     def close(self) -> None:
         self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
         for learner in self.learners.values():
             learner.close()
 

@@ -167,9 +167,6 @@ def device_problem(config: RunConfig) -> str | None:
     if config.learner.batch_size % config.device.opponent_slots:
         return (f"--learner.batch_size={config.learner.batch_size} games do not split into "
                 f"--device.opponent_slots={config.device.opponent_slots}; pick slots that divide the batch")
-    if config.z_replay_dir is not None:
-        return ("SMAX main agents sample z from replays and learn z's pseudo-rewards, which the device "
-                "path does not do yet; --z_replays=none plays with z = 0")
     try:
         spec = None
         if config.reward not in (None, "", "outcome", "game", "openai_five"):

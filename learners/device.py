@@ -78,12 +78,13 @@ def _compiled(network, config: LearnerConfig, rollout, num_updates: int, optimiz
 
 class DeviceLearner(Learner):
     """A `Learner` whose experience comes from its own games on its device: see the module
-    docstring. `example_unroll` fixes the trajectory structure (as for the replay path)."""
+    docstring. `example_unroll` fixes the trajectory structure (as for the replay path);
+    `z_source`: the agent's z (`actors.rollout.ZSource`; None: z = 0)."""
 
     def __init__(self, network: Any, initial_params: PyTree, config: LearnerConfig,
                  example_unroll, rollout, *, updates_per_chunk: int = 8, seed: int = 0,
                  checkpoint_dir: str | None = None, teacher_params: PyTree | None = None,
-                 devices: list | None = None):
+                 z_source=None, devices: list | None = None):
         if updates_per_chunk < 1:
             raise ValueError(f"updates_per_chunk must be >= 1; got {updates_per_chunk}")
         if rollout.batch_size != config.batch_size or rollout.unroll_length != config.unroll_length:
@@ -96,6 +97,7 @@ class DeviceLearner(Learner):
         self._start_fn, self._chunk_fn = _compiled(network, config, rollout, self._updates_per_chunk,
                                                    make_optimizer(config))
         self._key = jax.random.PRNGKey(seed)
+        self._z_source = None if z_source is None else jax.device_put(z_source)
         self.games_played = 0
 
     def current_params(self):
@@ -116,7 +118,7 @@ class DeviceLearner(Learner):
             state = self._state
         self._key, k_start, k_chunk = jax.random.split(self._key, 3)
         carry, first = self._start_fn(state.params, state.version, opponents, self._teacher,
-                                      k_start, races)
+                                      k_start, races, self._z_source)
         new_state, _, metrics, results = self._chunk_fn(state, carry, opponents, self._teacher,
                                                         k_chunk)
         results = jax.device_get(first + results)
