@@ -2,12 +2,19 @@
 both measured in one run (this machine is shared and noisy: compare the ratio).
 
     python -m benchmarks.device_bench --game=leduc_poker --seconds=120 --warmup=40
+    python -m benchmarks.device_bench --game=smax_races --seconds=240 --warmup=150
 
 Each path runs the game's default league (`python -m experiments.league --game=G`, in one
 process: `--runner=inprocess`) for `--warmup + --seconds` seconds; the rates are the increments
 of league.db's game count and of the learners' learnt steps over the last `--seconds` (compiling
 and the first snapshots fall in the warm-up). Issue 25's targets: Leduc >= 20,000 recorded games/s
 (Kuhn >= 50,000), every game learnt from (the device path's sample reuse is 1 by construction).
+
+SMAX (`--game=smax_races`: the `--races=3` league, `--init` as given, default none: random
+parameters, no supervised start to build): besides, one SMAX learner's update alone on a random
+legal batch (`benchmarks.learner_bench.smax_part`) in the same run; the ratio is the league's
+learnt steps/s over all its learners to that (issue 25's target: >= 0.6; the replay path's
+league was at ~0.3).
 """
 
 from __future__ import annotations
@@ -20,11 +27,14 @@ import time
 
 from absl import app, flags
 
+from benchmarks import learner_bench  # its flags (--rounds, --updates) time the SMAX learner alone
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("game", "leduc_poker", "kuhn_poker, leduc_poker or a matrix game")
 flags.DEFINE_float("seconds", 120.0, "measured seconds per path")
 flags.DEFINE_float("warmup", 40.0, "seconds per path before measuring (compiles, first snapshots)")
 flags.DEFINE_list("paths", ["device", "replay"], "experience paths to measure, in this order")
+flags.DEFINE_string("init", "none", "SMAX: the league's --init (none: random parameters)")
 TARGETS = {"leduc_poker": 20_000, "kuhn_poker": 50_000}
 
 
@@ -34,9 +44,10 @@ def measure(game: str, path: str, warmup: float, seconds: float) -> dict:
     from experiments.config import RunConfig, prepare_run_dir
 
     run_dir = tempfile.mkdtemp(prefix=f"device_bench_{path}_")
+    extra = {"init": FLAGS.init} if game == "smax_races" else {}
     config = RunConfig.for_game(game, runner="inprocess", run_dir=run_dir, experience=path,
                                 minutes=(warmup + seconds) / 60.0, dashboard_port=-1,
-                                progress_every_seconds=5.0)
+                                progress_every_seconds=5.0, **extra)
     prepare_run_dir(config)
     marks: dict = {}
     stop = threading.Event()
@@ -78,6 +89,15 @@ def main(argv):
         print(f"{path:7s} {FLAGS.game}: {r['games_per_s']:,.0f} recorded games/s, "
               f"{r['learnt_steps_per_s']:,.0f} learnt steps/s ({r['games']:,} games; {r['run_dir']})",
               flush=True)
+    if FLAGS.game == "smax_races":
+        alone = learner_bench.smax_part(1.0)["smax_learnt_steps_per_s"]
+        steps = {p: r["learnt_steps_per_s"] for p, r in results.items()}
+        print(f"one SMAX learner's update alone: {alone:,.0f} learnt steps/s")
+        print("RESULT device_league game=smax_races " + " ".join(
+            f"{p}_learnt_steps_per_s={v:.0f} {p}_over_alone={v / alone:.2f}" for p, v in steps.items())
+            + f" alone_learnt_steps_per_s={alone:.0f} ratio={steps.get('device', float('nan')) / alone / 0.6:.2f}"
+            " target=0.6")
+        return
     target = TARGETS.get(FLAGS.game, 0)
     device = results.get("device", {}).get("games_per_s", float("nan"))
     replay = results.get("replay", {}).get("games_per_s", float("nan"))

@@ -69,7 +69,7 @@ def test_the_rollout_plays_the_games_the_batch_game_plays():
     slot = np.arange(B) // (B // M)
     rewards_seen, firsts = [], []
     for k in step_keys:
-        k0, k1 = jax.random.split(k)
+        k0, k1, _ = jax.random.split(k, 3)
         a0, state0 = act(network, p0, k0, obs[0], state0, first)
         slot_keys = jax.random.split(k1, M)
         halves = []
@@ -165,16 +165,23 @@ def test_counted_results_reach_league_db_and_the_payoff(tmp_path):
                                coordinator.league.payoff.count_matrices([main, opponent])[0], rtol=1e-6)
 
 
-def test_auto_picks_the_device_path_where_the_game_allows_and_says_why():
+def test_auto_picks_the_device_path_where_the_game_allows_and_says_why(tmp_path):
     kuhn = RunConfig.make(game="kuhn_poker", runner="inprocess")
     assert experience_path(kuhn)[0] == "device"
     assert "DeviceLearnerGroup" in str(build_program(kuhn)) and "actors" not in str(build_program(kuhn))
     assert experience_path(RunConfig.make(game="kuhn_poker", experience="replay"))[0] == "replay"
-    smax = RunConfig.make(game="smax_races", init="none")  # the default reward: openai_five
-    path, why = experience_path(smax)
-    assert path == "replay" and "openai_five" in why
-    with pytest.raises(ConfigError, match="--experience=device: .*openai_five"):
-        experience_path(RunConfig.make(game="smax_races", init="none", experience="device"))
+    smax = RunConfig.make(game="smax_races", init="none")  # OpenAI Five's reward, z: on the device
+    assert experience_path(smax)[0] == "device"
+    uneven = RunConfig.make(game="kuhn_poker", **{"device.opponent_slots": 3})
+    path, why = experience_path(uneven)
+    assert path == "replay" and "opponent_slots=3" in why
+    plugin = tmp_path / "numpy_reward.py"
+    plugin.write_text("import numpy as np\n\ndef get_reward(batch, contiguous):\n"
+                      "    return np.asarray(batch['reward'])\n")
+    path, why = experience_path(RunConfig.make(game="kuhn_poker", reward_plugin=str(plugin)))
+    assert path == "replay" and "cannot be traced" in why
+    with pytest.raises(ConfigError, match="--experience=device: .*opponent_slots"):
+        experience_path(RunConfig.make(game="kuhn_poker", experience="device", **{"device.opponent_slots": 3}))
 
 
 def league_cli(*args, timeout=300):
@@ -264,3 +271,47 @@ def test_the_dashboard_counts_counted_games_like_games(tmp_path):
     wins = np.frombuffer(base64.b64decode(encoded["b64"]), encoded["dtype"]).reshape(n, n)
     assert wins[a, b] == 1 + 4 and wins[b, a] == 3 + 7
     assert payload["payoff"]["self_losses"][a] == 2
+
+
+def test_z_pseudo_rewards_on_the_device_equal_the_numpy_reference():
+    """`replays.z_pseudo_rewards_jax` against `replays.z_pseudo_rewards` (edit distance of build
+    orders, Hamming distance of attacked types) on random z and random played games, ties in
+    first-attack steps and empty z included."""
+    from actors import replays
+
+    rng = np.random.default_rng(1)
+    zs, armies, firsts, want = [], [], [], []
+    for _ in range(300):
+        order = rng.permutation(6)[:rng.integers(0, 7)]
+        attack_order = np.full(6, -1)
+        attack_order[:len(order)] = order
+        counts = np.zeros(6, int)
+        counts[order] = 1
+        z = (replays.encode_z(rng.integers(-1, 3), attack_order, counts) if rng.random() < 0.9
+             else np.zeros(replays.Z_SIZE, np.float32))
+        army = int(rng.integers(-1, 3))
+        first = np.where(rng.random(6) < 0.5, rng.integers(0, 4, 6).astype(float), np.inf)
+        zs.append(z), armies.append(army), firsts.append(first)
+        want.append(replays.z_pseudo_rewards(z, army, replays.produced_order(first), np.isfinite(first)))
+    got = jax.jit(jax.vmap(replays.z_pseudo_rewards_jax))(
+        jnp.asarray(np.stack(zs)), jnp.asarray(armies), jnp.asarray(np.stack(firsts), jnp.float32))
+    np.testing.assert_allclose(np.asarray(got), np.stack(want), atol=1e-6)
+    assert np.stack(want)[:, 0].min() < -0.5 and np.stack(want)[:, 1].min() < -0.5  # not all near 0
+
+
+def test_openai_five_reward_on_the_device_equals_the_numpy_plugin():
+    """The built-in openai_five reward traced (team spirit from the traced learner version)
+    against the numpy plug-in told the same progress."""
+    game = make_batch_game("smax_races", 1)
+    example = rewards.example_batch(game.spec, steps=6)
+    rng = np.random.default_rng(0)
+    batch = {k: (rng.random(v.shape).astype(v.dtype) if v.dtype.kind == "f" else v)
+             for k, v in example.items()}
+    device = rewards.device_reward("openai_five", game.spec, team_spirit=(0.3, 0.8, 100))
+    traced = jax.jit(lambda b, progress: device(b, False, progress))
+    for progress in (0, 37, 500):
+        numpy_reward = rewards.load_reward_plugin("openai_five", team_spirit=(0.3, 0.8, 100))
+        numpy_reward.set_progress(progress)
+        want = numpy_reward(batch, False)
+        got = traced({k: jnp.asarray(v) for k, v in batch.items()}, progress)
+        np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, err_msg=str(progress))
