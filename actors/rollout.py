@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from agents import act, pseudo_reward_count, z_size
 from agents.trajectory import Step, Unroll
@@ -117,7 +118,7 @@ class DeviceRollout:
 
     def __init__(self, network, fns, batch_size: int, num_slots: int, unroll_length: int,
                  reward_fn, value_shape: tuple[int, ...] = (), races: bool = False,
-                 z_probability: float = 0.25):
+                 z_probability: float = 0.25, devices: list | None = None):
         if batch_size % num_slots:
             raise ValueError(f"the batch of {batch_size} games does not split into {num_slots} "
                              "opponent slots; pick a number of slots that divides it")
@@ -130,9 +131,34 @@ class DeviceRollout:
         self.z_probability = float(z_probability)
         menu = getattr(getattr(fns, "env", None), "menu_table", None)
         self._menu = None if menu is None else jnp.asarray(menu)
+        # Data parallel over `devices`: every array with the games' axis is split over them
+        # (GSPMD: XLA partitions the program and averages the update's gradients across them).
+        self.devices = list(devices or jax.local_devices()[:1])
+        if batch_size % len(self.devices):
+            raise ValueError(f"the batch of {batch_size} games does not split over "
+                             f"{len(self.devices)} devices")
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+        mesh = Mesh(np.array(self.devices), ("games",))
+        self._games = NamedSharding(mesh, PartitionSpec("games"))
         self.key = ("rollout", type(fns).__qualname__, getattr(fns, "config", None), batch_size,
                     num_slots, unroll_length, getattr(reward_fn, "key", id(reward_fn)),
-                    self.value_shape, races, self.z_probability)
+                    self.value_shape, races, self.z_probability, tuple(d.id for d in self.devices))
+
+    def _shard(self, tree, axis: int = 0):
+        """Every array of `tree` with the games' axis at `axis` split over the devices."""
+        if len(self.devices) == 1:
+            return tree
+        from jax.sharding import NamedSharding, PartitionSpec
+
+        spec = NamedSharding(self._games.mesh, PartitionSpec(*([None] * axis), "games"))
+
+        def constrain(x):
+            if hasattr(x, "ndim") and x.ndim > axis and x.shape[axis] == self.batch_size:
+                return jax.lax.with_sharding_constraint(x, spec)
+            return x
+
+        return jax.tree_util.tree_map(constrain, tree)
 
     # -- acting ---------------------------------------------------------------------------
 
@@ -229,7 +255,7 @@ class DeviceRollout:
         keep = ~done
         c = c._replace(game_state=game_state, obs=obs, state0=state0, state1=state1, first=done, z=z,
                        lengths=jnp.where(keep, lengths, 0), scores=jnp.where(keep, scores, 0.0))
-        return c, record, results
+        return self._shard(c), self._shard(record), results
 
     def _results(self, done, outcome, lengths, scores) -> Results:
         m = self.num_slots
@@ -292,7 +318,8 @@ class DeviceRollout:
             core_state = (core_state, teacher_state)
             teacher_state = advance_teacher(self.network, teacher, teacher_state, steps)
         pseudo = steps.pop("pseudo_reward", {})
-        unroll = Unroll(steps=Step(pseudo_reward=pseudo, **steps), core_state=core_state)
+        unroll = Unroll(steps=self._shard(Step(pseudo_reward=pseudo, **steps), axis=1),
+                        core_state=self._shard(core_state))
         last = jax.tree_util.tree_map(lambda x: x[-1], records)
         last_state0 = jax.tree_util.tree_map(lambda x: x[-1], before)
         c_new = c_new._replace(last=last, last_state0=last_state0, teacher_state=teacher_state)

@@ -374,6 +374,8 @@ class DeviceLearnerGroup(_Learners):
                  coordinator, name: str = "learners"):
         from collections import OrderedDict
 
+        import jax
+
         from actors import rewards
         from actors.actor import example_unroll, value_shape
         from actors.rollout import DeviceRollout, ZSource
@@ -392,7 +394,7 @@ class DeviceLearnerGroup(_Learners):
             reward_fn=rewards.device_reward(config.reward, self.spec, team_spirit=(
                 config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
             value_shape=value_shape(self.network), races=config.game == "smax_races",
-            z_probability=config.actor.z_pseudo_reward_probability)
+            z_probability=config.actor.z_pseudo_reward_probability, devices=jax.local_devices())
         # AlphaStar: main agents are conditioned on z sampled from their race's replays;
         # exploiters are not (z = 0).
         banks = agent_z_banks(config, load_z_bank(config, self.spec)) if config.z_network else {}

@@ -16,6 +16,10 @@ the learner's business. The update is the replay path's (`learners.learner.make_
 the time-major unroll), and so are the parameters, versions, snapshots, resets, metrics and
 checkpoints (`Learner`).
 
+Several devices: the rollout splits the B games over them (`actors.rollout.DeviceRollout`'s
+`devices`) and the parameters are replicated, so XLA partitions the whole chunk and averages
+the gradients over the devices (the loss is a mean over the batch): the same update as on one.
+
 A step's `policy_version` is the learner's version when it was played: staleness is 0 except for
 an unroll's first step (played before the previous update) and sample reuse is 1 (each step is
 learnt on once).
@@ -90,9 +94,12 @@ class DeviceLearner(Learner):
         if rollout.batch_size != config.batch_size or rollout.unroll_length != config.unroll_length:
             raise ValueError(f"the rollout plays {rollout.batch_size} games x {rollout.unroll_length} "
                              f"steps; the learner's batch is {config.batch_size} x {config.unroll_length}")
+        devices = list(devices or rollout.devices)
+        if [d.id for d in devices] != [d.id for d in rollout.devices]:
+            raise ValueError("the learner and its rollout must use the same devices")
         super().__init__(network, initial_params, config, example_unroll,
                          checkpoint_dir=checkpoint_dir, teacher_params=teacher_params,
-                         devices=devices or jax.local_devices()[:1])
+                         devices=devices)
         self._rollout, self._updates_per_chunk = rollout, int(updates_per_chunk)
         self._start_fn, self._chunk_fn = _compiled(network, config, rollout, self._updates_per_chunk,
                                                    make_optimizer(config))
@@ -116,6 +123,7 @@ class DeviceLearner(Learner):
         while the chunk ran wins: the chunk's parameters are dropped, its games still count."""
         with self._lock:
             state = self._state
+        opponents, races = jax.device_put((opponents, races), self._replicated)
         self._key, k_start, k_chunk = jax.random.split(self._key, 3)
         carry, first = self._start_fn(state.params, state.version, opponents, self._teacher,
                                       k_start, races, self._z_source)

@@ -315,3 +315,45 @@ def test_openai_five_reward_on_the_device_equals_the_numpy_plugin():
         want = numpy_reward(batch, False)
         got = traced({k: jnp.asarray(v) for k, v in batch.items()}, progress)
         np.testing.assert_allclose(np.asarray(got), want, atol=1e-5, err_msg=str(progress))
+
+
+TWO_DEVICES = """
+import jax, jax.numpy as jnp, numpy as np
+from tests.test_device_path import kuhn_setup, B, M, T
+from actors import rewards
+from actors.actor import example_unroll
+from actors.rollout import DeviceRollout, Opponents
+from experiments.config import RunConfig
+from learners.device import DeviceLearner
+
+assert len(jax.local_devices()) == 2
+game, network, p0, p1 = kuhn_setup()
+config = RunConfig.make(game="kuhn_poker", learner_batch_size=B, unroll_length=T).learner
+out = []
+for devices in (jax.local_devices()[:1], jax.local_devices()):
+    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec),
+                            devices=devices)
+    learner = DeviceLearner(network, p0, config, example_unroll(game.spec, network, T), rollout,
+                            updates_per_chunk=3, seed=5)
+    bank = jax.tree_util.tree_map(lambda a, b: jnp.stack([jnp.asarray(a), jnp.asarray(b)]), p1, p0)
+    results = learner.play_and_learn(Opponents(bank, jnp.array([False, True])))
+    placed = jax.tree_util.tree_leaves(learner.current_params())[0].sharding.device_set
+    out.append((learner.params()[1], results, len(placed)))
+(a, ra, na), (b, rb, nb) = out
+assert (na, nb) == (1, 2), (na, nb)
+for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_allclose(x, y, rtol=2e-5, atol=2e-6)
+assert not all(np.allclose(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(p0)))
+for x, y in zip(ra, rb):
+    np.testing.assert_allclose(x, y, rtol=1e-5)
+print("same update")
+"""
+
+
+def test_two_virtual_devices_give_the_same_update_as_one():
+    """The chunk with the games split over 2 virtual CPU devices (parameters replicated) ends
+    with the parameters and results of the same chunk on one device."""
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+    result = subprocess.run([sys.executable, "-c", TWO_DEVICES], capture_output=True, text=True,
+                            timeout=300, env=env, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert result.returncode == 0 and "same update" in result.stdout, result.stdout + result.stderr[-3000:]
