@@ -225,6 +225,12 @@ class DeviceRollout:
     def _step(self, params, version, opponents, c: Carry, key):
         """One step of every game: (carry with the new game state, the step's record, its
         results per slot)."""
+        c, record, finished = self.step_games(params, version, opponents, c, key)
+        return c, record, self._results(*finished)
+
+    def step_games(self, params, version, opponents, c: Carry, key):
+        """One step of every game: (carry, the step's record, (done, outcome, length, score)
+        [B] of the games: the ones that ended this step have done set)."""
         from actors import rewards
         from actors.actor import training_reward
 
@@ -251,11 +257,11 @@ class DeviceRollout:
             record["pseudo_reward"] = {"reward": pseudo, "active": z.active}
         lengths = c.lengths + 1
         scores = c.scores + game_rewards[:, 0]
-        results = self._results(done, outcome, lengths, scores)
+        finished = (done, outcome, lengths, scores)
         keep = ~done
         c = c._replace(game_state=game_state, obs=obs, state0=state0, state1=state1, first=done, z=z,
                        lengths=jnp.where(keep, lengths, 0), scores=jnp.where(keep, scores, 0.0))
-        return self._shard(c), self._shard(record), results
+        return self._shard(c), self._shard(record), finished
 
     def _results(self, done, outcome, lengths, scores) -> Results:
         m = self.num_slots
@@ -272,12 +278,9 @@ class DeviceRollout:
 
     # -- the public surface ----------------------------------------------------------------
 
-    def start(self, params, version, opponents: Opponents, teacher, key, races=None,
-              z_source: ZSource | None = None):
-        """Resets every game (in `races` [B, 2] where the game has races) and plays one step:
-        (carry, results of that step). `z_source`: side 0's z (networks with z; None: z = 0)."""
-        reset_key, step_key = jax.random.split(key)
-        keys = jax.random.split(reset_key, self.batch_size)
+    def reset(self, key, teacher=None, races=None, z_source: ZSource | None = None) -> Carry:
+        """Every game reset (in `races` [B, 2] where the game has races), nothing played."""
+        keys = jax.random.split(key, self.batch_size)
         if self.races:
             game_state, obs = jax.vmap(self.fns.reset)(keys, races)
         else:
@@ -296,6 +299,15 @@ class DeviceRollout:
                 z=jnp.zeros((b, self.z_size), jnp.float32), active=jnp.zeros((b, k), jnp.float32),
                 army=jnp.full(b, -1, jnp.int32), first_attack=jnp.full((b, 6), jnp.inf, jnp.float32),
                 step=jnp.zeros(b, jnp.int32)))
+        return self._shard(c)
+
+    def start(self, params, version, opponents: Opponents, teacher, key, races=None,
+              z_source: ZSource | None = None):
+        """Resets every game (in `races` [B, 2] where the game has races) and plays one step:
+        (carry, results of that step). `z_source`: side 0's z (networks with z; None: z = 0)."""
+        reset_key, step_key = jax.random.split(key)
+        c = self.reset(reset_key, teacher, races, z_source)
+        initial = c.state0
         c, record, results = self._step(params, version, opponents, c, step_key)
         return c._replace(last=record, last_state0=initial), results
 
@@ -335,3 +347,40 @@ def advance_teacher(network, teacher_params, state, steps: dict):
              if getattr(network, "unroll_takes_actions", False) else {})
     _, state = network.unroll(teacher_params, learnt["observation"], learnt["first"], state, **taken)
     return state
+
+
+def evaluate_pairs(rollout: DeviceRollout, params_a, params_b, key, races=None, max_steps: int = 10_000):
+    """One game in each of the B slots of every pair: player a (side 0) against player b,
+    `params_a` / `params_b` stacked on a leading pair axis [P, ...] (`races` [P, B, 2]), all
+    pairs in one vmapped program (a `lax.while_loop` until every slot's game has ended; at most
+    `max_steps` steps). Every slot counts its first game only, so short games are not
+    over-sampled (as `actors.evaluator.Evaluator`'s quotas). Returns `Results` [P] (one slot:
+    each pair) of numpy-able arrays."""
+
+    def one_pair(pa, pb, k, r):
+        opponents = Opponents(jax.tree_util.tree_map(lambda x: x[None], pb), jnp.zeros(1, bool))
+        reset_key, play_key = jax.random.split(k)
+        carry = rollout.reset(reset_key, races=r)
+        b = rollout.batch_size
+        zero = jnp.zeros(b, jnp.int32)
+        init = (carry, jnp.zeros(b, bool), zero, zero, zero, jnp.zeros(b, jnp.float32), zero, play_key, 0)
+
+        def running(state):
+            return (~state[1].all()) & (state[-1] < max_steps)
+
+        def body(state):
+            carry, played, wins, draws, losses, score, length, k, steps = state
+            k, step_key = jax.random.split(k)
+            carry, _, (done, outcome, lengths, scores) = rollout.step_games(
+                pa, 0, opponents, carry, step_key)
+            counted = done & ~played
+            return (carry, played | done, wins + (counted & (outcome > 0)),
+                    draws + (counted & (outcome == 0)), losses + (counted & (outcome < 0)),
+                    score + jnp.where(counted, scores, 0.0), length + jnp.where(counted, lengths, 0),
+                    k, steps + 1)
+
+        _, _, wins, draws, losses, score, length, _, _ = jax.lax.while_loop(running, body, init)
+        return Results(wins.sum(), draws.sum(), losses.sum(), score.sum(), length.sum())
+
+    keys = jax.random.split(key, jax.tree_util.tree_leaves(params_a)[0].shape[0])
+    return jax.vmap(one_pair)(params_a, params_b, keys, races)

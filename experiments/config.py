@@ -42,7 +42,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "device.threads", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -157,6 +157,7 @@ class DeviceSettings:
     updates_per_chunk: int = 8  # updates per jitted call (a chunk) between two talks to the coordinator
     opponent_slots: int = 4  # opponents drawn per chunk from the match distribution (divides learner.batch_size)
     threads: int = 0  # chunks of a learner group run at once; 0: one per core (at most one per agent)
+    evaluation_pairs: int = 8  # pairs of players an evaluator plays at once in one vmapped program
 
 
 @dataclass(frozen=True)
@@ -302,7 +303,7 @@ class RunConfig:
         for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
                      "network.hidden_size", "network.core_size", "evaluator.games", "evaluator.heuristic_games",
                      "supervised.games", "supervised.steps", "supervised.batch_size",
-                     "device.updates_per_chunk", "device.opponent_slots"):
+                     "device.updates_per_chunk", "device.opponent_slots", "device.evaluation_pairs"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
         for name in ("actor.team_spirit_start", "actor.team_spirit_end",

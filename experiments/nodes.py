@@ -604,7 +604,8 @@ class EvaluatorNode:
     win rate against jaxmarl's scripted heuristic every `heuristic_every_seconds`, as OpenAI
     Five tracked TrueSkill against fixed reference agents."""
 
-    def __init__(self, config: RunConfig, coordinator, learner_groups: Mapping[str, Any], evaluator_id: str = "evaluator_0"):
+    def __init__(self, config: RunConfig, coordinator, learner_groups: Mapping[str, Any],
+                 evaluator_id: str = "evaluator_0", device: bool = False):
         from actors.evaluator import Evaluator, EvaluatorConfig
 
         self.config = config
@@ -613,6 +614,9 @@ class EvaluatorNode:
         game = make_game(config, config.evaluator.games)
         network = make_network(config, game.spec)
         params_source = ParamsSource(learner_groups, coordinator)
+        self._params_source = params_source
+        # The device path: `device.evaluation_pairs` pairs at once in one vmapped program.
+        self._device = self._device_evaluation(game, network) if device else None
         self._evaluator = Evaluator(game, network, params_source,
                                     config=EvaluatorConfig(seed=config.seed, greedy=config.evaluator.greedy),
                                     evaluator_id=evaluator_id)
@@ -666,9 +670,62 @@ class EvaluatorNode:
         self._coordinator.report_exact(work["player"], payoffs)
         return len(payoffs) + 1
 
+    def _device_evaluation(self, game, network):
+        """(rollout, jitted `actors.rollout.evaluate_pairs`) of `evaluation_games` games per pair."""
+        import functools
+
+        import jax
+
+        from actors import rewards
+        from actors.rollout import DeviceRollout, evaluate_pairs
+
+        rollout = DeviceRollout(network, game.fns, self.config.evaluator.games, 1, 2,
+                                rewards.device_reward("outcome", game.spec),
+                                races=self.config.game == "smax_races")
+        return rollout, jax.jit(functools.partial(evaluate_pairs, rollout))
+
+    def evaluate_pairs_next(self) -> int:
+        """The device path: `device.evaluation_pairs` pairs the coordinator names (the fewest
+        games between them), `evaluation_games` games each in the two players' own races, in
+        one vmapped program; one counted row per pair. Returns the number of games."""
+        import jax
+        import jax.numpy as jnp
+
+        pairs = self._coordinator.evaluation_matches(self.config.device.evaluation_pairs)
+        if not pairs:
+            return 0
+        padded = pairs + [pairs[-1]] * (self.config.device.evaluation_pairs - len(pairs))
+        params = {p: self._params_source.latest_params(p)[1]
+                  for m in pairs for p in (m["home"], m["away"])}
+
+        def stacked(side):
+            return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]),
+                                          *[params[m[side]] for m in padded])
+
+        races = None
+        if self.config.game == "smax_races":
+            index = {race: i for i, race in enumerate(RACES)}
+            races = jnp.asarray([[[index[m["home_race"]], index[m["away_race"]]]] * self.config.evaluator.games
+                                 for m in padded], jnp.int32)
+        self._device_key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), self.games)
+        results = jax.device_get(self._device[1](stacked("home"), stacked("away"), self._device_key, races))
+        rows = [{"home": m["home"], "away": m["away"], "wins": int(results.wins[i]),
+                 "draws": int(results.draws[i]), "losses": int(results.losses[i]),
+                 "score": float(results.score[i]), "length": int(results.length[i]),
+                 "branch": "evaluation", "source": "evaluator", "actor_id": self.evaluator_id,
+                 **({"home_race": m["home_race"], "away_race": m["away_race"]}
+                    if self.config.game == "smax_races" else {})}
+                for i, m in enumerate(pairs)]
+        games = self._coordinator.report_counts(rows)
+        self.games += games
+        return games
+
     def evaluate_next(self) -> int:
         """Plays `evaluation_games` games of the pair the coordinator names, in the two
-        players' own races, and reports them; returns the number of games (0: no pair yet)."""
+        players' own races, and reports them; returns the number of games (0: no pair yet).
+        On the device path: `evaluate_pairs_next`."""
+        if self._device is not None:
+            return self.evaluate_pairs_next()
         matches = self._coordinator.evaluation_matches(1)
         if not matches:
             return 0

@@ -121,6 +121,9 @@ def _describe(node: Node) -> str:
     if node.cls is ActorGroup:
         return f"{len(k['assignments'])} actors x {k['config'].actor.batch_size} games"
     if node.cls is EvaluatorNode:
+        if k.get("device"):
+            return (f"{k['config'].evaluator.games} games per pair, "
+                    f"{k['config'].device.evaluation_pairs} pairs at once on the device")
         return f"{k['config'].evaluator.games} games per pair"
     return "league, history, params"
 
@@ -223,10 +226,11 @@ def build_program(config: RunConfig) -> Program:
     return Program(config, nodes, calls, experience)
 
 
-def _evaluators(config: RunConfig, coordinator: Ref, learner_of: dict) -> list[Node]:
+def _evaluators(config: RunConfig, coordinator: Ref, learner_of: dict, device: bool = False) -> list[Node]:
     return [Node(f"evaluator_{i}", EvaluatorNode, dict(
         config=config, coordinator=coordinator, learner_groups=dict(learner_of),
-        evaluator_id=f"evaluator_{i}"), restartable=True) for i in range(config.evaluator.count)]
+        evaluator_id=f"evaluator_{i}", device=device), restartable=True)
+        for i in range(config.evaluator.count)]
 
 
 def _coordinator_node(config: RunConfig) -> Node:
@@ -250,5 +254,5 @@ def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:
             coordinator=coordinator, name=name)))
         calls.append(Call("coordinator", "connect_learners", dict(group=Ref(name), agent_ids=ids)))
         learner_of.update(dict.fromkeys(ids, Ref(name)))
-    nodes += _evaluators(config, coordinator, learner_of)
+    nodes += _evaluators(config, coordinator, learner_of, device=True)
     return Program(config, nodes, calls, experience)
