@@ -215,3 +215,20 @@ def test_a_node_that_cannot_start_stops_the_run_with_its_error_and_keeps_the_fil
     assert time.time() - started < 120, out
     assert path.read_bytes() == b"\x00garbage"
     assert no_process_left(process), out
+
+
+def test_kuhn_league_on_the_device_path_under_launchpad(tmp_path):
+    """The device path under Launchpad (local_mp): learner groups that play their own games, no
+    actors; counted games from the learners and the evaluator reach league.db, and every learner
+    learns."""
+    run_dir = str(tmp_path / "run")
+    out = finish(league("--runner=launchpad", "--game=kuhn_poker", f"--run_dir={run_dir}",
+                        "--experience=device", "--minutes=0.75", "--hidden_size=16", "--core_size=16",
+                        "--progress_every_seconds=5", "--checkpoint_every_seconds=10",
+                        "--dashboard_port=-1"), timeout=300)
+    assert "experience: device" in out and "checkpoints written" in out, out
+    assert not os.path.exists(os.path.join(run_dir, "logs", "launchpad", "actors")), out
+    sources = dict(query(run_dir, "SELECT source, sum(wins + draws + losses) FROM game_counts GROUP BY source"))
+    assert sources.get("device", 0) > 1000 and sources.get("evaluator", 0) > 0, (sources, out)
+    versions = learner_versions(run_dir)
+    assert len(versions) == 4 and all(v > 0 for v in versions.values()), out
