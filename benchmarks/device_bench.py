@@ -35,6 +35,7 @@ flags.DEFINE_float("seconds", 120.0, "measured seconds per path")
 flags.DEFINE_float("warmup", 40.0, "seconds per path before measuring (compiles, first snapshots)")
 flags.DEFINE_list("paths", ["device", "replay"], "experience paths to measure, in this order")
 flags.DEFINE_string("init", "none", "SMAX: the league's --init (none: random parameters)")
+flags.DEFINE_multi_string("set", [], "more settings of both leagues, PATH=VALUE (e.g. device.updates_per_chunk=32)")
 TARGETS = {"leduc_poker": 20_000, "kuhn_poker": 50_000}
 
 
@@ -45,6 +46,9 @@ def measure(game: str, path: str, warmup: float, seconds: float) -> dict:
 
     run_dir = tempfile.mkdtemp(prefix=f"device_bench_{path}_")
     extra = {"init": FLAGS.init} if game == "smax_races" else {}
+    for setting in FLAGS.set:
+        path_, _, value = setting.partition("=")
+        extra[path_] = type(RunConfig.make(game=game).get(path_))(value)
     config = RunConfig.for_game(game, runner="inprocess", run_dir=run_dir, experience=path,
                                 minutes=(warmup + seconds) / 60.0, dashboard_port=-1,
                                 progress_every_seconds=5.0, **extra)
