@@ -153,10 +153,10 @@ def test_kuhn_league_under_local_mp_stops_on_ctrl_c_with_checkpoints_and_resumes
 
 
 def test_smax_one_race_league_under_local_mp(tmp_path):
-    """A 1-race SMAX league (four learners, their actors, an evaluator) until every learner
-    has learnt from 100 agent steps: about a minute on a quiet machine once JAX has compiled
-    (stopping by --learner_steps, not --minutes, keeps it a test of the league rather than of
-    the machine's load)."""
+    """A 1-race SMAX league (four learners playing their own games: the default device path, and
+    an evaluator) until every learner has learnt from 100 agent steps: about a minute on a quiet
+    machine once JAX has compiled (stopping by --learner_steps, not --minutes, keeps it a test
+    of the league rather than of the machine's load)."""
     run_dir = str(tmp_path / "run")
     out = finish(league("--runner=launchpad", "--game=smax_races", "--races=1", "--learner_steps=100",
                         "--init=none",  # random parameters: no supervised start to build first
@@ -168,8 +168,9 @@ def test_smax_one_race_league_under_local_mp(tmp_path):
     from coordinator.history import LeagueHistory
 
     history = LeagueHistory(run_dir, readonly=True)
-    games = history.games()
-    assert games and {g["home_race"] for g in games} == {"terran"}, out
+    assert "experience: device" in out, out
+    counted = history.game_counts()
+    assert counted and {g["home_race"] for g in counted if g["source"] == "device"} == {"terran"}, out
     versions = learner_versions(run_dir)
     assert len(versions) == 4 and all(v > 0 for v in versions.values()), out
 
