@@ -227,6 +227,17 @@ class RunningRewardNormalizer:
 # Loading and checking plug-ins.
 
 
+def openai_five_config(team_spirit: tuple[float, float, int] | None = None) -> OpenAIFiveConfig:
+    """OpenAI Five's reward settings with the team spirit schedule (tau_start, tau_end,
+    anneal_updates) if given."""
+    config = OpenAIFiveConfig()
+    if team_spirit is not None:
+        start, end, updates = team_spirit
+        config = dataclasses.replace(config, tau_start=float(start), tau_end=float(end),
+                                     anneal_updates=int(updates))
+    return config
+
+
 def load_reward_plugin(path_or_name: str | None, spec: GameSpec | None = None,
                        side: int = 0, team_spirit: tuple[float, float, int] | None = None
                        ) -> RewardFn:
@@ -241,12 +252,7 @@ def load_reward_plugin(path_or_name: str | None, spec: GameSpec | None = None,
     elif path_or_name == "game":
         fn, source = game_reward, "game payoff (built-in)"
     elif path_or_name == "openai_five":
-        config = OpenAIFiveConfig()
-        if team_spirit is not None:
-            start, end, updates = team_spirit
-            config = dataclasses.replace(config, tau_start=float(start), tau_end=float(end),
-                                         anneal_updates=int(updates))
-        fn, source = OpenAIFiveReward(config), "openai_five (built-in)"
+        fn, source = OpenAIFiveReward(openai_five_config(team_spirit)), "openai_five (built-in)"
     else:
         fn, source = _load_file(str(path_or_name)), str(path_or_name)
     checked = CheckedReward(fn, source)
@@ -402,11 +408,7 @@ def device_reward(path_or_name: str | None, spec: GameSpec,
     if path_or_name == "game":
         return DeviceReward(game_reward_jax, "game payoff (built-in)", "game")
     if path_or_name == "openai_five":
-        config = OpenAIFiveConfig()
-        if team_spirit is not None:
-            start, end, updates = team_spirit
-            config = dataclasses.replace(config, tau_start=float(start), tau_end=float(end),
-                                         anneal_updates=int(updates))
+        config = openai_five_config(team_spirit)
         return DeviceReward(OpenAIFiveReward(config).device, "openai_five (built-in)",
                             ("openai_five", config), uses_progress=True)
     path = str(path_or_name)
