@@ -31,8 +31,18 @@ def options_of(cluster: dict, **values):
     from experiments.launchers import placement
     from experiments.program import build_program
 
-    program = build_program(RunConfig.make(**{"game": "smax_races", "races": 3, **values}))
+    # The replay path by default: its actors are what most of the placement is about.
+    program = build_program(RunConfig.make(**{"game": "smax_races", "races": 3, "experience": "replay", **values}))
     return program, placement(program, cluster, DRIVER, RaySettings())
+
+
+def test_placement_of_the_device_path():
+    """The device path's graph has no actors: learner groups get the GPUs, evaluators the
+    `actor` resource."""
+    _, options = options_of({"CPU": 8.0, "GPU": 1.0, "actor": 2.0}, experience="device")
+    assert not any(name.startswith("actors") for name in options)
+    assert options["learners"]["num_gpus"] == 1.0
+    assert options["evaluator_0"]["resources"] == {"actor": 1}
 
 
 def test_placement_without_custom_resources_keeps_learners_by_the_run_directory():
