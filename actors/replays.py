@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from coordinator.param_store import write_atomic
+from agents.storage import write_atomic
 
 FORMAT_NAME = "league-replays"
 FORMAT_VERSION = 1

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from agents.storage import write_atomic  # noqa: F401 -- also this module's API
+
 _VERSION_KEY = "__version__"
 
 
@@ -57,19 +59,6 @@ def params_from_npz_bytes(data: bytes) -> tuple[int, dict]:
         flat = {tuple(p): npz[f"leaf_{i}"] for i, p in enumerate(paths)}
         version = int(npz[_VERSION_KEY])
     return version, unflatten(flat)
-
-
-def write_atomic(path: str, data: bytes) -> str:
-    """Writes `data` to `path` through a temporary file and `os.replace`: a kill leaves the old
-    file or the new one, never half of one. Returns `path`."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
 
 
 class ParamStore:

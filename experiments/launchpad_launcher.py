@@ -13,7 +13,7 @@ stays the one graph, with no separate ReverbNode.
 The driver (this process) then does what `run_ray` does: waits for the nodes, makes the
 program's wiring calls, calls `run()` on every node that runs (one courier call that lasts
 the run: the nodes are built with `disable_run()`, so Launchpad does not call it itself) and
-hands the loop to `_supervise`. Stopping (--minutes, --learner_steps, Ctrl-C) calls `stop()`
+hands the loop to `experiments.supervisor.supervise`. Stopping (--minutes, --learner_steps, Ctrl-C) calls `stop()`
 and `close()` on each node in reverse order, which writes the checkpoints, and only then
 stops the Launchpad program. Node processes ignore Ctrl-C (the driver stops them in order)
 and end with the driver. A node that dies stops the run with its log's last lines; rerun to
@@ -303,7 +303,7 @@ def _log_dir(config: RunConfig) -> str:
 def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, out=sys.stdout,
                   on_launch=None, launch_type: str | None = None):
     """Runs the program as an `lp.Program` (see the module docstring); returns the Supervisor."""
-    from experiments.launchers import _supervise
+    from experiments.supervisor import supervise
 
     message = problem(config)
     if message:
@@ -370,7 +370,7 @@ def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, 
         def close(node):
             nodes.call(node.name, "close", timeout=300)
 
-        return _supervise(program, proxies, out, stop_event, on_launch, check_nodes, stop, close)
+        return supervise(program, proxies, out, stop_event, on_launch, check_nodes, stop, close)
     finally:
         _end(manager, nodes if "nodes" in locals() else None, out)
 

@@ -415,7 +415,6 @@ class DeviceLearnerGroup(_Learners):
         self._pool = None
         self._frozen: OrderedDict = OrderedDict()   # player id -> device params
         self._learning: dict[str, tuple[float, Any]] = {}  # agent id -> (fetched at, device params)
-        self._race_index = {race: i for i, race in enumerate(RACES)}
         self._stop = threading.Event()
         self.games = 0
         self.errors: list[str] = []
@@ -468,8 +467,8 @@ class DeviceLearnerGroup(_Learners):
         use_self = jnp.asarray([opp == agent_id for opp, _ in slots])
         races = None
         if self.config.game == "smax_races":
-            home = self._race_index[dist["home_race"]]
-            per_slot = [(home, self._race_index[dist["races"][opp]]) for opp, _ in slots]
+            home = RACES.index(dist["home_race"])
+            per_slot = [(home, RACES.index(dist["races"][opp])) for opp, _ in slots]
             races = jnp.asarray(np.repeat(np.asarray(per_slot, np.int32), self.config.learner.batch_size // m, 0))
         return Opponents(bank, use_self), races, slots, dist
 
@@ -704,11 +703,10 @@ class EvaluatorNode:
 
         races = None
         if self.config.game == "smax_races":
-            index = {race: i for i, race in enumerate(RACES)}
-            races = jnp.asarray([[[index[m["home_race"]], index[m["away_race"]]]] * self.config.evaluator.games
-                                 for m in padded], jnp.int32)
-        self._device_key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), self.games)
-        results = jax.device_get(self._device[1](stacked("home"), stacked("away"), self._device_key, races))
+            races = jnp.asarray([[[RACES.index(m["home_race"]), RACES.index(m["away_race"])]]
+                                 * self.config.evaluator.games for m in padded], jnp.int32)
+        key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), self.games)
+        results = jax.device_get(self._device[1](stacked("home"), stacked("away"), key, races))
         rows = [{"home": m["home"], "away": m["away"], "wins": int(results.wins[i]),
                  "draws": int(results.draws[i]), "losses": int(results.losses[i]),
                  "score": float(results.score[i]), "length": int(results.length[i]),

@@ -173,7 +173,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
 
 
 def _write_json(path: str, data: dict) -> None:
-    from coordinator.param_store import write_atomic
+    from agents.storage import write_atomic
 
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode())
 

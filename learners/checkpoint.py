@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from flax import serialization
 
-from coordinator.param_store import write_atomic
+from agents.storage import write_atomic
 
 FORMAT = 1
 FILENAME = "checkpoint.msgpack"

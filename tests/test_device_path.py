@@ -136,10 +136,10 @@ def test_counted_results_reach_league_db_and_the_payoff(tmp_path):
     main = coordinator.agent_ids()[0]
     dist = coordinator.match_distribution(main)
     assert dist["opponents"] and abs(sum(dist["probabilities"]) - 1) < 1e-9
-    opponent = dist["opponents"][0]
+    opponent, branch = next((o, b) for o, b in zip(dist["opponents"], dist["branches"]) if o != main)
     before = coordinator.league.payoff.count_matrices([main, opponent])
     rows = [{"home": main, "away": opponent, "wins": 5, "draws": 2, "losses": 3, "score": 4.0,
-             "length": 30, "branch": dist["branches"][0]}]
+             "length": 30, "branch": branch}]
     assert coordinator.report_counts(rows) == 10
     history = LeagueHistory(coordinator.history.path, readonly=True)
     assert history.game_count() == 10
@@ -150,9 +150,8 @@ def test_counted_results_reach_league_db_and_the_payoff(tmp_path):
         reference.add_player(pid)
     reference.update_counts(main, opponent, 5, 2, 3, 4.0)
     after = coordinator.league.payoff.count_matrices([main, opponent])
-    if main != opponent:
-        np.testing.assert_allclose(after[0], reference.count_matrices([main, opponent])[0], rtol=1e-6)
-    assert not np.allclose(after[0], before[0]) or main == opponent
+    np.testing.assert_allclose(after[0], reference.count_matrices([main, opponent])[0], rtol=1e-6)
+    assert not np.allclose(after[0], before[0])
     with pytest.raises(ValueError, match="nothing of this batch was recorded"):
         coordinator.report_counts([{**rows[0], "wins": -1}])
     assert LeagueHistory(coordinator.history.path, readonly=True).game_count() == 10

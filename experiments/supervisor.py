@@ -1,0 +1,168 @@
+"""The driver's loop that every launcher hands a running program to (experiments/launchers.py,
+experiments/launchpad_launcher.py): `supervise` polls the coordinator (snapshots, resets), records
+learner metrics, prints progress, stops on --minutes / --learner_steps / Ctrl-C, then stops and
+closes every node in reverse order, each step even if an earlier one failed, so checkpoints get
+written."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+from experiments.config import RunConfig
+from experiments.program import Program
+
+
+class Supervisor:
+    """The driver's loop: poll, record, print, stop."""
+
+    def __init__(self, config: RunConfig, coordinator, learner_groups: list, out=sys.stdout,
+                 stop_event: threading.Event | None = None, note: Callable[[], str] | None = None):
+        self.config, self.coordinator, self.out = config, coordinator, out
+        self.note = note  # more for the progress line (Ray: hosts and node processes lost)
+        self.learner_groups = learner_groups
+        self.stop_event = stop_event or threading.Event()
+        self.events: list[dict] = []
+        self.started = time.time()
+        self.restarts = 0
+        self._tensorboard = None
+        self._previous: dict[str, tuple[float, float]] = {}
+
+    def learner_metrics(self) -> dict:
+        """Learner metrics per agent (every group), with updates/s from successive readings."""
+        metrics = {a: m for group in self.learner_groups for a, m in group.metrics().items()}
+        now = time.time()
+        for agent, m in metrics.items():
+            updates = m.get("updates_dispatched", 0.0)
+            if agent in self._previous:
+                t0, u0 = self._previous[agent]
+                m["updates_per_second"] = (updates - u0) / max(now - t0, 1e-9)
+            self._previous[agent] = (now, updates)
+        return metrics
+
+    def _write_tensorboard(self, metrics: dict, step: int) -> None:
+        try:
+            if self._tensorboard is None:
+                from tensorboardX import SummaryWriter
+
+                self._tensorboard = SummaryWriter(os.path.join(self.config.run_dir, "tensorboard"))
+            for agent, values in metrics.items():
+                for name, value in values.items():
+                    if isinstance(value, int | float) and math.isfinite(value):
+                        self._tensorboard.add_scalar(f"{agent}/{name}", value, int(values.get("steps", step)))
+            self._tensorboard.flush()
+        except Exception as e:  # TensorBoard is a convenience; never stop a league for it
+            print(f"warning: TensorBoard writing failed: {e}", file=self.out)
+
+    def report(self) -> dict:
+        elapsed = time.time() - self.started
+        metrics = self.learner_metrics()
+        for agent, values in metrics.items():
+            self.coordinator.record_learner_metrics(agent, per_learner_summary(values))
+        self._write_tensorboard(metrics, int(elapsed))
+        summary = self.coordinator.summary()
+        updates = sum(m.get("updates_per_second", 0.0) for m in metrics.values())
+        vs = "  ".join(f"{a.split('_main_agent')[0]} {w:.2f}" for a, w in summary["main_win_rate_vs_league"].items())
+        print(
+            f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
+            f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s  "
+            f"main agents' win rate vs league: {vs or '-'}" + (self.note() if self.note else ""),
+            file=self.out, flush=True,
+        )
+        return {"summary": summary, "learners": metrics}
+
+    def done(self, metrics: dict | None) -> str | None:
+        if self.stop_event.is_set():
+            return "stopped"
+        if self.config.minutes and time.time() - self.started >= self.config.minutes * 60:
+            return f"--minutes={self.config.minutes} reached"
+        if self.config.learner_steps and metrics:
+            steps = [m.get("steps", 0) for m in metrics["learners"].values()]
+            if steps and min(steps) >= self.config.learner_steps:
+                return f"--learner_steps={self.config.learner_steps} reached by every learner"
+        return None
+
+    def loop(self, check_nodes: Callable[[], None] = lambda: None) -> str:
+        last_report, metrics = 0.0, None
+        while True:
+            for event in self.coordinator.poll():
+                self.events.append(event)
+                what = (f"{event['agent_id']} -> {event['player_id']} ({event['reason']})"
+                        if event["kind"] == "snapshot" else event["agent_id"])
+                print(f"  {event['kind']}: {what}", file=self.out, flush=True)
+            check_nodes()
+            if time.time() - last_report >= self.config.progress_every_seconds:
+                metrics, last_report = self.report(), time.time()
+            reason = self.done(metrics)
+            if reason:
+                return reason
+            self.stop_event.wait(0.5)
+
+    def close(self) -> None:
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+
+
+def per_learner_summary(metrics: dict) -> dict:
+    """The learner scalars kept in league.db: per-head figures (one per unit and head on SMAX)
+    are averaged over heads; TensorBoard keeps every one."""
+    summary, per_head = {}, {}
+    for name, value in metrics.items():
+        prefix, _, head = name.partition("/")
+        if head and prefix != "loss":
+            per_head.setdefault(prefix, []).append(value)
+        else:
+            summary[name] = value
+    summary.update({f"{prefix}_mean_over_heads": float(sum(v) / len(v)) for prefix, v in per_head.items()})
+    return summary
+
+
+def supervise(program: Program, handles: dict, out, stop_event, on_launch, check_nodes,
+               stop_node, close_node, note: Callable[[], str] | None = None) -> Supervisor:
+    """What both launchers share once the nodes run: the loop, then an orderly shutdown."""
+    config = program.config
+    supervisor = Supervisor(config, handles["coordinator"],
+                            [handles[n] for n in program.learner_groups()], out, stop_event, note)
+    previous = _install_sigint(supervisor.stop_event) if stop_event is None else None
+    if config.dashboard_port >= 0:
+        from experiments.dashboard import serve
+
+        print(f"dashboard: {serve(config.run_dir, config.dashboard_port)[1]}", file=out, flush=True)
+    if on_launch is not None:
+        on_launch(handles)
+    try:
+        reason = supervisor.loop(lambda: check_nodes(supervisor))
+        print(f"finishing: {reason}", file=out, flush=True)
+        supervisor.report()
+    finally:
+        steps = [(f"stopping {n.name}", lambda n=n: stop_node(n)) for n in reversed(program.nodes) if n.runs]
+        steps += [(f"closing {n.name}", lambda n=n: close_node(n)) for n in reversed(program.nodes)
+                  if hasattr(n.cls, "close")]
+        for what, step in steps:
+            try:
+                step()
+            except Exception as e:
+                print(f"warning: {what} failed ({type(e).__name__}: {e})", file=out, flush=True)
+        supervisor.close()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    print(f"checkpoints written to {config.run_dir}; rerun the same command to resume", file=out, flush=True)
+    return supervisor
+
+
+def _install_sigint(stop_event: threading.Event):
+    def handler(signum, frame):
+        if stop_event.is_set():
+            raise KeyboardInterrupt
+        print("\nstopping (Ctrl-C again to abort without checkpoints) ...", flush=True)
+        stop_event.set()
+
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (tests)
+        return None
