@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from league.pfsp import pfsp_probabilities
-from league.players import LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_EXPLOITER
+from league.players import LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_AGENT_MATCHMAKER_NAMES, MAIN_EXPLOITER
 
 if TYPE_CHECKING:
     from league.league import League
@@ -312,6 +312,8 @@ MAIN_AGENT_MATCHMAKERS: dict[str, Matchmaker] = {
 }
 """`alphastar` is the full main-agent rule; the rest are the ablation arms of AlphaStar's
 Fig. 3c and OpenAI Five's past-self sampler (appendix N)."""
+if tuple(MAIN_AGENT_MATCHMAKERS) != MAIN_AGENT_MATCHMAKER_NAMES:
+    raise ImportError("league.players.MAIN_AGENT_MATCHMAKER_NAMES must list the registry's names in order")
 
 
 def match_distribution(league: League, agent_id: str) -> MatchDistribution:

@@ -26,6 +26,11 @@ def check_role(role: str) -> str:
     return role
 
 
+MAIN_AGENT_MATCHMAKER_NAMES = ("alphastar", "openai_five", "self_play", "fsp", "pfsp", "pfsp_sp")
+"""The names of `league.matchmaking.MAIN_AGENT_MATCHMAKERS` (which imports this module and checks
+that its registry has exactly these), for validating a config without importing it."""
+
+
 @dataclass(frozen=True)
 class Player:
     """A league member. Learning agents change; historical players are frozen copies.
@@ -126,13 +131,10 @@ class LeagueConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer; got {value!r}")
-        # The registry lives with the matchmakers, which import this module: import it lazily.
-        from league.matchmaking import MAIN_AGENT_MATCHMAKERS
-
-        if self.main_agent_matchmaker not in MAIN_AGENT_MATCHMAKERS:
+        if self.main_agent_matchmaker not in MAIN_AGENT_MATCHMAKER_NAMES:
             raise ValueError(
                 f"unknown main_agent_matchmaker {self.main_agent_matchmaker!r}; "
-                f"allowed: {', '.join(MAIN_AGENT_MATCHMAKERS)}"
+                f"allowed: {', '.join(MAIN_AGENT_MATCHMAKER_NAMES)}"
             )
         _check_probabilities(self.matchmaking, self.snapshots)
         if self.matchmaking.league_exploiter_opponents not in ("pfsp", "nash"):
