@@ -35,7 +35,9 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
 - Results. Every finished game is reported exactly once, after the unroll it finished in:
   `match_source.report_results([{"home", "away", "outcome": "win"|"draw"|"loss" (home's view),
   "score" (the sum of the game's own rewards to home: chips in poker, the outcome in SMAX),
-  "length", "actor_id", "branch"}])`. The coordinator's meta-game is built on the scores.
+  "length", "actor_id", "branch"}])`, from a thread of its own (the actor's thread never waits
+  on the coordinator; `run` delivers what is queued before it returns). The coordinator's
+  meta-game is built on the scores.
 - z (SMAX, a network with a z input: `agents.z_size`; AlphaStar, seed 002). At the start of
   every game the learner's side gets a z, `obs["z"]`, kept for the whole game: a main agent's
   (`z_bank`, an `actors.replays.ZBank`) is drawn uniformly from the recorded z of its race
@@ -68,6 +70,16 @@ import numpy as np
 
 from actors import replays
 from actors import rewards as reward_plugins
+from actors.rollout import (
+    Games,
+    Played,
+    advance_teacher,
+    finished_games,
+    network_policy,
+    play_step,
+    stack_host,
+    step_stepwise,
+)
 from agents import act, head_names, network_key, pseudo_reward_count, z_size
 from agents.trajectory import Step, Unroll, zeros_unroll
 
@@ -172,26 +184,27 @@ def _make_policy_fn(network, greedy: bool):
     return jax.jit(policy)
 
 
-def step_record(obs, action, first, done, outcome, rewards, signals) -> dict:
-    """One step of an actor's stream as it is written: side 0's observation, action and
-    behaviour log-probs, the opponent's observation beside them, and what the game returned."""
-    return dict(observation=obs[0], opponent_observation=obs[1], action=action.heads,
-                behaviour_log_prob=action.log_probs, first=first, done=done, outcome=outcome,
-                rewards=rewards, signals=signals)
+def step_record(played: Played, z_active=None) -> dict:
+    """An actor's chunk of steps (`actors.rollout.Played`, [T, B]) as it is written: side 0's
+    observation, action and behaviour log-probs, the opponent's observation beside them, what
+    the game returned, each game's length and score so far, and z's active flags (with z)."""
+    record = dict(observation=played.observation, opponent_observation=played.opponent_observation,
+                  action=played.action.heads, behaviour_log_prob=played.action.log_probs,
+                  first=played.first, done=played.done, outcome=played.outcome,
+                  rewards=played.rewards, signals=played.signals, length=played.length,
+                  score=played.score)
+    if z_active is not None:
+        record["z_active"] = z_active
+    return record
 
 
 class Stream(NamedTuple):
     """What an actor carries from one unroll to the next within a match."""
 
-    obs: Any              # both sides' observations of the batch's current step
-    first: Any            # [B] the current step starts a game
-    state0: Any           # side 0's (the learner's) core state before the current step
-    state1: Any           # side 1's (the opponent's)
+    games: Games          # the running games (`actors.rollout`; the game's state stays in the game)
     carry: dict | None    # the last step of the previous unroll [1, B, ...] (host), or None
     carry_state: Any      # side 0's core state before that step
     teacher_state: Any    # the teacher's core state before the next unroll (None: no teacher)
-    lengths: np.ndarray   # [B] steps of each running game so far
-    scores: np.ndarray    # [B] each running game's payoff to side 0 so far
     z: Any = None         # (z [B, Z], active [B, K]) of the running games (None: no z)
     z_army: Any = None    # [B] the army each running game's side 0 chose (-1 before)
     z_first_attack: Any = None  # [B, 6] step of each enemy type's first attack (inf: none)
@@ -208,15 +221,10 @@ class Match(NamedTuple):
 
 
 def make_teacher_advance(network):
-    """The jitted (teacher params, observations [T, B], first [T, B], teacher state, actions)
-    -> the teacher's core state after those steps: the teacher follows the same observations
-    as the policy with its own recurrent state."""
-    def advance(params, observations, first, state, actions):
-        taken = {"actions_seq": actions} if getattr(network, "unroll_takes_actions", False) else {}
-        _, state = network.unroll(params, observations, first, state, **taken)
-        return state
-
-    return _shared(("teacher", network_key(network)), lambda: jax.jit(advance))
+    """The jitted (teacher params, teacher state, steps {observation, first, action} [T, B])
+    -> the teacher's core state before the last step (`actors.rollout.advance_teacher`)."""
+    return _shared(("teacher", network_key(network)), lambda: jax.jit(
+        lambda params, state, steps: advance_teacher(network, params, state, steps)))
 
 
 def make_fused_unroll(network, game_step, num_steps: int):
@@ -231,33 +239,25 @@ def make_fused_unroll(network, game_step, num_steps: int):
 
 
 def _make_fused_unroll(network, game_step, num_steps: int):
-    """One jitted `lax.scan` of `num_steps` steps of both policies and a JAX game's pure
-    per-game `game_step(state, (actions0, actions1)) -> (state, observations, rewards, done,
-    outcome, signals)` (vmapped over the batch). Returns a function
+    """One jitted `lax.scan` of `num_steps` steps (`actors.rollout.play_step`) of both policies
+    and a JAX game's pure per-game `game_step`, side 0 with z where the network takes it.
+    Returns a function
 
-        (params0, params1, rng, game_state, obs, state0, state1, first)
-            -> ((game_state, obs, state0, state1, first), chunk [num_steps, B, ...],
-                core state of side 0 before the last step)
+        (params0, params1, rng, games, z, z_plan) -> ((games, z), chunk [num_steps, B, ...]
+            (`step_record`), side 0's core state before the last step)
     """
-    step = jax.vmap(game_step)
-
     def body(params0, params1, carry, xs):
-        game_state, obs, state0, state1, first, z = carry
+        games, z = carry
         key, plan = xs
-        k0, k1 = jax.random.split(key)
-        obs0, z = with_z(obs[0], z, plan, first)
-        a0, next0 = act(network, params0, k0, obs0, state0, first)
-        a1, next1 = act(network, params1, k1, obs[1], state1, first)
-        game_state, next_obs, rewards, done, outcome, signals = step(game_state, (a0.game, a1.game))
-        record = step_record((obs0, obs[1]), a0, first, done, outcome, rewards, signals)
-        if z is not None:
-            record["z_active"] = z[1]
-        return (game_state, next_obs, next0, next1, done, z), (record, state0)
+        obs0, z = with_z(games.obs[0], z, plan, games.first)
+        games, played = play_step(game_step, network_policy(network, params0),
+                                  network_policy(network, params1), games, key, obs0=obs0)
+        record = step_record(played, None if z is None else z[1])
+        return (games, z), (record, played.state_before)
 
-    def unroll(params0, params1, rng, game_state, obs, state0, state1, first, z=None, z_plan=None):
-        carry = (game_state, obs, state0, state1, jnp.asarray(first, bool), z)
+    def unroll(params0, params1, rng, games, z=None, z_plan=None):
         carry, (chunk, before) = jax.lax.scan(
-            lambda c, x: body(params0, params1, c, x), carry,
+            lambda c, x: body(params0, params1, c, x), (games, z),
             (jax.random.split(rng, num_steps), z_plan))
         return carry, chunk, jax.tree_util.tree_map(lambda x: x[-1], before)
 
@@ -293,30 +293,6 @@ def races_played(matchups: list[tuple[str, str]] | None, slot: int) -> dict:
     if matchups is None:
         return {}
     return {"home_race": matchups[slot][0], "away_race": matchups[slot][1]}
-
-
-def training_reward(rewards: np.ndarray, present: np.ndarray | None,
-                    shape: tuple[int, ...] = (), xp=np) -> np.ndarray:
-    """A plug-in's [N] or per-unit [N, n] rewards in the trajectory's shape [N, *shape]:
-
-    shape () (one value per side): [N] as it is, [N, n] averaged over the present units;
-    shape (n,) (one value per unit): [N, n] as it is (each unit its own reward), [N] given to
-    every present unit (zero for absent slots, as the per-unit plug-ins do). `xp`: the array
-    module (`jax.numpy` inside the device path's jitted rollout)."""
-    rewards = xp.asarray(rewards).astype(xp.float32)
-    w = None if present is None else xp.asarray(present).astype(xp.float32)
-    if not shape:
-        if rewards.ndim == 1:
-            return rewards
-        if w is None:
-            return rewards.mean(-1)
-        return ((rewards * w).sum(-1) / xp.maximum(w.sum(-1), 1.0)).astype(xp.float32)
-    if rewards.ndim == 2:
-        if rewards.shape[1:] != tuple(shape):
-            raise ValueError(f"per-unit rewards {rewards.shape} do not match the network's {shape}")
-        return rewards
-    out = xp.broadcast_to(rewards[:, None], (len(rewards), *shape))
-    return (out if w is None else out * w).astype(xp.float32)
 
 
 class _ParamsRefresher:
@@ -431,6 +407,72 @@ class _UnrollWriter:
         self._writer.close()
 
 
+class _Reporter:
+    """Reports finished games to the match source from a thread of its own, so that the actor's
+    thread never waits on the coordinator (issue 30): reports queued while a call is in flight
+    go together in the next call. An error of the match source (the coordinator refusing a
+    batch) is raised in the actor's thread by its next `put` or by `flush`."""
+
+    def __init__(self, sink):
+        self._sink = sink
+        self._pending: list = []
+        self._in_flight = False
+        self._closing = False
+        self.error: BaseException | None = None
+        self._cond = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="actor-reports", daemon=True)
+        self._thread.start()
+
+    def _raise(self):
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise RuntimeError("reporting finished games to the coordinator failed") from error
+
+    def put(self, results: list) -> None:
+        with self._cond:
+            self._raise()
+            self._pending.extend(results)
+            self._cond.notify_all()
+
+    def _run(self):
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                batch, self._pending = self._pending, []
+                self._in_flight = True
+            try:
+                self._sink.report_results(batch)
+            except BaseException as e:  # raised in the actor's thread (put, flush)
+                with self._cond:
+                    self.error = e
+            finally:
+                with self._cond:
+                    self._in_flight = False
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits until every queued report has been delivered (True), or `timeout` passed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._pending or self._in_flight:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(timeout=left)
+            self._raise()
+        return True
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Delivers what is queued (up to `timeout` seconds), then stops the thread."""
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout=timeout)
+
+
 class Actor:
     """See the module docstring. `game` follows actors/games/base.py's protocol, `network` the
     interface of agents/networks.py (`agents.act` samples from it); `reward` is a loaded reward
@@ -471,6 +513,7 @@ class Actor:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._writer: _UnrollWriter | None = None
+        self._reporter = _Reporter(match_source)
         self._refresher: _ParamsRefresher | None = None
         self._params = self._version = None
         self._match: Match | None = None
@@ -517,17 +560,16 @@ class Actor:
             opponent_version, opponent_params = self._version, self._params
         else:
             opponent_version, opponent_params = self._wait_params(opponent)
-        abandoned = 0 if self._stream is None else int(np.sum(self._stream.lengths > 0))
+        abandoned = (0 if self._stream is None
+                     else int(np.sum(np.asarray(self._stream.games.lengths) > 0)))
         self._resets += 1
         timestep = reset_game(self.game, self.config.seed * 100_003 + self._resets, request)
         self._match = Match(request, opponent_version, opponent_params,
                             played_matchups(self.game), 0)
         initial = self.network.initial_state(self._batch)
         self._stream = Stream(
-            obs=timestep.observations, first=np.ones(self._batch, bool), state0=initial,
-            state1=initial, carry=None, carry_state=initial,
-            teacher_state=None if self._teacher is None else initial,
-            lengths=np.zeros(self._batch, np.int64), scores=np.zeros(self._batch, np.float64),
+            games=Games.start(None, timestep.observations, initial, initial, self._batch, xp=np),
+            carry=None, carry_state=initial, teacher_state=None if self._teacher is None else initial,
             **self._z_reset())
         with self._lock:
             self._m["matches"] += 1
@@ -543,32 +585,28 @@ class Actor:
                 self._m["param_refreshes"] += 1
 
     def _play_stepwise(self, num_steps: int):
-        """Any game: one jitted policy call and one game.step per step; the records stay on
-        the device until the one transfer at the end. Returns (time-major host chunk, core
-        state before the last step)."""
-        records, versions, last_state = [], [], None
+        """Any game: `actors.rollout.step_stepwise` per step (one jitted policy call, one
+        game.step), parameters refreshed between steps; the records stay where they are until
+        the one transfer at the end. Returns (time-major host chunk, core state before the last
+        step)."""
+        records, versions = [], []
         s = self._stream
-        obs, first, state0, state1, z = s.obs, s.first, s.state0, s.state1, s.z
+        games, z = s.games, s.z
         plan = self._z_plan(num_steps)
         for k in range(num_steps):
             self._take_refresh()
-            last_state = state0
             self._rng, key = jax.random.split(self._rng)
-            obs0, z = with_z(obs[0], z, None if plan is None else (plan[0][k], plan[1][k]), first)
-            a0, a1, state0, state1 = self._policy(
-                self._params, self._match.opponent_params, key, obs0, obs[1], state0, state1, first)
-            t = self.game.step((a0.game, a1.game))
-            record = step_record((obs0, obs[1]), a0, first, t.done, t.outcome, t.rewards, t.signals)
-            if z is not None:
-                record["z_active"] = z[1]
-            records.append(record)
+            obs0, z = with_z(games.obs[0], z, None if plan is None else (plan[0][k], plan[1][k]),
+                             games.first)
+            games, played = step_stepwise(self.game, self._policy, self._params,
+                                          self._match.opponent_params, games, key, obs0=obs0)
+            records.append((played._replace(opponent_action=None), None if z is None else z[1]))
             versions.append(self._version)
-            obs, first = t.observations, t.done
-        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1, z=z)
-        host = jax.device_get(records)   # the one synchronisation of the unroll
-        chunk = jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *host)
+        self._stream = s._replace(games=games, z=z)
+        played, z_active = stack_host(records)
+        chunk = step_record(played, z_active)
         chunk["version"] = np.asarray(versions, np.int32)
-        return chunk, last_state
+        return chunk, jax.tree_util.tree_map(lambda x: x[-1], played.state_before)
 
     def _play_fused(self, num_steps: int):
         """JAX games (pure per-game `game.fns.step`): the whole unroll is one jitted scan of
@@ -576,11 +614,11 @@ class Actor:
         self._take_refresh()
         self._rng, key = jax.random.split(self._rng)
         s = self._stream
-        (game_state, obs, state0, state1, first, z), chunk, last_state = self._fused(num_steps)(
-            self._params, self._match.opponent_params, key, self.game.state, s.obs, s.state0,
-            s.state1, s.first, s.z, self._z_plan(num_steps))
-        self.game.state = game_state
-        self._stream = s._replace(obs=obs, first=first, state0=state0, state1=state1, z=z)
+        (games, z), chunk, last_state = self._fused(num_steps)(
+            self._params, self._match.opponent_params, key,
+            s.games._replace(game_state=self.game.state), s.z, self._z_plan(num_steps))
+        self.game.state = games.game_state
+        self._stream = s._replace(games=games._replace(game_state=None), z=z)
         chunk = jax.device_get(chunk)
         chunk["version"] = np.full(num_steps, self._version, np.int32)
         return chunk, last_state
@@ -647,18 +685,16 @@ class Actor:
         enemy_army = np.asarray(obs["compositions"])[:, :, 1].argmax(-1)
         enemy_types = self._menu_table[enemy, enemy_army]                    # [T', B, n]
         choosing = np.asarray(obs["choosing"], bool)
-        step_of_game = s.lengths.astype(np.float64).copy()  # steps played before the unroll
+        step_of_game = np.asarray(chunk["length"], np.float64) - 1  # [T', B] each step's index in its game
         for t in range(first.shape[0]):
             starts = first[t]
             army[starts] = -1
             first_attack[starts] = np.inf
-            step_of_game[starts] = 0
             army = np.where(choosing[t], np.asarray(actions["composition"][t]), army)
             hit = replays.attacked_types(actions["action_type"][t], actions["target"][t],
                                          obs["alive"][t], enemy_types[t]) & ~choosing[t][:, None]
-            first_attack = np.where(hit & ~np.isfinite(first_attack), step_of_game[:, None],
+            first_attack = np.where(hit & ~np.isfinite(first_attack), step_of_game[t][:, None],
                                     first_attack)
-            step_of_game += 1
             for b in np.flatnonzero(done[t] & active[t].any(-1)):
                 order = replays.produced_order(first_attack[b])
                 reward[t, b] = active[t, b] * replays.z_pseudo_rewards(
@@ -681,9 +717,8 @@ class Actor:
         core_state, teacher_state = before.carry_state, before.teacher_state
         if self._teacher is not None:
             core_state = (core_state, teacher_state)
-            learnt = jax.tree_util.tree_map(lambda x: x[:-1], (chunk["observation"], chunk["first"]))
-            teacher_state = self._advance_teacher(self._teacher, *learnt, teacher_state,
-                                                  jax.tree_util.tree_map(lambda x: x[:-1], chunk["action"]))
+            steps = {k: chunk[k] for k in ("observation", "first", "action")}
+            teacher_state = self._advance_teacher(self._teacher, teacher_state, steps)
         self._write(chunk, core_state)
         self._stream = self._stream._replace(carry=jax.tree_util.tree_map(lambda x: x[-1:], chunk),
                                              carry_state=last_state, teacher_state=teacher_state)
@@ -704,32 +739,25 @@ class Actor:
         batch = reward_plugins.side_batch(fields, 0)
         if hasattr(self._reward_fn, "set_progress"):  # e.g. team spirit's annealing
             self._reward_fn.set_progress(int(np.max(chunk["version"])))
-        rewards = training_reward(self._reward_fn(batch, False), batch.get("present"),
-                                  self._reward_shape)
+        rewards = reward_plugins.training_reward(self._reward_fn(batch, False), batch.get("present"),
+                                                 self._reward_shape)
         chunk["reward"] = np.swapaxes(rewards.reshape(*done.shape, *self._reward_shape), 0, 1)
 
         results = []
         match = self._match
         branch = match.request.get("branch", "")
         opponent = str(match.request["opponent_id"])
-        game_rewards = np.asarray(fields["rewards"])[..., 0]  # [B, T'] the game's own, side 0
-        lengths, scores = self._stream.lengths, self._stream.scores   # updated in place
-        for t in range(done.shape[1]):
-            lengths += 1
-            scores += game_rewards[:, t]
-            for b in np.flatnonzero(done[:, t]):
-                results.append({"home": self.agent_id, "away": opponent,
-                                "outcome": OUTCOME_NAMES[int(np.sign(outcome[b, t]))],
-                                "score": float(scores[b]), "length": int(lengths[b]),
-                                "actor_id": self.actor_id, "branch": branch,
-                                **races_played(match.matchups, b)})
-            lengths[done[:, t]] = 0
-            scores[done[:, t]] = 0.0
+        for _, b, result, score, length in finished_games(chunk["done"], chunk["outcome"],
+                                                          chunk["score"], chunk["length"]):
+            results.append({"home": self.agent_id, "away": opponent,
+                            "outcome": OUTCOME_NAMES[result], "score": score, "length": length,
+                            "actor_id": self.actor_id, "branch": branch,
+                            **races_played(match.matchups, b)})
         self._match = match._replace(episodes=match.episodes + len(results))
         with self._lock:
             self._m["episodes"] += len(results)
         if results:
-            self.match_source.report_results(results)
+            self._reporter.put(results)
 
     def _write(self, chunk: dict, core_state):
         """Hands the unrolls ([T, B] chunk -> B items of [T]) to the writer thread."""
@@ -780,6 +808,7 @@ class Actor:
         finally:
             with self._lock:
                 self._m["running_seconds"] += time.monotonic() - started
+            self._reporter.flush(timeout=30.0)
         return self._m["batch_steps"] - start_steps
 
     def run_episodes(self, num_episodes: int) -> int:
@@ -794,6 +823,7 @@ class Actor:
         finally:
             with self._lock:
                 self._m["running_seconds"] += time.monotonic() - started
+            self._reporter.flush(timeout=30.0)
         return self._m["episodes"] - target + num_episodes
 
     def stop(self) -> None:
@@ -801,8 +831,9 @@ class Actor:
         self._stop.set()
 
     def close(self) -> None:
-        """Stops the refresh and writer threads (flushing what is queued)."""
+        """Stops the refresh, report and writer threads (flushing what is queued)."""
         self._stop.set()
+        self._reporter.close()
         if self._refresher is not None:
             self._refresher.close()
             self._refresher = None

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from actors.actor import OUTCOME_NAMES, make_policy_fn, played_matchups, races_played, reset_game
+from actors.rollout import Games, finished_games, step_stepwise
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,38 +79,28 @@ class Evaluator:
         self._evaluations += 1
         timestep = reset_game(self.game, self.config.seed * 7919 + self._evaluations, match)
         matchups = played_matchups(self.game)
-        obs = timestep.observations
         quota = np.full(batch, num_games // batch) + (np.arange(batch) < num_games % batch)
         played = np.zeros(batch, np.int64)
-        lengths = np.zeros(batch, np.int64)
-        scores = np.zeros(batch, np.float64)  # each game's payoff to player_a so far
-        first = np.ones(batch, bool)
-        state_a = self.network.initial_state(batch)
-        state_b = self.network.initial_state(batch)
+        games = Games.start(None, timestep.observations, self.network.initial_state(batch),
+                            self.network.initial_state(batch), batch, xp=np)
         results = []
         steps = 0
         while np.any(played < quota):
             if steps >= self.config.max_batch_steps:
                 raise RuntimeError(f"evaluation did not finish in {steps} batch steps")
             self._rng, key = jax.random.split(self._rng)
-            a, b, state_a, state_b = self._policy(params_a, params_b, key, obs[0], obs[1],
-                                                  state_a, state_b, first)
-            timestep = self.game.step((a.game, b.game))
-            obs, first = timestep.observations, timestep.done
-            done = np.asarray(timestep.done, bool)
-            outcome = np.asarray(timestep.outcome)
-            lengths += 1
-            scores += np.asarray(timestep.rewards, np.float64)[:, 0]
+            games, step = step_stepwise(self.game, self._policy, params_a, params_b, games, key)
             steps += 1
-            for i in np.flatnonzero(done & (played < quota)):
+            done = np.asarray(step.done, bool)
+            counted = done & (played < quota)
+            for _, i, outcome, score, length in finished_games(
+                    counted[None], np.asarray(step.outcome)[None], np.asarray(step.score)[None],
+                    np.asarray(step.length)[None]):
                 results.append({"home": player_a, "away": player_b,
-                                "outcome": OUTCOME_NAMES[int(np.sign(outcome[i]))],
-                                "score": float(scores[i]),
-                                "length": int(lengths[i]), "actor_id": self.evaluator_id,
+                                "outcome": OUTCOME_NAMES[outcome], "score": score,
+                                "length": length, "actor_id": self.evaluator_id,
                                 "branch": self.config.branch, **races_played(matchups, i)})
             played += done
-            lengths[done] = 0
-            scores[done] = 0.0
         if self.result_sink is not None:
             self.result_sink.report_results(results)
         with self._lock:

@@ -445,3 +445,27 @@ def example_batch(spec: GameSpec, side: int = 0, steps: int = 4) -> dict[str, np
             value[-1] = (1, -1)
         fields[name] = value
     return side_batch(fields, side)
+
+
+def training_reward(rewards: np.ndarray, present: np.ndarray | None,
+                    shape: tuple[int, ...] = (), xp=np) -> np.ndarray:
+    """A plug-in's [N] or per-unit [N, n] rewards in the trajectory's shape [N, *shape]:
+
+    shape () (one value per side): [N] as it is, [N, n] averaged over the present units;
+    shape (n,) (one value per unit): [N, n] as it is (each unit its own reward), [N] given to
+    every present unit (zero for absent slots, as the per-unit plug-ins do). `xp`: the array
+    module (`jax.numpy` inside the device path's jitted rollout)."""
+    rewards = xp.asarray(rewards).astype(xp.float32)
+    w = None if present is None else xp.asarray(present).astype(xp.float32)
+    if not shape:
+        if rewards.ndim == 1:
+            return rewards
+        if w is None:
+            return rewards.mean(-1)
+        return ((rewards * w).sum(-1) / xp.maximum(w.sum(-1), 1.0)).astype(xp.float32)
+    if rewards.ndim == 2:
+        if rewards.shape[1:] != tuple(shape):
+            raise ValueError(f"per-unit rewards {rewards.shape} do not match the network's {shape}")
+        return rewards
+    out = xp.broadcast_to(rewards[:, None], (len(rewards), *shape))
+    return (out if w is None else out * w).astype(xp.float32)

@@ -1,4 +1,17 @@
-"""The device rollout: a batch of games of a JAX game played on the device, in one `lax.scan`.
+"""The one rollout: every batch of games in the project is played here.
+
+- `play_step` (one step of every game of a JAX game: both sides act, the game's pure per-game
+  step is vmapped over the batch), `play` (its `lax.scan` over T steps) and `play_to_end` (one
+  game per slot, a `lax.while_loop`); `step_stepwise` / `play_stepwise` beside them for games
+  that hold their own state (OpenSpiel's pool), with the same outputs: the running games
+  (`Games`) and what each step produced (`Played`, time-major [T, B]).
+- Callers: the replay path's actor (`actors.actor`: fused and stepwise), the evaluator
+  (`actors.evaluator`), matches against the scripted AI (`actors.scripted`,
+  `actors.games.smax_races.play_heuristic_games`), replay recording (`experiments.record`), the
+  surgery check (`experiments.surgery.record`), and the device learner's `DeviceRollout` below
+  (with `evaluate_pairs`).
+
+The device rollout: a batch of games of a JAX game played on the device, in one `lax.scan`.
 
 Podracer's Anakin (Hessel et al. 2021, "Podracer architectures for scalable RL", Sec. 3): the
 environment, the acting and the learning in one compiled program, so that nothing per step
@@ -48,6 +61,173 @@ from agents.trajectory import Step, Unroll
 PyTree = Any
 
 
+# ---------------------------------------------------------------------------------------------
+# The one rollout (issue 30): every batch of games in the project is played by `play_step` (a JAX
+# game's pure per-game step, traced: `play`'s `lax.scan`, `play_to_end`'s `while_loop`,
+# `DeviceRollout`) or by `play_stepwise` (a game that holds its own state, e.g. OpenSpiel's
+# pool: one jitted policy call and one `game.step` per step), with the same outputs: the running
+# games (`Games`) and what each step produced (`Played`, time-major [T, B] over a rollout).
+#
+# A side acts through `act(key, obs, state, first) -> (Action, state)` (`network_policy`: a
+# network with its parameters; `actors.games.smax_races.heuristic_side`: the scripted AI);
+# `Action.game` is what the game is given.
+
+
+class Games(NamedTuple):
+    """A batch of B running games between two steps: the game's state (None where the game
+    holds it), both sides' observations of the current step (obs0, obs1), both sides' core
+    states, `first` [B] (the current step starts a game), and each game's steps and payoff to
+    side 0 so far (`lengths` [B], `scores` [B])."""
+
+    game_state: PyTree
+    obs: tuple
+    state0: PyTree
+    state1: PyTree
+    first: Any
+    lengths: Any
+    scores: Any
+
+    @staticmethod
+    def start(game_state, obs, state0, state1, batch_size: int, xp=jnp) -> Games:
+        """Fresh games (every `first` set, nothing played)."""
+        return Games(game_state, obs, state0, state1, xp.ones(batch_size, bool),
+                     xp.zeros(batch_size, xp.int32), xp.zeros(batch_size, xp.float32))
+
+
+class Played(NamedTuple):
+    """What one step of every game produced, [B] (a rollout's: [T, B], time-major):
+
+    observation / opponent_observation: what side 0 / side 1 acted on; action /
+    opponent_action: their `Action`s; first: the step started its game; done, outcome, rewards
+    [B, 2], signals: what the game returned (actors/games/base.py); length / score: the game's
+    steps and payoff to side 0 including this step (where `done`: the finished game's result);
+    state_before: side 0's core state before the step."""
+
+    observation: PyTree
+    opponent_observation: PyTree
+    action: Any
+    opponent_action: Any
+    first: Any
+    done: Any
+    outcome: Any
+    rewards: Any
+    signals: PyTree
+    length: Any
+    score: Any
+    state_before: PyTree
+
+
+def network_policy(network, params, greedy: bool = False):
+    """A network's `act(key, obs, state, first) -> (Action, state)` with `params`."""
+    return lambda key, obs, state, first: act(network, params, key, obs, state, first, greedy)
+
+
+def _advance(games: Games, obs0, a0, a1, game_state, obs, state0, state1, rewards, done,
+             outcome, signals, xp) -> tuple[Games, Played]:
+    """The games after a step and the step's record: lengths and scores count up, and restart
+    at 0 for the games that ended (the game has already reset them: auto-reset)."""
+    lengths = games.lengths + 1
+    scores = games.scores + xp.asarray(rewards)[:, 0].astype(xp.float32)
+    played = Played(observation=obs0, opponent_observation=games.obs[1], action=a0,
+                    opponent_action=a1, first=games.first, done=done, outcome=outcome,
+                    rewards=rewards, signals=signals, length=lengths, score=scores,
+                    state_before=games.state0)
+    keep = ~xp.asarray(done, bool)
+    games = Games(game_state, obs, state0, state1, xp.asarray(done, bool),
+                  xp.where(keep, lengths, 0), xp.where(keep, scores, 0.0).astype(xp.float32))
+    return games, played
+
+
+def play_step(game_step, act0, act1, games: Games, key, obs0=None) -> tuple[Games, Played]:
+    """One step of every game (traceable): side 0 acts on `obs0` (default: its observation;
+    e.g. with z added), side 1 on its own, and the JAX game's pure per-game
+    `game_step(state, (actions0, actions1)) -> (state, obs, rewards, done, outcome, signals)`
+    steps them, vmapped over the batch."""
+    k0, k1 = jax.random.split(key)
+    obs0 = games.obs[0] if obs0 is None else obs0
+    a0, state0 = act0(k0, obs0, games.state0, games.first)
+    a1, state1 = act1(k1, games.obs[1], games.state1, games.first)
+    game_state, obs, rewards, done, outcome, signals = jax.vmap(game_step)(
+        games.game_state, (a0.game, a1.game))
+    return _advance(games, obs0, a0, a1, game_state, obs, state0, state1, rewards, done, outcome,
+                    signals, jnp)
+
+
+def play(game_step, act0, act1, games: Games, key, num_steps: int) -> tuple[Games, Played]:
+    """`num_steps` steps of every game in one `lax.scan`: (games, `Played` [T, B])."""
+    def body(g, k):
+        return play_step(game_step, act0, act1, g, k)
+
+    return jax.lax.scan(body, games, jax.random.split(key, num_steps))
+
+
+def play_to_end(game_step, act0, act1, games: Games, key, max_steps: int):
+    """Every slot's first game played to its end (a `lax.while_loop` until every slot's game
+    has ended; at most `max_steps` steps): one game per slot, so short games are not
+    over-sampled. Returns (outcome [B] int8, score [B], length [B], ended [B] bool)."""
+    b = games.first.shape[0]
+    zero = jnp.zeros(b, jnp.int32)
+    init = (games, key, jnp.zeros(b, bool), jnp.zeros(b, jnp.int8), jnp.zeros(b, jnp.float32),
+            zero, 0)
+
+    def running(s):
+        return (~s[2].all()) & (s[-1] < max_steps)
+
+    def body(s):
+        g, k, ended, outcome, score, length, t = s
+        k, step_key = jax.random.split(k)
+        g, p = play_step(game_step, act0, act1, g, step_key)
+        now = p.done & ~ended
+        return (g, k, ended | p.done, jnp.where(now, p.outcome.astype(jnp.int8), outcome),
+                jnp.where(now, p.score, score), jnp.where(now, p.length, length), t + 1)
+
+    _, _, ended, outcome, score, length, _ = jax.lax.while_loop(running, body, init)
+    return outcome, score, length, ended
+
+
+def step_stepwise(game, policy, params0, params1, games: Games, key, obs0=None) -> tuple[Games, Played]:
+    """`play_step` for a game that holds its own state (`game.step(actions) -> TimeStep`,
+    actors/games/base.py): `policy` is the jitted acting step of both sides
+    (`actors.actor.make_policy_fn`)."""
+    obs0 = games.obs[0] if obs0 is None else obs0
+    a0, a1, state0, state1 = policy(params0, params1, key, obs0, games.obs[1], games.state0,
+                                    games.state1, games.first)
+    t = game.step((a0.game, a1.game))
+    xp = np if isinstance(t.done, np.ndarray) else jnp
+    return _advance(games, obs0, a0, a1, None, t.observations, state0, state1, t.rewards, t.done,
+                    t.outcome, t.signals, xp)
+
+
+def play_stepwise(game, policy, params0, params1, games: Games, key, num_steps: int):
+    """`play` for a game that holds its own state: `num_steps` calls of `step_stepwise`, the
+    records kept where they are until the one transfer at the end. Returns (games, `Played`
+    [T, B] as numpy arrays)."""
+    records = []
+    for k in jax.random.split(key, num_steps):
+        games, played = step_stepwise(game, policy, params0, params1, games, k)
+        records.append(played)
+    return games, stack_host(records)
+
+
+def stack_host(records: list) -> Any:
+    """Records of single steps stacked time-major on the host ([T, B, ...] numpy)."""
+    host = jax.device_get(records)   # one synchronisation for all of them
+    return jax.tree_util.tree_map(lambda *xs: np.stack([np.asarray(x) for x in xs]), *host)
+
+
+def finished_games(done, outcome, score, length) -> list[tuple[int, int, int, float, int]]:
+    """The games that ended in a [T, B] record (`Played`'s fields, host arrays), in the order
+    they ended: (step t, slot b, outcome +1/0/-1 of side 0, score, length)."""
+    done = np.asarray(done, bool)
+    outcome, score, length = (np.asarray(x) for x in (outcome, score, length))
+    return [(int(t), int(b), int(np.sign(outcome[t, b])), float(score[t, b]), int(length[t, b]))
+            for t, b in zip(*np.nonzero(done))]
+
+
+# ---------------------------------------------------------------------------------------------
+# The device rollout (Podracer's Anakin): the learner's own games against a bank of opponents.
+
+
 class Opponents(NamedTuple):
     """Side 1's parameters: M slots stacked on a leading axis; `use_self` [M] bool: the slot
     plays the learner's own current parameters instead (its `params` entry is ignored)."""
@@ -95,19 +275,13 @@ class ZState(NamedTuple):
 
 
 class Carry(NamedTuple):
-    """What one unroll hands the next: the games, both sides' core states, the last step played
-    (its record and side 0's core state before it) and each running game's length and score."""
+    """What one unroll hands the next: the running games, the last step played (its record and
+    side 0's core state before it) and the teacher's core state."""
 
-    game_state: PyTree
-    obs: tuple
-    state0: PyTree
-    state1: PyTree
-    first: jax.Array
+    games: Games
     last: dict
     last_state0: PyTree
     teacher_state: PyTree
-    lengths: jax.Array
-    scores: jax.Array
     z: ZState | None = None
     z_source: ZSource | None = None
 
@@ -197,7 +371,7 @@ class DeviceRollout:
         have = counts > 0
         candidate = c.z_source.table[matchup, pick] * have[:, None]
         active = ((jax.random.uniform(k_active, (b, k)) < self.z_probability) & have[:, None])
-        starts = c.first
+        starts = c.games.first
         z = c.z
         return ZState(z=jnp.where(starts[:, None], candidate, z.z),
                       active=jnp.where(starts[:, None], active.astype(jnp.float32), z.active),
@@ -229,39 +403,33 @@ class DeviceRollout:
         return c, record, self._results(*finished)
 
     def step_games(self, params, version, opponents, c: Carry, key):
-        """One step of every game: (carry, the step's record, (done, outcome, length, score)
-        [B] of the games: the ones that ended this step have done set)."""
+        """One step of every game (`play_step`): (carry, the step's record, (done, outcome,
+        length, score) [B] of the games: the ones that ended this step have done set)."""
         from actors import rewards
-        from actors.actor import training_reward
 
-        k0, k1, kz = jax.random.split(key, 3)
-        obs0 = self._with_z(c.obs[0])
+        k_play, kz = jax.random.split(key)
+        obs0 = self._with_z(c.games.obs[0])
         z = c.z
         if z is not None:
             z = self._z_start(c, obs0, kz)
             obs0 = {**obs0, "z": z.z}
-        a0, state0 = act(self.network, params, k0, obs0, c.state0, c.first)
-        a1, state1 = self._act_opponents(params, opponents, k1, c.obs[1], c.state1, c.first)
-        game_state, obs, game_rewards, done, outcome, signals = jax.vmap(self.fns.step)(
-            c.game_state, (a0.game, a1.game))
-        fields = {"done": done, "outcome": outcome, "rewards": game_rewards, **signals}
+        games, p = play_step(
+            self.fns.step, network_policy(self.network, params),
+            lambda k, o, s, f: self._act_opponents(params, opponents, k, o, s, f),
+            c.games, k_play, obs0=obs0)
+        fields = {"done": p.done, "outcome": p.outcome, "rewards": p.rewards, **p.signals}
         batch = rewards.side_batch(fields, 0, xp=jnp)
-        reward = training_reward(self.reward_fn(batch, False, version), batch.get("present"),
-                                 self.value_shape, xp=jnp)
-        record = dict(observation=obs0, opponent_observation=c.obs[1], action=a0.heads,
-                      behaviour_log_prob=a0.log_probs, reward=reward,
-                      discount=1.0 - done.astype(jnp.float32), first=c.first,
+        reward = rewards.training_reward(self.reward_fn(batch, False, version), batch.get("present"),
+                                         self.value_shape, xp=jnp)
+        record = dict(observation=obs0, opponent_observation=p.opponent_observation,
+                      action=p.action.heads, behaviour_log_prob=p.action.log_probs, reward=reward,
+                      discount=1.0 - p.done.astype(jnp.float32), first=p.first,
                       policy_version=jnp.full(self.batch_size, version, jnp.int32))
         if z is not None:
-            z, pseudo = self._z_after(z, obs0, a0.heads, done)
+            z, pseudo = self._z_after(z, obs0, p.action.heads, p.done)
             record["pseudo_reward"] = {"reward": pseudo, "active": z.active}
-        lengths = c.lengths + 1
-        scores = c.scores + game_rewards[:, 0]
-        finished = (done, outcome, lengths, scores)
-        keep = ~done
-        c = c._replace(game_state=game_state, obs=obs, state0=state0, state1=state1, first=done, z=z,
-                       lengths=jnp.where(keep, lengths, 0), scores=jnp.where(keep, scores, 0.0))
-        return self._shard(c), self._shard(record), finished
+        c = c._replace(games=games, z=z)
+        return self._shard(c), self._shard(record), (p.done, p.outcome, p.length, p.score)
 
     def _results(self, done, outcome, lengths, scores) -> Results:
         m = self.num_slots
@@ -286,11 +454,8 @@ class DeviceRollout:
         else:
             game_state, obs = jax.vmap(self.fns.reset)(keys)
         initial = self.network.initial_state(self.batch_size)
-        c = Carry(game_state=game_state, obs=obs, state0=initial, state1=initial,
-                  first=jnp.ones(self.batch_size, bool), last={}, last_state0=initial,
-                  teacher_state=None if teacher is None else initial,
-                  lengths=jnp.zeros(self.batch_size, jnp.int32),
-                  scores=jnp.zeros(self.batch_size, jnp.float32))
+        c = Carry(games=Games.start(game_state, obs, initial, initial, self.batch_size),
+                  last={}, last_state0=initial, teacher_state=None if teacher is None else initial)
         if self.z_size and self.pseudo_count:
             b, k = self.batch_size, self.pseudo_count
             if z_source is None:
@@ -307,7 +472,7 @@ class DeviceRollout:
         (carry, results of that step). `z_source`: side 0's z (networks with z; None: z = 0)."""
         reset_key, step_key = jax.random.split(key)
         c = self.reset(reset_key, teacher, races, z_source)
-        initial = c.state0
+        initial = c.games.state0
         c, record, results = self._step(params, version, opponents, c, step_key)
         return c._replace(last=record, last_state0=initial), results
 
@@ -316,7 +481,7 @@ class DeviceRollout:
         a teacher, the teacher's) before its step 0, results of the new steps)."""
         def body(carry, k):
             carry, results = carry
-            state_before = carry.state0
+            state_before = carry.games.state0
             carry, record, new = self._step(params, version, opponents, carry, k)
             return (carry, results + new), (record, state_before)
 
@@ -341,7 +506,7 @@ class DeviceRollout:
 def advance_teacher(network, teacher_params, state, steps: dict):
     """The teacher's core state before an unroll's last step, from its state before step 0:
     it follows the same observations as the policy (steps 0 .. T-2) with its own recurrent
-    state (as `actors.actor.make_teacher_advance` does on the replay path)."""
+    state (the replay path's actor calls it too: `actors.actor.make_teacher_advance`)."""
     learnt = jax.tree_util.tree_map(lambda x: x[:-1], steps)
     taken = ({"actions_seq": learnt["action"]}
              if getattr(network, "unroll_takes_actions", False) else {})
@@ -357,30 +522,18 @@ def evaluate_pairs(rollout: DeviceRollout, params_a, params_b, key, races=None, 
     over-sampled (as `actors.evaluator.Evaluator`'s quotas). Returns `Results` [P] (one slot:
     each pair) of numpy-able arrays."""
 
+    network = rollout.network
+
     def one_pair(pa, pb, k, r):
-        opponents = Opponents(jax.tree_util.tree_map(lambda x: x[None], pb), jnp.zeros(1, bool))
         reset_key, play_key = jax.random.split(k)
-        carry = rollout.reset(reset_key, races=r)
-        b = rollout.batch_size
-        zero = jnp.zeros(b, jnp.int32)
-        init = (carry, jnp.zeros(b, bool), zero, zero, zero, jnp.zeros(b, jnp.float32), zero, play_key, 0)
-
-        def running(state):
-            return (~state[1].all()) & (state[-1] < max_steps)
-
-        def body(state):
-            carry, played, wins, draws, losses, score, length, k, steps = state
-            k, step_key = jax.random.split(k)
-            carry, _, (done, outcome, lengths, scores) = rollout.step_games(
-                pa, 0, opponents, carry, step_key)
-            counted = done & ~played
-            return (carry, played | done, wins + (counted & (outcome > 0)),
-                    draws + (counted & (outcome == 0)), losses + (counted & (outcome < 0)),
-                    score + jnp.where(counted, scores, 0.0), length + jnp.where(counted, lengths, 0),
-                    k, steps + 1)
-
-        _, _, wins, draws, losses, score, length, _, _ = jax.lax.while_loop(running, body, init)
-        return Results(wins.sum(), draws.sum(), losses.sum(), score.sum(), length.sum())
+        games = rollout.reset(reset_key, races=r).games
+        outcome, score, length, ended = play_to_end(
+            rollout.fns.step,
+            lambda kk, o, s, f: act(network, pa, kk, rollout._with_z(o), s, f),  # z = 0
+            network_policy(network, pb), games, play_key, max_steps)
+        return Results(wins=(ended & (outcome > 0)).sum(), draws=(ended & (outcome == 0)).sum(),
+                       losses=(ended & (outcome < 0)).sum(), score=jnp.where(ended, score, 0.0).sum(),
+                       length=jnp.where(ended, length, 0).sum())
 
     keys = jax.random.split(key, jax.tree_util.tree_leaves(params_a)[0].shape[0])
     return jax.vmap(one_pair)(params_a, params_b, keys, races)

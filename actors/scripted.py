@@ -21,41 +21,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from actors.games import smax_races
-from agents import act
+from actors.rollout import network_policy, play_to_end
 
 
 @functools.lru_cache(maxsize=16)
 def _play_fn(network, config: smax_races.SmaxRacesConfig, greedy: bool):
     fns = smax_races._cached_functions(config)
-    heuristic_init, heuristic_act = smax_races.heuristic_policy(fns, side=1, composition=None)
     max_steps = config.max_steps + 1
 
     @jax.jit
     def play(params, races, key):
         batch = races.shape[0]
         key, reset_key = jax.random.split(key)
-        state, obs = jax.vmap(fns.reset)(jax.random.split(reset_key, batch), races)
-        core = network.initial_state(batch)
-        scripted = jax.vmap(lambda _: heuristic_init())(jnp.arange(batch))
-
-        def cond(carry):
-            t, finished = carry[0], carry[-1]
-            return (t < max_steps) & ~jnp.all(finished)
-
-        def body(carry):
-            t, state, obs, core, scripted, key, first, result, finished = carry
-            key, player_key, scripted_key = jax.random.split(key, 3)
-            action, core = act(network, params, player_key, obs[0], core, first, greedy)
-            scripted_action, scripted = jax.vmap(heuristic_act)(
-                jax.random.split(scripted_key, batch), scripted, obs[1])
-            state, obs, _, done, outcome, _ = jax.vmap(fns.step)(state, (action.game, scripted_action))
-            result = jnp.where(finished, result, outcome)
-            return t + 1, state, obs, core, scripted, key, done, result, finished | done
-
-        carry = (0, state, obs, core, scripted, key, jnp.ones(batch, bool),
-                 jnp.zeros(batch, jnp.int8), jnp.zeros(batch, bool))
-        carry = jax.lax.while_loop(cond, body, carry)
-        return carry[-2], carry[-1]
+        heuristic, scripted_state = smax_races.heuristic_side(fns, 1, batch)
+        games = smax_races.start_games(fns, races, reset_key, network.initial_state(batch),
+                                       scripted_state)
+        outcome, _, _, ended = play_to_end(fns.step, network_policy(network, params, greedy),
+                                           heuristic, games, key, max_steps)
+        return outcome, ended
 
     return play
 

@@ -23,16 +23,18 @@ SMALL_REFERENCE = dict(mlp_sizes=(64,), lstm_size=64)
 
 def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | None = None,
                  side: int = 0, *, hidden_size: int | None = None, core_size: int | None = None,
-                 z: bool = False):
+                 z: tuple[int, int] | None = None):
     """The network for a game: `UnitNetwork` for unit games (SMAX races: per-unit heads and a
     `composition` head), the MLP+LSTM `ReferenceNetwork` otherwise (poker, matrix games).
 
     `config` is a full config object, or a dict of overrides of the small defaults (sizes
     and head counts are taken from the spec). `hidden_size` / `core_size` are the two sizes a
     run config usually sets: the embedding (unit network: unit embedding and policy replica;
-    reference network: its MLP) and the recurrent core. `z`: the unit network takes the
-    statistic z as an input (`obs["z"]`, `actors.replays.encode_z`) and has a value head per
-    pseudo-reward for following it (`actors.replays.PSEUDO_REWARDS`); ignored for other games."""
+    reference network: its MLP) and the recurrent core. `z` = (z's length, pseudo-reward
+    count): the unit network takes the statistic z as an input (`obs["z"]`,
+    `actors.replays.encode_z`: `Z_SIZE`) and has a value head per pseudo-reward for following
+    it (`actors.replays.PSEUDO_REWARDS`); ignored for other games. The caller passes the sizes
+    (agents sit below actors in the layers and do not import them)."""
     side_spec = game_spec.side(side)
     heads = side_spec.action.heads
     unit_game = all(h in heads for h in ("composition", "action_type", "target"))
@@ -45,9 +47,7 @@ def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | N
         if core_size:
             overrides.update(core_size=core_size)
         if z:
-            from actors.replays import PSEUDO_REWARDS, Z_SIZE
-
-            overrides.update(z_size=Z_SIZE, pseudo_rewards=len(PSEUDO_REWARDS))
+            overrides.update(z_size=int(z[0]), pseudo_rewards=int(z[1]))
         overrides.update(config or {})
         return UnitNetwork(UnitNetworkConfig.from_spec(side_spec, **overrides))
     values = dict(SMALL_REFERENCE, heads=side_spec.network_heads(), value_uses_opponent=True)

@@ -148,8 +148,8 @@ class Players:
 def game_and_network(games: int):
     """One batch game and network per process: `--all` evaluates every arm with the same
     compiled policy and game steps (their jit caches are keyed by these objects)."""
+    from experiments.build import make_game, make_network
     from experiments.config import RunConfig
-    from experiments.nodes import make_game, make_network
 
     config = RunConfig(races=1, runner="inprocess", run_dir="unused")
     game = make_game(config, games)

@@ -29,8 +29,8 @@ def measure(run_dir: str, games: int, seed: int = 0) -> dict:
     from actors import scripted
     from coordinator.history import LeagueHistory
     from coordinator.param_store import player_params
+    from experiments.build import initial_params, make_game, make_network
     from experiments.config import RunConfig
-    from experiments.nodes import initial_params, make_game, make_network
     from experiments.program import agent_indices
     from league.players import initial_snapshot_id
 

@@ -26,8 +26,8 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     from actors.games import poker, poker_policy
+    from experiments.build import initial_params, make_game, make_network
     from experiments.config import RunConfig
-    from experiments.nodes import initial_params, make_game, make_network
 
     config = RunConfig.make(game=FLAGS.game)
     game = poker.load_game(FLAGS.game)

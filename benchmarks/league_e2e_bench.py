@@ -132,15 +132,15 @@ class Limit:
 
     def __init__(self, config: RunConfig):
         from actors.actor import Actor, ActorConfig, example_unroll
-        from experiments import nodes
+        from experiments import build
         from experiments.program import agent_indices
         from learners.learner import Learner, LearnerConfig
 
         self.config = config
         agent = next(iter(agent_indices(config)))
-        game = nodes.make_game(config, config.actor.batch_size)
-        self.network = nodes.make_network(config, game.spec)
-        params = nodes.initial_params(self.network, game.spec, 0, config.seed)
+        game = build.make_game(config, config.actor.batch_size)
+        self.network = build.make_network(config, game.spec)
+        params = build.initial_params(self.network, game.spec, 0, config.seed)
         example = example_unroll(game.spec, self.network, config.learner.unroll_length)
         self.learner = Learner(self.network, params, LearnerConfig(
             batch_size=config.learner.batch_size, unroll_length=config.learner.unroll_length,

@@ -53,7 +53,8 @@ from agents.trajectory import (  # noqa: E402
     write_unroll,
     zeros_unroll,
 )
-from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table  # noqa: E402
+from learners.learner import Learner, LearnerConfig, ReplayConfig  # noqa: E402
+from learners.replay import make_table  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("updates", 30, "Updates timed per mode and round.")
@@ -226,8 +227,8 @@ def legal_random_batch(rng, example: Unroll, spec, batch: int) -> Unroll:
 def smax_part(peak: float) -> dict:
     from actors.actor import example_unroll
     from actors.games import make_batch_game
+    from experiments.build import initial_params, make_network
     from experiments.config import RunConfig
-    from experiments.nodes import initial_params, make_network
 
     run = RunConfig()
     config = run.learner

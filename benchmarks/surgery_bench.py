@@ -70,8 +70,8 @@ def heuristic(run_dir: str, agent: str, games: int) -> tuple[float, str]:
     and its losses/draws/wins."""
     from actors import scripted
     from coordinator.param_store import player_params
+    from experiments.build import make_game, make_network
     from experiments.config import RunConfig
-    from experiments.nodes import make_game, make_network
 
     with open(os.path.join(run_dir, "config.json")) as f:
         config = RunConfig.from_dict(json.load(f))

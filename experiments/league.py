@@ -114,7 +114,7 @@ def check_teacher(config: RunConfig) -> None:
     missing or their shapes are not the run's network's."""
     if not config.teacher and config.init_file is None:
         return
-    from experiments.nodes import initial_params, load_init, load_teachers, make_game, make_network
+    from experiments.build import initial_params, load_init, load_teachers, make_game, make_network
 
     spec = make_game(config, 1).spec
     like = initial_params(make_network(config, spec), spec, 0, config.seed)
@@ -125,7 +125,7 @@ def check_z(config: RunConfig) -> str:
     """Loads the z bank once before anything is written (ConfigError naming the directory if
     it is not a replay directory of this game and spec); returns the line saying where main
     agents' z comes from."""
-    from experiments.nodes import load_z_bank, make_game, z_summary
+    from experiments.build import load_z_bank, make_game, z_summary
 
     if not config.z_network:
         return z_summary(config, None)

@@ -87,8 +87,8 @@ class RunReader:
     current parameters)."""
 
     def __init__(self, run_dir: str):
+        from experiments.build import make_network
         from experiments.config import RunConfig
-        from experiments.nodes import make_network
 
         path = os.path.join(run_dir, "config.json")
         if not os.path.exists(path):

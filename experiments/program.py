@@ -153,7 +153,7 @@ def _grouped(prefix: str, colocation: str, agents) -> dict[str, list]:
 
 def agent_indices(config: RunConfig) -> dict[str, int]:
     """Each learning agent's index, which seeds its initial parameters
-    (`experiments.nodes.initial_params`)."""
+    (`experiments.build.initial_params`)."""
     return {a.player_id: i for i, a in enumerate(learning_agents(config.league))}
 
 
@@ -173,7 +173,7 @@ def device_problem(config: RunConfig) -> str | None:
     try:
         spec = None
         if config.reward not in (None, "", "outcome", "game", "openai_five"):
-            from experiments.nodes import make_game
+            from experiments.build import make_game
 
             spec = make_game(config, 1).spec
         rewards.device_reward(config.reward, spec)

@@ -69,65 +69,49 @@ def game_config_description(config: smax_races.SmaxRacesConfig) -> dict:
 # Playing a batch (one jitted scan; every slot plays exactly one game, cut at its end later).
 
 
+def _record_play(fns, act0, act1, games, key, steps: int):
+    """`steps` steps of `actors.rollout.play_step`, recording what `to_games` cuts into games:
+    ((obs0, obs1), (actions0, actions1) as the game took them, done, outcome, the armies)."""
+    from actors.rollout import play_step
+
+    def body(g, k):
+        g, p = play_step(fns.step, act0, act1, g, k)
+        return g, ((p.observation, p.opponent_observation), (p.action.game, p.opponent_action.game),
+                   p.done, p.outcome, g.game_state.compositions)
+
+    return jax.lax.scan(body, games, jax.random.split(key, steps))[1]
+
+
 @functools.lru_cache(maxsize=4)
 def _heuristic_play(config: smax_races.SmaxRacesConfig):
     fns = smax_races._cached_functions(config)
-    init0, act0 = smax_races.heuristic_policy(fns, 0, None)
-    init1, act1 = smax_races.heuristic_policy(fns, 1, None)
-    steps = fns.spec.max_steps
 
     @jax.jit
     def play(races, comps, key):
         batch = races.shape[0]
         key, reset_key = jax.random.split(key)
-        state, obs = jax.vmap(fns.reset)(jax.random.split(reset_key, batch), races)
-        p0 = jax.vmap(lambda _: init0())(jnp.arange(batch))
-        p1 = jax.vmap(lambda _: init1())(jnp.arange(batch))
-
-        def body(carry, key):
-            state, obs, p0, p1 = carry
-            k0, k1 = jax.random.split(key)
-            a0, p0 = jax.vmap(act0)(jax.random.split(k0, batch), p0, obs[0])
-            a1, p1 = jax.vmap(act1)(jax.random.split(k1, batch), p1, obs[1])
-            a0 = dict(a0, composition=comps[:, 0])  # the configuration's armies
-            a1 = dict(a1, composition=comps[:, 1])
-            state, new_obs, _, done, outcome, _ = jax.vmap(fns.step)(state, (a0, a1))
-            return (state, new_obs, p0, p1), (obs, (a0, a1), done, outcome, state.compositions)
-
-        _, out = jax.lax.scan(body, (state, obs, p0, p1), jax.random.split(key, steps))
-        return out
+        act0, state0 = smax_races.heuristic_side(fns, 0, batch, comps[:, 0])  # the configuration's armies
+        act1, state1 = smax_races.heuristic_side(fns, 1, batch, comps[:, 1])
+        games = smax_races.start_games(fns, races, reset_key, state0, state1)
+        return _record_play(fns, act0, act1, games, key, fns.spec.max_steps)
 
     return fns, play
 
 
 @functools.lru_cache(maxsize=4)
 def _player_play(network, config: smax_races.SmaxRacesConfig):
-    from agents import act
+    from actors.rollout import network_policy
 
     fns = smax_races._cached_functions(config)
-    steps = fns.spec.max_steps
 
     @jax.jit
     def play(params, races, key):
         batch = races.shape[0]
         key, reset_key = jax.random.split(key)
-        state, obs = jax.vmap(fns.reset)(jax.random.split(reset_key, batch), races)
-        cores = (network.initial_state(batch), network.initial_state(batch))
-
-        def body(carry, xs):
-            state, obs, cores = carry
-            key, t = xs
-            first = jnp.full(batch, t == 0)
-            k0, k1 = jax.random.split(key)
-            a0, c0 = act(network, params, k0, obs[0], cores[0], first)
-            a1, c1 = act(network, params, k1, obs[1], cores[1], first)
-            actions = (a0.game, a1.game)
-            state, new_obs, _, done, outcome, _ = jax.vmap(fns.step)(state, actions)
-            return (state, new_obs, (c0, c1)), (obs, actions, done, outcome, state.compositions)
-
-        xs = (jax.random.split(key, steps), jnp.arange(steps))
-        _, out = jax.lax.scan(body, (state, obs, cores), xs)
-        return out
+        initial = network.initial_state(batch)
+        games = smax_races.start_games(fns, races, reset_key, initial, initial)
+        policy = network_policy(network, params)
+        return _record_play(fns, policy, policy, games, key, fns.spec.max_steps)
 
     return fns, play
 
@@ -190,7 +174,7 @@ def to_games(fns, races, out) -> tuple[dict, int]:
 def load_player(source: str, spec):
     """(network, params) of RUN_DIR:PLAYER_ID; RecordError naming it if it cannot be loaded."""
     from coordinator.param_store import player_params
-    from experiments import nodes
+    from experiments import build
     from experiments.config import RunConfig
 
     run_dir, sep, player = source.rpartition(":")
@@ -203,9 +187,9 @@ def load_player(source: str, spec):
             config = RunConfig.from_dict(json.load(f))
         if config.game != "smax_races":
             raise ValueError(f"the run plays {config.game}, not smax_races")
-        network = nodes.make_network(config, spec)
+        network = build.make_network(config, spec)
         _, params = player_params(run_dir, player)
-        like = nodes.initial_params(network, spec, 0, 0)
+        like = build.initial_params(network, spec, 0, 0)
         want = jax.tree_util.tree_structure(like)
         if jax.tree_util.tree_structure(params) != want or any(
                 np.shape(a) != np.shape(b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(like))):

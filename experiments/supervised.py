@@ -5,7 +5,7 @@
 
 For each race, every recorded (game, side) played in that race is one training sequence: the
 side's observations from the strategy step to the game's end. The network is the RL network
-(`experiments.nodes.make_network` of a run config with `--hidden_size` / `--core_size`, the
+(`experiments.build.make_network` of a run config with `--hidden_size` / `--core_size`, the
 league's defaults), unrolled over the sequence with teacher forcing (`network.unroll(...,
 actions_seq=recorded actions)`: the target head is conditioned on the recorded action type).
 The loss is the cross-entropy of the recorded action under the masked logits, summed over the
@@ -29,7 +29,7 @@ agent (side 0, sampling) against the scripted heuristic in every matchup
 
 Output: ONE file, the project's params format (`coordinator.param_store.params_to_npz_bytes`)
 holding a dict {race: that race's network parameters}, version = training steps per race;
-`load_supervised(path, race)` reads one race's parameters. Beside it `<out>.json`: network
+`experiments.build.load_supervised(path, race)` reads one race's parameters. Beside it `<out>.json`: network
 sizes, replay directory and spec fingerprint, accuracies and win rates. Bad input (not a replay
 directory, another game, spec or format version, a corrupt chunk, no games of a race): a
 message naming the file, exit 2, nothing written.
@@ -241,10 +241,10 @@ def length_buckets(seqs, horizon: int) -> list[tuple[int, list[int]]]:
 def train_race(network, spec, race: int, train, held, steps: int, batch_size: int,
                learning_rate: float, seed: int, horizon: int, log=print):
     """Behaviour cloning of one race; returns (params, held-out metrics, train metrics)."""
-    from experiments import nodes
+    from experiments import build
 
     num_units = spec.sides[0].num_units
-    params = jax.device_put(nodes.initial_params(network, spec, race, seed))
+    params = jax.device_put(build.initial_params(network, spec, race, seed))
     optimiser, update, _ = _functions(network, num_units, learning_rate)
     opt_state = optimiser.init(params)
     rng = np.random.default_rng(seed * 7 + race)
@@ -271,16 +271,6 @@ def train_race(network, spec, race: int, train, held, steps: int, batch_size: in
     return jax.tree.map(np.asarray, params), held_metrics
 
 
-def load_supervised(path: str, race: str) -> dict:
-    """One race's supervised parameters from a file written by this module."""
-    from coordinator.param_store import params_from_npz_bytes
-
-    with open(path, "rb") as f:
-        _, tree = params_from_npz_bytes(f.read())
-    if race not in tree:
-        raise KeyError(f"{path}: no supervised parameters for race {race!r} (has {sorted(tree)})")
-    return tree[race]
-
 
 def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2000,
                batch_size: int = 16, learning_rate: float = 1e-3, holdout: float = 0.1,
@@ -288,13 +278,13 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
                config: smax_races.SmaxRacesConfig | None = None, log=print, z: bool = True) -> dict:
     """Trains and writes the supervised agents; returns the report written to `<out>.json`."""
     from coordinator.param_store import params_to_npz_bytes
-    from experiments import nodes
+    from experiments import build
     from experiments.config import NetworkSettings, RunConfig
 
     config = config or smax_races.SmaxRacesConfig()
     spec = smax_races._cached_functions(config).spec
     run_config = RunConfig(network=NetworkSettings(hidden_size=hidden_size, core_size=core_size, z=z))
-    network = nodes.make_network(run_config, spec)
+    network = build.make_network(run_config, spec)
     data, replay_set = load_sequences(replay_dir, spec, holdout, seed)
     for race in races:
         r = smax_races.RACES.index(race)

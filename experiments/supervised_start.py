@@ -77,7 +77,7 @@ def describe(config: RunConfig) -> tuple[dict, dict]:
 
     from actors import replays
     from actors.games import smax_races
-    from experiments import nodes, record
+    from experiments import build, record
 
     game_config = smax_races.SmaxRacesConfig()
     spec = smax_races._cached_functions(game_config).spec
@@ -85,7 +85,7 @@ def describe(config: RunConfig) -> tuple[dict, dict]:
                 "spec_fingerprint": replays.spec_fingerprint(spec),
                 "game_config": record.game_config_description(game_config),
                 "policy": "heuristic", "games": config.supervised.games, "seed": RECORD_SEED}
-    like = nodes.initial_params(nodes.make_network(config, spec), spec, 0, 0)
+    like = build.initial_params(build.make_network(config, spec), spec, 0, 0)
     shapes = {jax.tree_util.keystr(path): list(np.shape(leaf))
               for path, leaf in jax.tree_util.tree_flatten_with_path(like)[0]}
     start = {"version": VERSION, "start_version": START_VERSION, "replays": _digest(recorded), "races": list(config.race_names),
@@ -122,7 +122,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     """(the supervised file of this config's start, whether it was built now): reuses the
     cached one, else records the heuristic's games (unless cached) and trains the run's races.
     ConfigError if the cache cannot be written."""
-    from experiments import nodes, record, supervised
+    from experiments import build, record, supervised
 
     replay_dir, path = start_paths(config)
     if os.path.isfile(path):
@@ -136,7 +136,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
         raise ConfigError(f"cannot write the supervised start's cache {root} ({e.strerror}); pass "
                           "--supervised.cache_dir=DIR (or set LEAGUE_SUPERVISED_CACHE) to a writable "
                           "directory, or --init=none to start from random parameters") from None
-    nodes.enable_compilation_cache()  # a rebuild (other settings, other races) compiles less
+    build.enable_compilation_cache()  # a rebuild (other settings, other races) compiles less
     s = config.supervised
     log(f"[start] building the supervised start for {', '.join(config.race_names)} (once; cached in "
         f"{root}): {s.games} games of the scripted heuristic, then {s.steps} behaviour-cloning steps "

@@ -143,32 +143,17 @@ def record(config: RunConfig, network, params, games: int, steps: int, seed: int
     observations of both sides, `first` flags and the side-0 actions (network heads)."""
     import jax
 
-    import agents
-    from experiments.nodes import make_game
+    from actors.actor import make_policy_fn
+    from actors.rollout import Games, play_stepwise
+    from experiments.build import make_game
 
     game = make_game(config, games)
-    act = jax.jit(lambda p, k, o, s, f: agents.act(network, p, k, o, s, f))
     timestep = game.reset(seed)
-    states = [network.initial_state(games), network.initial_state(games)]
-    first = np.ones(games, bool)
-    rng = jax.random.PRNGKey(seed)
-    obs0, obs1, firsts, actions = [], [], [], []
-    for _ in range(steps):
-        o0, o1 = timestep.observations
-        rng, k0, k1 = jax.random.split(rng, 3)
-        a0, states[0] = act(params, k0, o0, states[0], first)
-        a1, states[1] = act(params, k1, o1, states[1], first)
-        obs0.append(o0)
-        obs1.append(o1)
-        firsts.append(first)
-        actions.append(a0.heads)
-        timestep = game.step((a0.game, a1.game))
-        first = np.asarray(timestep.done)
-
-    def stack(xs):
-        return jax.tree_util.tree_map(lambda *x: np.stack([np.asarray(v) for v in x]), *xs)
-
-    return stack(obs0), stack(obs1), np.stack(firsts), stack(actions)
+    start = Games.start(None, timestep.observations, network.initial_state(games),
+                        network.initial_state(games), games, xp=np)
+    _, played = play_stepwise(game, make_policy_fn(network), params, params, start,
+                              jax.random.PRNGKey(seed), steps)
+    return played.observation, played.opponent_observation, played.first, played.action.heads
 
 
 def old_features_only(obs, positions):
@@ -277,7 +262,7 @@ def _operate(run_dir, config, sizes, new_features, lstm_noise, tolerance, exact_
 
     from agents import surgery
     from agents.networks import split_observation
-    from experiments.nodes import initial_params, make_game, make_network
+    from experiments.build import initial_params, make_game, make_network
     from learners import checkpoint
 
     new_config = dataclasses.replace(config, network=sizes)

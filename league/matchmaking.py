@@ -24,15 +24,36 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from league.payoff import Payoff
 from league.pfsp import pfsp_probabilities
-from league.players import LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_AGENT_MATCHMAKER_NAMES, MAIN_EXPLOITER
+from league.players import (
+    LEAGUE_EXPLOITER,
+    MAIN_AGENT,
+    MAIN_AGENT_MATCHMAKER_NAMES,
+    MAIN_EXPLOITER,
+    LeagueConfig,
+    Player,
+)
 
-if TYPE_CHECKING:
-    from league.league import League
+
+class League(Protocol):
+    """What a matchmaker reads of the league (`league.league.League` is one): matchmaking sits
+    below the league class, which imports it, so it names only this view."""
+
+    config: LeagueConfig
+    payoff: Payoff
+    players: dict[str, Player]
+    nash_weights: dict[str, float]
+
+    def player(self, player_id: str) -> Player: ...
+    def learning_agent_ids(self, role: str | None = None) -> list[str]: ...
+    def historical_ids(self) -> list[str]: ...
+    def snapshots_of(self, agent_id: str) -> list[str]: ...
+    def quality_probabilities(self, agent_id: str) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)

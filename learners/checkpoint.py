@@ -9,7 +9,7 @@ msgpack of
 written to a temporary file and `os.replace`d, so a kill leaves the old file or the new one,
 never half of one. `version` counts applied updates (+1 per reset), `steps` the agent steps
 learnt on. Everyone reads and writes it through these functions: the learner (`save`,
-`restore`), the league's tools (`read_params`), the tests.
+`restore`, `restore_migrating`), the league's tools (`read_params`), the tests.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import os
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
@@ -86,6 +87,31 @@ def restore(file: str, params_like: PyTree, opt_state_like: PyTree) -> Checkpoin
     except Exception as e:
         raise CheckpointError(
             f"cannot restore learner checkpoint {file}: {type(e).__name__}: {e}. {advice}") from e
+
+
+def restore_migrating(file: str, params_like: PyTree, optimizer, per_param_optimizer) -> Checkpoint:
+    """A checkpoint with the flat optimiser state of `optimizer` (`learners.update.make_optimizer`),
+    or one written before it with `per_param_optimizer`'s per-parameter Adam moments, whose
+    moments are then flattened the way `optax.flatten` lays them out (the same leaf order):
+    the run resumes with the same optimiser state."""
+    try:
+        return restore(file, params_like, jax.eval_shape(optimizer.init, params_like))
+    except CheckpointError as flat_error:
+        try:
+            saved = restore(file, params_like, jax.eval_shape(per_param_optimizer.init, params_like))
+        except CheckpointError:
+            raise flat_error from None
+    structure = jax.tree_util.tree_structure(params_like)
+
+    def flatten(node):
+        if jax.tree_util.tree_structure(node) != structure:
+            return node
+        return jnp.concatenate([jnp.ravel(x) for x in jax.tree_util.tree_leaves(node)])
+
+    opt_state = jax.tree_util.tree_map(
+        flatten, saved.opt_state,
+        is_leaf=lambda node: jax.tree_util.tree_structure(node) == structure)
+    return saved._replace(opt_state=opt_state)
 
 
 def read_params(run_dir: str, agent_id: str) -> tuple[int, PyTree] | None:

@@ -12,7 +12,7 @@ so nothing per step crosses to the host; between chunks the node (experiments/no
 reports the chunk's results in one batch. The rollout is passed in (any object with
 `start(params, version, opponents, teacher, key, races)` and `unroll(params, version, opponents,
 teacher, carry, key)`, e.g. `actors.rollout.DeviceRollout`): where experience comes from is not
-the learner's business. The update is the replay path's (`learners.learner.make_update_fn`, on
+the learner's business. The update is the replay path's (`learners.update.make_update_fn`, on
 the time-major unroll), and so are the parameters, versions, snapshots, resets, metrics and
 checkpoints (`Learner`).
 
@@ -37,7 +37,8 @@ import numpy as np
 
 from agents import network_key
 from learners.config import LearnerConfig, ReplayConfig
-from learners.learner import Learner, make_optimizer, make_update_fn
+from learners.learner import Learner
+from learners.update import make_optimizer, make_update_fn
 
 PyTree = Any
 

@@ -14,7 +14,8 @@ from actors.games.smax_races import ATTACK, SmaxRacesConfig, fixed_size_menu
 from agents import make_network
 from agents.specs import MASK_KEY
 from agents.trajectory import reverb_signature, unflatten_like
-from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+from learners.learner import Learner, LearnerConfig, ReplayConfig
+from learners.replay import make_table
 
 B, T = 8, 6
 TINY = dict(embed_size=16, core_size=16, replica_size=16, pointer_size=8, value_size=16,
@@ -266,7 +267,7 @@ def test_each_unit_keeps_its_own_reward_and_the_plugin_sees_the_acting_version(s
 
 
 def test_training_reward_shapes():
-    from actors.actor import training_reward
+    from actors.rewards import training_reward
 
     per_unit = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], np.float32)
     present = np.array([[True, True, False], [True, False, False]])

@@ -33,13 +33,13 @@ B, M, T = 8, 2, 6
 
 
 def kuhn_setup():
-    from experiments import nodes
+    from experiments import build
 
     config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16)
     game = make_batch_game("kuhn_poker", B)
-    network = nodes.make_network(config, game.spec)
-    p0 = nodes.initial_params(network, game.spec, 0, 0)
-    p1 = nodes.initial_params(network, game.spec, 1, 0)
+    network = build.make_network(config, game.spec)
+    p0 = build.initial_params(network, game.spec, 0, 0)
+    p1 = build.initial_params(network, game.spec, 1, 0)
     return game, network, p0, p1
 
 
@@ -69,7 +69,8 @@ def test_the_rollout_plays_the_games_the_batch_game_plays():
     slot = np.arange(B) // (B // M)
     rewards_seen, firsts = [], []
     for k in step_keys:
-        k0, k1, _ = jax.random.split(k, 3)
+        k_play, _ = jax.random.split(k)               # DeviceRollout.step_games: (play, z)
+        k0, k1 = jax.random.split(k_play)             # actors.rollout.play_step: (side 0, side 1)
         a0, state0 = act(network, p0, k0, obs[0], state0, first)
         slot_keys = jax.random.split(k1, M)
         halves = []

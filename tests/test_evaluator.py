@@ -80,9 +80,9 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
     """The evaluator node plays every pair in the two players' races (not the game's default
     terran vs zerg), and league.db records the races the game itself was reset in."""
     from coordinator.coordinator import Coordinator
+    from experiments.build import make_network as run_network
     from experiments.config import RunConfig
     from experiments.nodes import EvaluatorNode
-    from experiments.nodes import make_network as run_network
 
     config = RunConfig.make(game="smax_races", races=2, evaluation_games=2, hidden_size=8, core_size=8,
                        run_dir=str(tmp_path))
@@ -112,9 +112,10 @@ def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path
 
     from actors.games import poker, poker_policy
     from coordinator.coordinator import Coordinator
+    from experiments.build import initial_params
+    from experiments.build import make_network as run_network
     from experiments.config import RunConfig
-    from experiments.nodes import EvaluatorNode, initial_params
-    from experiments.nodes import make_network as run_network
+    from experiments.nodes import EvaluatorNode
     from league.rules import AddSnapshot
 
     config = RunConfig.make(game="kuhn_poker", hidden_size=8, core_size=8, run_dir=str(tmp_path))

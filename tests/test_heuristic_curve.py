@@ -52,7 +52,8 @@ class LearnerGroup:
 def smax_node(tmp_path, evaluator_id="evaluator_0", **settings):
     """(node, coordinator, {agent: params}) of a two-race SMAX league of tiny networks, the
     terran main agent charging."""
-    from experiments.nodes import EvaluatorNode, initial_params, make_game, make_network
+    from experiments.build import initial_params, make_game, make_network
+    from experiments.nodes import EvaluatorNode
 
     config = RunConfig.make(game="smax_races", races=2, run_dir=str(tmp_path), **TINY,
                             **{"evaluator.games": 2, "evaluator.heuristic_games": GAMES, **settings})

@@ -15,7 +15,7 @@ from experiments.config import RunConfig
 
 def supervised_file(path, races, hidden=16, core=16, seed=5):
     """A file in experiments.supervised's format ({race: params}) for a network of these sizes."""
-    from experiments.nodes import initial_params, make_game, make_network
+    from experiments.build import initial_params, make_game, make_network
 
     config = RunConfig.make(game="smax_races", races=1, hidden_size=hidden, core_size=core)
     spec = make_game(config, 1).spec
@@ -89,7 +89,8 @@ def test_each_agents_kl_teacher_is_its_own_races_supervised_policy(tmp_path):
     supervised parameters. Every agent also starts from them, so the first update's KL is zero
     (it would not be with the races' teachers swapped: their parameters differ), and it grows
     once the RL loss has moved the policy."""
-    from experiments.nodes import ActorGroup, LearnerGroup, agent_races
+    from experiments.build import agent_races
+    from experiments.nodes import ActorGroup, LearnerGroup
     from experiments.program import agent_indices
 
     file = str(tmp_path / "supervised.npz")

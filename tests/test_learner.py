@@ -21,7 +21,8 @@ from agents.trajectory import (
     zeros_unroll,
 )
 from learners import losses
-from learners.learner import CheckpointError, Learner, LearnerConfig, ReplayConfig, make_table
+from learners.learner import CheckpointError, Learner, LearnerConfig, ReplayConfig
+from learners.replay import make_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -402,7 +403,7 @@ def test_kl_teacher_is_unrolled_from_the_teachers_own_state():
     """The KL term evaluates the teacher on the unroll's observations from the teacher's own
     recurrent state (stored beside the policy's), not from the student's: checked against a
     step-by-step numpy reference of KL(teacher || student) summed over actions."""
-    from learners.learner import make_optimizer, make_update_fn
+    from learners.update import make_optimizer, make_update_fn
 
     T, B, size = 5, 3, 8
     net = small_net(4, num_actions=3, size=size)
@@ -426,7 +427,7 @@ def test_kl_teacher_is_unrolled_from_the_teachers_own_state():
                            loss=losses.LossConfig(kl_teacher_weight=1.0))
     optimizer = make_optimizer(config)
     update = jax.jit(make_update_fn(net, config, optimizer))
-    from learners.learner import TrainingState
+    from learners.update import TrainingState
 
     state = TrainingState(student, optimizer.init(student), np.int32(0), np.int32(0))
     _, metrics = update(state, batch, teacher)
@@ -455,7 +456,7 @@ def test_a_ppo_run_optimises_the_clipped_objective():
     on GAE(0.95) advantages with discount 0.9993 (OpenAI Five, Table 2), checked against a
     numpy loop of PPO eq. 7 and GAE eq. 16 on a batch whose ratios fall outside the clip."""
     from experiments.config import RunConfig
-    from learners.learner import TrainingState, make_optimizer, make_update_fn
+    from learners.update import TrainingState, make_optimizer, make_update_fn
 
     loss_config = RunConfig.make(game="kuhn_poker", policy_loss="ppo").learner.loss
     assert (loss_config.policy_loss, loss_config.upgo_weight, loss_config.gae_lambda) == ("ppo", 0.0, 0.95)
@@ -507,7 +508,7 @@ def test_the_learner_anneals_the_entropy_weight_with_its_version():
     """The update reads the entropy weight from the schedule at the state's version: at
     version 0 the loss's entropy term has weight 0.1, at version 30 of a 30-update anneal to
     0.001 it has 0.001 (same batch, same parameters: only the weight differs)."""
-    from learners.learner import TrainingState, make_optimizer, make_update_fn
+    from learners.update import TrainingState, make_optimizer, make_update_fn
 
     T, B = 5, 3
     net = small_net(3, num_actions=3, size=8)
@@ -544,7 +545,8 @@ def test_a_checkpoint_with_per_parameter_adam_state_resumes_with_the_same_state(
     import jax.numpy as jnp
 
     from learners import checkpoint
-    from learners.learner import _restore, make_optimizer
+    from learners.checkpoint import restore_migrating
+    from learners.update import make_optimizer
 
     config = LearnerConfig()
     params = {"a": {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, "c": {"w": jnp.arange(4.0)}}
@@ -556,7 +558,7 @@ def test_a_checkpoint_with_per_parameter_adam_state_resumes_with_the_same_state(
         _, flat_state = flat.update(grads, flat_state, params)
     path = str(tmp_path / "checkpoint.msgpack")
     checkpoint.save(path, checkpoint.Checkpoint(3, 10, 0, params, old_state))
-    restored = _restore(path, config, flat, params)
+    restored = restore_migrating(path, params, flat, per_param)
     assert restored.version == 3
     for a, b in zip(jax.tree_util.tree_leaves(restored.opt_state),
                     jax.tree_util.tree_leaves(flat_state), strict=True):
@@ -564,4 +566,4 @@ def test_a_checkpoint_with_per_parameter_adam_state_resumes_with_the_same_state(
     # a checkpoint of other parameters is still refused, with the flat template's message
     checkpoint.save(path, checkpoint.Checkpoint(3, 10, 0, {"z": jnp.ones(2)}, old_state))
     with pytest.raises(CheckpointError, match="cannot restore"):
-        _restore(path, config, flat, params)
+        restore_migrating(path, params, flat, per_param)

@@ -202,7 +202,7 @@ def test_behaviour_cloning_learns(recorded, small_config, tmp_path):
 
     from actors.games import smax_races
     from coordinator.param_store import params_from_npz_bytes
-    from experiments import nodes, supervised
+    from experiments import build, supervised
     from experiments.config import NetworkSettings, RunConfig
 
     d, _ = recorded
@@ -210,9 +210,9 @@ def test_behaviour_cloning_learns(recorded, small_config, tmp_path):
     data, _ = supervised.load_sequences(d, spec, holdout=0.0)
     train = data[0][0]  # terran sequences
     horizon = max(s[1]["composition"].shape[0] for s in train)
-    network = nodes.make_network(RunConfig(network=NetworkSettings(hidden_size=16, core_size=16)), spec)
+    network = build.make_network(RunConfig(network=NetworkSettings(hidden_size=16, core_size=16)), spec)
     n = spec.sides[0].num_units
-    before = supervised.evaluate(network, n, nodes.initial_params(network, spec, 0, 0), train, horizon, 8)
+    before = supervised.evaluate(network, n, build.initial_params(network, spec, 0, 0), train, horizon, 8)
     params, _ = supervised.train_race(network, spec, 0, train, [], steps=30, batch_size=8,
                                       learning_rate=3e-3, seed=0, horizon=horizon, log=lambda *a, **k: None)
     after = supervised.evaluate(network, n, params, train, horizon, 8)
@@ -226,6 +226,6 @@ def test_behaviour_cloning_learns(recorded, small_config, tmp_path):
     assert set(report["races"]["terran"]["held_out"]) == {"composition", "action_type", "target"}
     version, tree = params_from_npz_bytes(open(out, "rb").read())
     assert version == 2 and set(tree) == {"terran"}
-    like = nodes.initial_params(network, spec, 0, 0)
-    loaded = supervised.load_supervised(out, "terran")
+    like = build.initial_params(network, spec, 0, 0)
+    loaded = build.load_supervised(out, "terran")
     assert jax.tree.map(np.shape, loaded) == jax.tree.map(np.shape, like)

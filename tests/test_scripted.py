@@ -18,8 +18,8 @@ import pytest
 from actors import scripted
 from actors.games import smax_races as sr
 from agents import Action
+from experiments.build import initial_params, make_game, make_network
 from experiments.config import RunConfig
-from experiments.nodes import initial_params, make_game, make_network
 
 CONFIG = sr.SmaxRacesConfig()
 

@@ -21,7 +21,7 @@ def league_cli(*args, env=None, timeout=300):
 
 def test_a_smax_league_without_init_builds_the_supervised_start_and_the_next_run_reuses_it(tmp_path):
     from experiments import league
-    from experiments.supervised import load_supervised
+    from experiments.build import load_supervised
 
     cache = tmp_path / "cache"
 

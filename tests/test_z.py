@@ -18,7 +18,8 @@ from agents.trajectory import reverb_signature, unflatten_like
 from experiments import supervised
 from learners import losses
 from learners.config import LossConfig
-from learners.learner import Learner, LearnerConfig, ReplayConfig, make_table
+from learners.learner import Learner, LearnerConfig, ReplayConfig
+from learners.replay import make_table
 
 B, T = 8, 6
 TINY = dict(embed_size=16, core_size=16, replica_size=16, pointer_size=8, value_size=16,
@@ -123,7 +124,7 @@ def test_network_output_depends_on_z_and_no_z_is_zero(smax):
 
 def test_only_smax_networks_take_z():
     poker = make_batch_game("kuhn_poker", 2)
-    assert z_size(make_network(poker.spec, z=True)) == 0
+    assert z_size(make_network(poker.spec, z=(replays.Z_SIZE, len(replays.PSEUDO_REWARDS)))) == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -371,8 +372,8 @@ def test_learner_learns_the_pseudo_rewards(smax):
 
 
 def test_main_agents_get_the_bank_and_exploiters_zero():
+    from experiments.build import agent_z_banks
     from experiments.config import RunConfig
-    from experiments.nodes import agent_z_banks
 
     bank = one_bank()
     banks = agent_z_banks(RunConfig.make(races=2), bank)
@@ -385,9 +386,9 @@ def test_z_source_flags_and_bad_replays_are_refused(tmp_path):
     import json
     import os
 
+    from experiments.build import load_z_bank, make_game
     from experiments.config import ConfigError, RunConfig
     from experiments.league import check_z
-    from experiments.nodes import load_z_bank, make_game
 
     with pytest.raises(ConfigError, match="z exists for smax_races only"):
         RunConfig.make(game="kuhn_poker", z_replays=str(tmp_path))
@@ -417,8 +418,8 @@ def test_z_source_flags_and_bad_replays_are_refused(tmp_path):
 
 
 def test_a_start_without_z_is_refused_by_a_z_network():
+    from experiments.build import check_shapes, initial_params, make_game, make_network
     from experiments.config import ConfigError, RunConfig
-    from experiments.nodes import check_shapes, initial_params, make_game, make_network
 
     def params(z):
         config = RunConfig.make(races=1, hidden_size=16, core_size=16, **{"network.z": z})

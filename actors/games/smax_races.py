@@ -596,36 +596,44 @@ def play_heuristic_games(config: SmaxRacesConfig, races, compositions, seed: int
     return np.asarray(_play(fns, steps, races, comps, jax.random.PRNGKey(seed)))
 
 
+def heuristic_side(fns: SmaxRacesFunctions, side: int, batch: int, composition=None,
+                   attack_mode: str = "closest"):
+    """The scripted heuristic (`heuristic_policy`) as a side of `actors.rollout`: (act, initial
+    state) for a batch of B games, `act(key, obs, state, first) -> (Action, state)`.
+    `composition`: None (an army at random), a menu index, or [B] indices (one per game)."""
+    from agents import Action
+
+    fixed = None if composition is None or jnp.ndim(composition) == 0 else composition
+    init, act_one = heuristic_policy(fns, side, None if fixed is not None else composition,
+                                     attack_mode)
+
+    def act(key, obs, state, first):
+        actions, state = jax.vmap(act_one)(jax.random.split(key, batch), state, obs)
+        if fixed is not None:
+            actions = dict(actions, **{COMPOSITION_HEAD: jnp.asarray(fixed, jnp.int32)})
+        return Action(game=actions, heads=actions, log_probs={}), state
+
+    return act, jax.vmap(lambda _: init())(jnp.arange(batch))
+
+
+def start_games(fns: SmaxRacesFunctions, races, key, state0, state1):
+    """B fresh games in `races` [B, 2] (`actors.rollout.Games`), the sides' core (or
+    heuristic) states `state0` / `state1`."""
+    from actors.rollout import Games
+
+    batch = races.shape[0]
+    state, obs = jax.vmap(fns.reset)(jax.random.split(key, batch), races)
+    return Games.start(state, obs, state0, state1, batch)
+
+
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _play(fns: SmaxRacesFunctions, steps: int, races, comps, key):
-    init0, act0 = heuristic_policy(fns, 0, 0)
-    init1, act1 = heuristic_policy(fns, 1, 0)
+    from actors.rollout import play_to_end
+
     batch = races.shape[0]
     key, reset_key = jax.random.split(key)
-    s, obs = jax.vmap(fns.reset)(jax.random.split(reset_key, batch), races)
-
-    def one_step(s, obs, p0, p1, key, comp):
-        k0, k1 = jax.random.split(key)
-        a0, p0 = act0(k0, p0, obs[0])
-        a1, p1 = act1(k1, p1, obs[1])
-        a0 = dict(a0, composition=comp[0])
-        a1 = dict(a1, composition=comp[1])
-        s, obs, _, done, outcome, _ = fns.step(s, (a0, a1))
-        return s, obs, p0, p1, done, outcome
-
-    def cond(carry):
-        t, finished = carry[0], carry[-1]
-        return (t < steps) & ~jnp.all(finished)
-
-    def body(carry):
-        t, s, obs, p0, p1, key, result, finished = carry
-        key, sub = jax.random.split(key)
-        s, obs, p0, p1, done, outcome = jax.vmap(one_step)(
-            s, obs, p0, p1, jax.random.split(sub, batch), comps)
-        result = jnp.where(finished, result, outcome)
-        return t + 1, s, obs, p0, p1, key, result, finished | done
-
-    p0 = jax.vmap(lambda _: init0())(jnp.arange(batch))
-    p1 = jax.vmap(lambda _: init1())(jnp.arange(batch))
-    carry = (0, s, obs, p0, p1, key, jnp.zeros(batch, jnp.int8), jnp.zeros(batch, bool))
-    return jax.lax.while_loop(cond, body, carry)[6]
+    act0, state0 = heuristic_side(fns, 0, batch, comps[:, 0])
+    act1, state1 = heuristic_side(fns, 1, batch, comps[:, 1])
+    games = start_games(fns, races, reset_key, state0, state1)
+    outcome, _, _, _ = play_to_end(fns.step, act0, act1, games, key, steps)
+    return outcome

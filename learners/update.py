@@ -1,0 +1,155 @@
+"""The learner's update: the one jitted function that turns a batch of unrolls into new
+parameters (V-trace, TD(lambda), UPGO, entropy and KL terms: `learners.losses`), its optimiser
+and its state. Pure functions; the learner (`learners.learner.Learner`) holds the state, the
+device learner (`learners.device`) fuses the update with its own games.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from agents import network_key
+from agents.trajectory import Unroll, time_major
+from learners import losses
+from learners.config import LearnerConfig, ReplayConfig
+
+PyTree = Any
+
+
+def shardings(devices) -> tuple[NamedSharding, NamedSharding]:
+    """(replicated, batch-split) shardings over `devices`: data parallel, parameters replicated
+    and the batch axis split (XLA averages the gradients: the loss is a mean over the batch)."""
+    mesh = Mesh(np.array(list(devices)), ("batch",))
+    return NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("batch"))
+
+
+class TrainingState(NamedTuple):
+    params: PyTree
+    opt_state: PyTree
+    version: jax.Array       # int32 scalar
+    num_skipped: jax.Array   # int32 scalar: non-finite updates skipped
+
+
+def make_optimizer(config: LearnerConfig, flat: bool = True) -> optax.GradientTransformation:
+    """Adam after global-norm clipping, on the parameters flattened into one vector
+    (`optax.flatten`; the same arithmetic, elementwise, on one array instead of one per
+    parameter: a network of ~45 parameter arrays otherwise compiles ~45 copies of Adam's
+    loops, seconds of XLA compile time). `flat=False`: the per-parameter optimiser state of
+    checkpoints written before (read by `Learner` to convert them)."""
+    adam = optax.adam(config.learning_rate, b1=config.adam_b1, b2=config.adam_b2,
+                      eps=config.adam_eps)
+    if config.max_grad_norm:
+        adam = optax.chain(optax.clip_by_global_norm(config.max_grad_norm), adam)
+    return optax.flatten(adam) if flat else adam
+
+
+def _all_finite(tree: PyTree) -> jax.Array:
+    """Every float in the tree is finite: one check over the leaves concatenated."""
+    leaves = [jnp.ravel(x) for x in jax.tree_util.tree_leaves(tree)
+              if jnp.issubdtype(jnp.asarray(x).dtype, jnp.inexact)]
+    return jnp.all(jnp.isfinite(jnp.concatenate(leaves))) if leaves else jnp.asarray(True)
+
+
+def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation,
+                   time_major_input: bool = False):
+    """The pure update: (state, batch-major batch [B, T], teacher params or None) -> (state, metrics);
+    with `time_major_input`, the batch is time-major [T, B] (the device path's rollout).
+
+    With a teacher, each unroll's core state is the pair (policy's, teacher's) that the actor
+    stored (`actors.actor.example_unroll(..., teacher=True)`).
+
+    Learns on steps 0..T-2 of each unroll and bootstraps from V(s_{T-1}). The update is applied
+    only if the loss, every gradient and every new parameter are finite. Networks with one
+    value per unit (the unit network) learn each unit from its own reward, value and advantage
+    (`learners.losses`; the trajectories' rewards are per unit): their unit heads must keep the
+    unit axis.
+    """
+    if getattr(getattr(network, "config", None), "split_units", False):
+        raise ValueError("the learner needs the unit heads' unit axis (each unit learns from its "
+                         "own value and advantage): use UnitNetworkConfig(split_units=False)")
+
+    def loss_fn(params, unroll: Unroll, teacher_params, version):
+        steps = unroll.steps
+        # Autoregressive heads (the unit network's pointer target depends on the action type)
+        # are evaluated on the actions the behaviour policy took (teacher forcing).
+        taken = ({"actions_seq": steps.action}
+                 if getattr(network, "unroll_takes_actions", False) else {})
+        core_state, teacher_logits = unroll.core_state, None
+        if teacher_params is not None:
+            # The teacher follows the same observations with its own recurrent state, which
+            # the actor stores beside the policy's (`actors.actor.Actor`, `teacher_params`).
+            core_state, teacher_state = core_state
+            teacher_out, _ = network.unroll(teacher_params, steps.observation, steps.first,
+                                            teacher_state, **taken)
+            teacher_logits = jax.tree_util.tree_map(lambda x: x[:-1], teacher_out.logits)
+        out, _ = network.unroll(params, steps.observation, steps.first, core_state,
+                                steps.opponent_observation, **taken)
+
+        def learn(x):
+            return jax.tree_util.tree_map(lambda y: y[:-1], x)
+
+        pseudo = None
+        if steps.pseudo_reward and out.pseudo_value is not None:
+            # z's pseudo-rewards, each with its own value head (losses.pseudo_reward_losses).
+            pseudo = {"reward": steps.pseudo_reward["reward"][:-1],
+                      "active": steps.pseudo_reward["active"][:-1],
+                      "value": out.pseudo_value[:-1], "bootstrap": out.pseudo_value[-1]}
+        return losses.total_loss(
+            config.loss, learn(out.logits), out.value[:-1], out.value[-1], learn(steps.action),
+            learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
+            teacher_logits, losses.entropy_schedule(config.loss, version), pseudo)
+
+    def update_time_major(state: TrainingState, unroll: Unroll, teacher_params):
+        (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, unroll, teacher_params, state.version)
+        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(params)
+
+        def choose(new, old):
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)
+
+        staleness = (state.version - unroll.steps.policy_version[:-1]).astype(jnp.float32)
+        metrics.update(finite=finite, grad_norm=optax.global_norm(grads),
+                       staleness_mean=jnp.mean(staleness), staleness_max=jnp.max(staleness))
+        new_state = TrainingState(
+            params=choose(params, state.params), opt_state=choose(opt_state, state.opt_state),
+            version=state.version + finite.astype(jnp.int32),
+            num_skipped=state.num_skipped + (~finite).astype(jnp.int32))
+        return new_state, metrics
+
+    if time_major_input:
+        return update_time_major
+
+    def update(state: TrainingState, batch: Unroll, teacher_params):
+        return update_time_major(state, time_major(batch), teacher_params)
+
+    return update
+
+
+_COMPILED: dict = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def compiled_update(network, config: LearnerConfig, devices, replicated, batch_sharding):
+    """(optimizer, jitted update) shared by every learner of one network and configuration in
+    a process, so that co-located learners (one per league agent) compile the update once."""
+    key = (network_key(network), dataclasses.replace(config, replay=ReplayConfig()).to_json(),
+           tuple(d.id for d in devices))
+    with _COMPILED_LOCK:
+        if key not in _COMPILED:
+            optimizer = make_optimizer(config)
+            update = jax.jit(make_update_fn(network, config, optimizer),
+                             in_shardings=(replicated, batch_sharding, replicated),
+                             out_shardings=(replicated, replicated))
+            _COMPILED[key] = (optimizer, update)
+        optimizer, update = _COMPILED[key]
+    return optimizer, update
