@@ -81,10 +81,11 @@ from actors.rollout import (
     step_stepwise,
 )
 from agents import act, head_names, network_key, pseudo_reward_count, z_size
-from agents.trajectory import Step, Unroll, zeros_unroll
+from agents.trajectory import Step, Unroll, batch_size, take, zeros_unroll
+from league.matchmaking import Match
+from league.results import GameResult
 
 PyTree = Any
-OUTCOME_NAMES = {1: "win", 0: "draw", -1: "loss"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,10 +211,10 @@ class Stream(NamedTuple):
     z_first_attack: Any = None  # [B, 6] step of each enemy type's first attack (inf: none)
 
 
-class Match(NamedTuple):
-    """The current match: the coordinator's answer and what playing it needs."""
+class Playing(NamedTuple):
+    """The match being played: the coordinator's `Match` and what playing it needs."""
 
-    request: dict          # request_match's answer (opponent_id, branch, races, ...)
+    match: Match           # request_match's answer (opponent, branch, races, ...)
     opponent_version: int
     opponent_params: Any
     matchups: list | None  # the races each game is played in (SMAX), read from the game
@@ -274,10 +275,10 @@ def with_z(obs, z, plan, first):
     return {**obs, "z": new[0]}, new
 
 
-def reset_game(game, seed: int, match: dict):
+def reset_game(game, seed: int, match: Match):
     """Resets the batch for a match: races per game where the game takes them (SMAX races)."""
-    if "home_race" in match and "races" in inspect.signature(game.reset).parameters:
-        return game.reset(seed, races=(match["home_race"], match["away_race"]))
+    if match.home_race is not None and "races" in inspect.signature(game.reset).parameters:
+        return game.reset(seed, races=(match.home_race, match.away_race))
     return game.reset(seed)
 
 
@@ -359,10 +360,9 @@ class _UnrollWriter:
             if batch is None:
                 return
             try:
-                n = len(batch.steps.reward)
+                n = batch_size(batch)
                 for b in range(n):
-                    item = jax.tree_util.tree_map(lambda x, b=b: x[b], batch)
-                    self._write_unroll(self._writer, self._table, item)
+                    self._write_unroll(self._writer, self._table, take(batch, b))
                 self.items_written += n
                 self._wait_until_sent(pending=0)
             except BaseException as e:  # surfaced by put()
@@ -554,8 +554,8 @@ class Actor:
             self._new_match()
 
     def _new_match(self):
-        request = dict(self.match_source.request_match(self.agent_id))
-        opponent = str(request["opponent_id"])
+        request = Match.of(self.match_source.request_match(self.agent_id), self.agent_id)
+        opponent = request.opponent_id
         if opponent == self.agent_id:
             opponent_version, opponent_params = self._version, self._params
         else:
@@ -564,7 +564,7 @@ class Actor:
                      else int(np.sum(np.asarray(self._stream.games.lengths) > 0)))
         self._resets += 1
         timestep = reset_game(self.game, self.config.seed * 100_003 + self._resets, request)
-        self._match = Match(request, opponent_version, opponent_params,
+        self._match = Playing(request, opponent_version, opponent_params,
                             played_matchups(self.game), 0)
         initial = self.network.initial_state(self._batch)
         self._stream = Stream(
@@ -745,14 +745,13 @@ class Actor:
 
         results = []
         match = self._match
-        branch = match.request.get("branch", "")
-        opponent = str(match.request["opponent_id"])
+        branch = match.match.branch
+        opponent = match.match.opponent_id
         for _, b, result, score, length in finished_games(chunk["done"], chunk["outcome"],
                                                           chunk["score"], chunk["length"]):
-            results.append({"home": self.agent_id, "away": opponent,
-                            "outcome": OUTCOME_NAMES[result], "score": score, "length": length,
-                            "actor_id": self.actor_id, "branch": branch,
-                            **races_played(match.matchups, b)})
+            results.append(GameResult.one(self.agent_id, opponent, result, score, length,
+                                          actor_id=self.actor_id, branch=branch,
+                                          **races_played(match.matchups, b)))
         self._match = match._replace(episodes=match.episodes + len(results))
         with self._lock:
             self._m["episodes"] += len(results)
@@ -760,17 +759,16 @@ class Actor:
             self._reporter.put(results)
 
     def _write(self, chunk: dict, core_state):
-        """Hands the unrolls ([T, B] chunk -> B items of [T]) to the writer thread."""
+        """Hands the unrolls (a time-major [T, B] batch: B items of [T]) to the writer thread."""
         if self._writer is None:
             return
 
-        def batch_major(x, dtype=None):
-            x = np.swapaxes(np.asarray(x), 0, 1)
-            return np.ascontiguousarray(x if dtype is None else x.astype(dtype, copy=False))
+        def cast(x, dtype=None):
+            x = np.asarray(x)
+            return x if dtype is None else x.astype(dtype, copy=False)
 
         def observation(tree, template):
-            return jax.tree_util.tree_map(lambda tmpl, x: batch_major(x, tmpl.dtype),
-                                          template, tree)
+            return jax.tree_util.tree_map(lambda tmpl, x: cast(x, tmpl.dtype), template, tree)
 
         b = self._batch
         batch = Unroll(
@@ -778,15 +776,15 @@ class Actor:
                 observation=observation(chunk["observation"], self._obs_template),
                 opponent_observation=observation(chunk["opponent_observation"],
                                                  self._opponent_template),
-                action={h: batch_major(chunk["action"][h], np.int32) for h in self._heads},
-                behaviour_log_prob={h: batch_major(chunk["behaviour_log_prob"][h], np.float32)
+                action={h: cast(chunk["action"][h], np.int32) for h in self._heads},
+                behaviour_log_prob={h: cast(chunk["behaviour_log_prob"][h], np.float32)
                                     for h in self._heads},
-                reward=batch_major(chunk["reward"], np.float32),   # [B, T, *value_shape]
-                discount=batch_major(1.0 - np.asarray(chunk["done"], np.float32)),
-                first=batch_major(chunk["first"], bool),
-                policy_version=np.repeat(chunk["version"][None], b, 0),
+                reward=cast(chunk["reward"], np.float32),   # [T, B, *value_shape]
+                discount=1.0 - np.asarray(chunk["done"], np.float32),
+                first=cast(chunk["first"], bool),
+                policy_version=np.repeat(chunk["version"][:, None], b, 1),
                 pseudo_reward={} if "pseudo_reward" not in chunk else {
-                    k: batch_major(v, np.float32) for k, v in chunk["pseudo_reward"].items()}),
+                    k: cast(v, np.float32) for k, v in chunk["pseudo_reward"].items()}),
             core_state=jax.tree_util.tree_map(np.asarray, jax.device_get(core_state)))
         self._writer.put(batch, self._stop)
         with self._lock:
@@ -849,9 +847,9 @@ class Actor:
         m["env_steps_per_second"] = m["env_steps"] / max(m["running_seconds"], 1e-9)
         m["policy_version"] = self._version
         match = self._match
-        m["current_opponent"] = None if match is None else str(match.request["opponent_id"])
+        m["current_opponent"] = None if match is None else match.match.opponent_id
         m["opponent_version"] = None if match is None else match.opponent_version
-        m["match"] = None if match is None else dict(match.request)
+        m["match"] = None if match is None else dataclasses.asdict(match.match)
         if self._writer is not None:
             m["items_written"] = self._writer.items_written
         tau = getattr(self._reward_fn, "tau", None)

@@ -24,8 +24,10 @@ import time
 import jax
 import numpy as np
 
-from actors.actor import OUTCOME_NAMES, make_policy_fn, played_matchups, races_played, reset_game
+from actors.actor import make_policy_fn, played_matchups, races_played, reset_game
 from actors.rollout import Games, finished_games, step_stepwise
+from league.matchmaking import Match
+from league.results import GameResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,9 +75,7 @@ class Evaluator:
         batch = int(self.game.batch_size)
         _, params_a = self._params(player_a)
         params_b = params_a if player_b == player_a else self._params(player_b)[1]
-        match = {"opponent_id": player_b}
-        if races is not None:
-            match.update(home_race=races[0], away_race=races[1])
+        match = Match(player_a, player_b, self.config.branch, *(races or (None, None)))
         self._evaluations += 1
         timestep = reset_game(self.game, self.config.seed * 7919 + self._evaluations, match)
         matchups = played_matchups(self.game)
@@ -96,10 +96,9 @@ class Evaluator:
             for _, i, outcome, score, length in finished_games(
                     counted[None], np.asarray(step.outcome)[None], np.asarray(step.score)[None],
                     np.asarray(step.length)[None]):
-                results.append({"home": player_a, "away": player_b,
-                                "outcome": OUTCOME_NAMES[outcome], "score": score,
-                                "length": length, "actor_id": self.evaluator_id,
-                                "branch": self.config.branch, **races_played(matchups, i)})
+                results.append(GameResult.one(player_a, player_b, outcome, score, length,
+                                              actor_id=self.evaluator_id, branch=self.config.branch,
+                                              source="evaluator", **races_played(matchups, i)))
             played += done
         if self.result_sink is not None:
             self.result_sink.report_results(results)
@@ -193,10 +192,9 @@ class ExactEvaluator:
         return dict(self._m)
 
 
-def summarize(results: list[dict]) -> dict:
-    """{"games", "wins", "draws", "losses", "win_rate" (draws count half)} of result dicts."""
-    counts = {k: sum(r["outcome"] == k for r in results) for k in ("win", "draw", "loss")}
-    games = len(results)
-    return {"games": games, "wins": counts["win"], "draws": counts["draw"],
-            "losses": counts["loss"],
-            "win_rate": (counts["win"] + 0.5 * counts["draw"]) / games if games else float("nan")}
+def summarize(results: list[GameResult]) -> dict:
+    """{"games", "wins", "draws", "losses", "win_rate" (draws count half)} of game results."""
+    wins, draws, losses = (sum(getattr(r, k) for r in results) for k in ("wins", "draws", "losses"))
+    games = wins + draws + losses
+    return {"games": games, "wins": wins, "draws": draws, "losses": losses,
+            "win_rate": (wins + 0.5 * draws) / games if games else float("nan")}

@@ -34,8 +34,11 @@ last step of an unroll and stores it with the next unroll, since that step is th
 unroll's step 0. This is the "stored state" of IMPALA/R2D2: it comes from the behaviour
 parameters, which is a small bias on stale data.
 
-Batches. Reverb returns a batch of items batch-major, `[B, T, ...]` (`[B, ...]` for
-`core_state`); the losses are time-major, `[T, B, ...]`: use `time_major`.
+Batches: one layout, time-major, from the rollout to the loss (issue 30). The rollout plays
+`[T, B, ...]` (`actors.rollout`), an item is one game's `[:, b]` (`take`), a batch of items is
+stacked on axis 1 (`stack_unrolls`; `[B, ...]` for `core_state`), and the update and the losses
+read `[T, B, ...]`. Only tf.data's batches of Reverb items come batch-major (`time_major`
+turns them).
 """
 
 from __future__ import annotations
@@ -145,10 +148,8 @@ def unflatten_like(example: PyTree, leaves: list[Any]) -> PyTree:
 
 
 def time_major(batch: Unroll) -> Unroll:
-    """[B, T, ...] step leaves -> [T, B, ...]; `core_state` ([B, ...]) is left as it is.
-
-    Works on numpy and jax arrays (inside `jit` it is a free layout change).
-    """
+    """A batch-major batch ([B, T, ...] step leaves, as tf.data batches Reverb's items) in the
+    batches' layout, time-major [T, B, ...]; `core_state` ([B, ...]) is left as it is."""
     def swap(x):
         return x.swapaxes(0, 1)
 
@@ -156,8 +157,29 @@ def time_major(batch: Unroll) -> Unroll:
 
 
 def stack_unrolls(unrolls: list[Unroll]) -> Unroll:
-    """Stacks unbatched unrolls into one batch-major batch [B, T, ...]."""
-    return jax.tree_util.tree_map(lambda *xs: np.stack(xs), *unrolls)
+    """Unbatched unrolls (items [T, ...]) stacked into one time-major batch: steps [T, B, ...],
+    core_state [B, ...]."""
+    return Unroll(steps=jax.tree_util.tree_map(lambda *xs: np.stack(xs, 1), *[u.steps for u in unrolls]),
+                  core_state=jax.tree_util.tree_map(lambda *xs: np.stack(xs), *[u.core_state for u in unrolls]))
+
+
+def batch_size(batch: Unroll) -> int:
+    """B of a time-major batch."""
+    return int(np.shape(batch.steps.reward)[1])
+
+
+def take(batch: Unroll, index) -> Unroll:
+    """Items `index` (an int: one unbatched item [T, ...]; an index array: a batch) of a
+    time-major batch."""
+    return Unroll(steps=jax.tree_util.tree_map(lambda x: x[:, index], batch.steps),
+                  core_state=jax.tree_util.tree_map(lambda x: x[index], batch.core_state))
+
+
+def concat(a: Unroll, b: Unroll) -> Unroll:
+    """Two time-major batches side by side ([T, B_a + B_b, ...])."""
+    return Unroll(steps=jax.tree_util.tree_map(lambda x, y: np.concatenate([x, y], 1), a.steps, b.steps),
+                  core_state=jax.tree_util.tree_map(lambda x, y: np.concatenate([x, y]), a.core_state,
+                                                    b.core_state))
 
 
 def zeros_unroll(observation: PyTree, opponent_observation: PyTree,

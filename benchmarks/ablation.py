@@ -156,7 +156,7 @@ def game_and_network(games: int):
     return game, make_network(config, game.spec)
 
 
-class Match:
+class Arena:
     """Plays players (or the heuristic) against each other in the Terran mirror."""
 
     def __init__(self, games: int, seed: int):
@@ -179,7 +179,7 @@ class Match:
                                                        seed=self.seed)
         else:
             results = self.evaluator.evaluate(player, opponent, self.games, races=RACES)
-            outcomes = np.array([{"win": 1, "draw": 0, "loss": -1}[r["outcome"]] for r in results])
+            outcomes = np.array([{"win": 1, "draw": 0, "loss": -1}[r.outcome] for r in results])
         return int((outcomes > 0).sum()), int((outcomes == 0).sum()), int((outcomes < 0).sum())
 
 
@@ -211,7 +211,7 @@ def evaluate(db, arm: str, seed: int, run_dir: str, root: str, games: int, log=p
     players = history.players()
     main_id = next(p["player_id"] for p in players if p["role"] == "main_agent" and not p["parent"])
     main = f"{run_dir}|{main_id}"
-    match = Match(games, seed)
+    match = Arena(games, seed)
     rows = []
 
     def record(kind, player, opponent):

@@ -34,6 +34,7 @@ import time
 import numpy as np
 from absl import app, flags
 
+from agents.trajectory import batch_size, concat, take
 from experiments.config import RunConfig
 
 FLAGS = flags.FLAGS
@@ -104,7 +105,7 @@ class _InlineLearner:
         self.items_written = 0
 
     def put(self, batch, stop):
-        n = len(batch.steps.reward)
+        n = batch_size(batch)
         self.items_written += n
         if not self.learn:
             return
@@ -112,14 +113,15 @@ class _InlineLearner:
             self.pool = batch
         else:
             keep = self.batch_size
-            self.pool = self._tree_map(lambda a, b: np.concatenate([a, b])[-keep:], self.pool, batch)
-        size = len(self.pool.steps.reward)
+            both = concat(self.pool, batch)
+            self.pool = take(both, np.arange(batch_size(both))[-keep:])
+        size = batch_size(self.pool)
         if size < self.batch_size:
             return
         self.credit += self.spi * n / self.batch_size
         while self.credit >= 1.0:
             idx = self.rng.choice(size, self.batch_size, replace=False)
-            self.learner.learn_from_batch(self._tree_map(lambda x, idx=idx: x[idx], self.pool))
+            self.learner.learn_from_batch(take(self.pool, idx))
             self.credit -= 1.0
             self.updates += 1
 
@@ -180,7 +182,7 @@ class Limit:
     def learn_only(self, seconds: float) -> float:
         import jax
 
-        batch = self.inline._tree_map(lambda x: x[: self.config.learner.batch_size], self.inline.pool)
+        batch = take(self.inline.pool, np.arange(self.config.learner.batch_size))
         batch = jax.device_put(batch, self.learner._batch_sharding)
         n, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:

@@ -50,6 +50,7 @@ from agents.trajectory import (  # noqa: E402
     Unroll,
     reverb_signature,
     stack_unrolls,
+    time_major,
     write_unroll,
     zeros_unroll,
 )
@@ -221,7 +222,7 @@ def legal_random_batch(rng, example: Unroll, spec, batch: int) -> Unroll:
                  policy_version=np.zeros((batch, T), np.int32))
     core = jax.tree_util.tree_map(lambda x: np.zeros((batch, *np.shape(x)), np.float32),
                                   example.core_state)
-    return Unroll(steps, core)
+    return time_major(Unroll(steps, core))
 
 
 def smax_part(peak: float) -> dict:

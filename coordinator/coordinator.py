@@ -13,6 +13,8 @@ or a runner's proxy to one). No JAX here.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 import threading
 import time
@@ -26,8 +28,10 @@ from coordinator.history import DB_NAME, LeagueHistory
 from coordinator.param_store import ParamStore
 from league import meta
 from league.league import League
-from league.payoff import OUTCOMES
+from league.matchmaking import Match
 from league.players import HISTORICAL, MAIN_AGENT, LeagueConfig, initial_snapshot_id
+from league.results import GameResult
+from league.results import check as check_results
 from league.rules import AddSnapshot, ResetAgent
 
 
@@ -37,10 +41,28 @@ class CoordinatorConfig:
     meta_game_every_seconds: float = 10.0
     # Checkpoint the league state (besides after every snapshot or reset) this often.
     checkpoint_every_seconds: float = 30.0
+    # The control loop (`Coordinator.run`): snapshot and reset decisions this often, and the
+    # learners' metrics into league.db and TensorBoard this often.
+    poll_every_seconds: float = 0.5
+    metrics_every_seconds: float = 10.0
 
 
 EXACT_GAMES = 32.0
 """The weight, in games, of an exact payoff in the Elo fit."""
+
+
+def per_learner_summary(metrics: Mapping) -> dict:
+    """The learner scalars kept in league.db: per-head figures (one per unit and head on SMAX)
+    are averaged over heads; TensorBoard keeps every one."""
+    summary, per_head = {}, {}
+    for name, value in metrics.items():
+        prefix, _, head = name.partition("/")
+        if head and prefix != "loss":
+            per_head.setdefault(prefix, []).append(value)
+        else:
+            summary[name] = value
+    summary.update({f"{prefix}_mean_over_heads": float(sum(v) / len(v)) for prefix, v in per_head.items()})
+    return summary
 
 
 def initial_player_id(agent_id: str) -> str:
@@ -54,15 +76,15 @@ at most this many games per outcome, in the order win, draw, loss, repeated. The
 take every game."""
 
 
-def _trueskill_games(row: Mapping) -> list[tuple[str, str, str]]:
+def _trueskill_games(home: str, away: str, wins: int, draws: int, losses: int) -> list[tuple[str, str, str]]:
     """The games of a counted batch that TrueSkill sees (`TRUESKILL_GAMES_PER_COUNT`)."""
-    left = {o: min(int(row[k]), TRUESKILL_GAMES_PER_COUNT)
-            for o, k in (("win", "wins"), ("draw", "draws"), ("loss", "losses"))}
+    left = {o: min(int(n), TRUESKILL_GAMES_PER_COUNT)
+            for o, n in (("win", wins), ("draw", draws), ("loss", losses))}
     games = []
     while any(left.values()):
         for outcome in ("win", "draw", "loss"):
             if left[outcome]:
-                games.append((row["home"], row["away"], outcome))
+                games.append((home, away, outcome))
                 left[outcome] -= 1
     return games
 
@@ -121,7 +143,8 @@ class Coordinator:
             self._catch_up()
         self._trueskill = meta.trueskill_ratings(
             [(g["home"], g["away"], g["outcome"]) for g in self.history.games()]
-            + [game for row in self.history.game_counts() for game in _trueskill_games(row)],
+            + [game for r in self.history.game_counts()
+               for game in _trueskill_games(r["home"], r["away"], r["wins"], r["draws"], r["losses"])],
             list(self.league.players))
         # TrueSkill is sequential in the games: reports queue them, the meta-game publisher
         # replays them, so the ~0.2 ms per game is not spent while actors wait on the lock.
@@ -131,6 +154,12 @@ class Coordinator:
         self._last_checkpoint = clock()
         self._started = clock()
         self._games_since_start = 0
+        self.run_dir = run_dir
+        self._stop = threading.Event()
+        self._events: list[dict] = []
+        self._learner_metrics: dict[str, dict] = {}
+        self._updates_seen: dict[str, tuple[float, float]] = {}
+        self._tensorboard = None
 
     # -- resuming --------------------------------------------------------------
 
@@ -191,49 +220,43 @@ class Coordinator:
         if self.league.config.initial_snapshots and player.role == MAIN_AGENT:
             self.params.save(initial_snapshot_id(agent_id), params, version)
 
-    def request_match(self, agent_id: str) -> dict:
-        """The opponent for `agent_id`'s next games, where its parameters live, and why."""
+    def request_match(self, agent_id: str) -> Match:
+        """The opponent for `agent_id`'s next games (`league.matchmaking.Match`), the races
+        they are played in, where the opponent's parameters live, and why."""
         with self._lock:
             match = self.league.get_match(agent_id)
             home, away = self.league.players[agent_id], self.league.players[match.opponent_id]
-        return {
-            "agent_id": agent_id,
-            "opponent_id": away.player_id,
-            "branch": match.branch,
-            "home_race": home.race,
-            "away_race": away.race,
-            # A learning opponent plays its learner's current parameters; a frozen one is
-            # loaded from the parameter store by player id.
-            "opponent_params": "learner" if away.is_learning else "store",
-        }
+        # A learning opponent plays its learner's current parameters; a frozen one is loaded
+        # from the parameter store by player id.
+        return dataclasses.replace(match, home_race=home.race, away_race=away.race,
+                                   opponent_params="learner" if away.is_learning else "store")
 
-    def report_results(self, results: Sequence[Mapping]) -> int:
-        """Game results from actors and evaluators: {"home", "away", "outcome", optional
-        "score" (what the game paid home, e.g. chips), ...}. A malformed batch is refused whole."""
+    def report(self, results: Sequence[GameResult | Mapping]) -> int:
+        """Game results (`league.results.GameResult`: one game, or a count of games against one
+        opponent in the same races, e.g. a device learner's chunk; the dict form is read too)
+        from actors, evaluators and device learners. Checked once (`league.results.check`): a
+        malformed batch is refused whole. league.db keeps one row per record (`games` for one
+        game, `game_counts` for a count); the payoff and Elo see every game, TrueSkill at most
+        `TRUESKILL_GAMES_PER_COUNT` per outcome of a count. Returns the number of games."""
+        results = [r if isinstance(r, GameResult) else GameResult.from_dict(r) for r in results]
         with self._lock:
+            check_results(results, self.league.players)
+            total = 0
             for r in results:
-                for key in ("home", "away"):
-                    self.league.player(r[key])
-                if r["outcome"] not in OUTCOMES:
-                    raise ValueError(f"unknown outcome {r['outcome']!r}; allowed: {', '.join(OUTCOMES)}")
-                for key in ("home", "away"):
-                    played, race = r.get(f"{key}_race"), self.league.players[r[key]].race
-                    if played is not None and played != race:
-                        raise ValueError(f"game {r['home']} vs {r['away']} was played with {key} race "
-                                         f"{played!r}, but {r[key]} is a {race} player; the actor or "
-                                         "evaluator reset the game in the wrong races; nothing of this "
-                                         "batch was recorded")
-                score = r.get("score")
-                if score is not None and not np.isfinite(float(score)):
-                    raise ValueError(f"game {r['home']} vs {r['away']} reported score {score}; the game "
-                                     "returned a non-finite payoff (check the game or reward plug-in); "
-                                     "nothing of this batch was recorded")
-            for r in results:
-                self.league.record_result(r["home"], r["away"], r["outcome"], r.get("score"))
-                self._trueskill_pending.append((r["home"], r["away"], r["outcome"]))
-            self.history.add_games(results)
-            self._games_since_start += len(results)
-        return len(results)
+                if r.games == 1:
+                    self.league.record_result(r.home, r.away, r.outcome, r.score)
+                    self._trueskill_pending.append((r.home, r.away, r.outcome))
+                else:
+                    self.league.record_counts(r.home, r.away, r.wins, r.draws, r.losses, r.score)
+                    self._trueskill_pending.extend(_trueskill_games(r.home, r.away, r.wins, r.draws, r.losses))
+                total += r.games
+            self.history.add_results(results)
+            self._games_since_start += total
+        return total
+
+    # The names of `report` before game results had one record (issue 30).
+    report_results = report
+    report_counts = report
 
     def match_distribution(self, agent_id: str) -> dict:
         """The exact distribution of `agent_id`'s next opponents (`League.match_distribution`:
@@ -249,40 +272,6 @@ class Coordinator:
                     "branches": list(dist.branches),
                     "races": {o: players[o].race for o in dist.opponents},
                     "learning": sorted({o for o in dist.opponents if players[o].is_learning})}
-
-    def report_counts(self, rows: Sequence[Mapping]) -> int:
-        """Batches of games played at once (a device learner's chunk): {"home", "away", "wins",
-        "draws", "losses", optional "score" and "length" (sums over the games), "branch",
-        "home_race", "away_race", "source", "actor_id"}; one `game_counts` row each, and the
-        payoff (`League.record_counts`) and ratings as if each game had been reported. A
-        malformed batch is refused whole. Returns the number of games."""
-        with self._lock:
-            for r in rows:
-                for key in ("home", "away"):
-                    self.league.player(r[key])
-                counts = [r[k] for k in ("wins", "draws", "losses")]
-                if any(int(c) != c or c < 0 for c in counts):
-                    raise ValueError(f"games {r['home']} vs {r['away']}: counts must be integers >= 0, "
-                                     f"got {counts}; nothing of this batch was recorded")
-                for key in ("home", "away"):
-                    played, race = r.get(f"{key}_race"), self.league.players[r[key]].race
-                    if played is not None and played != race:
-                        raise ValueError(f"games {r['home']} vs {r['away']} were played with {key} race "
-                                         f"{played!r}, but {r[key]} is a {race} player; nothing of this "
-                                         "batch was recorded")
-                score = r.get("score")
-                if score is not None and not np.isfinite(float(score)):
-                    raise ValueError(f"games {r['home']} vs {r['away']} reported score {score}; the game "
-                                     "returned a non-finite payoff; nothing of this batch was recorded")
-            total = 0
-            for r in rows:
-                self.league.record_counts(r["home"], r["away"], r["wins"], r["draws"], r["losses"],
-                                          r.get("score"))
-                self._trueskill_pending.extend(_trueskill_games(r))
-                total += int(r["wins"]) + int(r["draws"]) + int(r["losses"])
-            self.history.add_game_counts(rows)
-            self._games_since_start += total
-        return total
 
     def poll(self) -> list[dict]:
         """Asks every learner for its steps and carries out the league's snapshot/reset decisions."""
@@ -455,6 +444,86 @@ class Coordinator:
                 "main_win_rate_vs_league": vs_league,
             }
 
+    # -- the control loop: a node of the program ---------------------------------
+
+    def run(self) -> None:
+        """The league's control loop (issue 30: part of the program, `--print_program` shows
+        it; launchers only run it): every `poll_every_seconds` the snapshot and reset decisions
+        (`poll`, which also keeps the meta-game and checkpoint cadence), every
+        `metrics_every_seconds` the learners' metrics into league.db and TensorBoard
+        (`record_learners`); until `stop()`. The driver reads what happened with `take_events`
+        and `learner_metrics`."""
+        self._stop.clear()
+        last_metrics = -math.inf
+        while not self._stop.wait(self.config.poll_every_seconds):
+            events = self.poll()
+            if events:
+                with self._lock:
+                    self._events.extend(events)
+            if time.monotonic() - last_metrics >= self.config.metrics_every_seconds:
+                last_metrics = time.monotonic()
+                self.record_learners()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def take_events(self) -> list[dict]:
+        """The snapshots and resets the control loop carried out since the last call."""
+        with self._lock:
+            events, self._events = self._events, []
+        return events
+
+    def learner_metrics(self) -> dict[str, dict]:
+        """Each learner's latest metrics (`record_learners`), with `updates_per_second`."""
+        with self._lock:
+            return {a: dict(m) for a, m in self._learner_metrics.items()}
+
+    def record_learners(self) -> dict[str, dict]:
+        """Every learner's metrics (one `metrics()` call per learner group), `updates_per_second`
+        from successive readings, recorded in league.db (`per_learner_summary`) and TensorBoard
+        (`<run_dir>/tensorboard`); kept for `learner_metrics`. Returns them."""
+        with self._lock:
+            learners = dict(self._learners)
+        metrics, of_group = {}, {}
+        for agent, handle in learners.items():
+            group = getattr(handle, "group", None)
+            if group is None:
+                metrics[agent] = dict(handle.metrics())
+                continue
+            if id(group) not in of_group:
+                of_group[id(group)] = group.metrics()
+            metrics[agent] = dict(of_group[id(group)].get(agent, {}))
+        now = time.time()
+        for agent, m in metrics.items():
+            updates = m.get("updates_dispatched", 0.0)
+            if agent in self._updates_seen:
+                t0, u0 = self._updates_seen[agent]
+                m["updates_per_second"] = (updates - u0) / max(now - t0, 1e-9)
+            self._updates_seen[agent] = (now, updates)
+            self.history.add_learner_metrics(agent, per_learner_summary(m), self._clock())
+        self._write_tensorboard(metrics, int(now - self._started))
+        with self._lock:
+            self._learner_metrics = metrics
+        return metrics
+
+    def _write_tensorboard(self, metrics: dict, step: int) -> None:
+        try:
+            if self._tensorboard is None:
+                from tensorboardX import SummaryWriter
+
+                self._tensorboard = SummaryWriter(os.path.join(self.run_dir, "tensorboard"))
+            for agent, values in metrics.items():
+                for name, value in values.items():
+                    if isinstance(value, int | float) and math.isfinite(value):
+                        self._tensorboard.add_scalar(f"{agent}/{name}", value, int(values.get("steps", step)))
+            self._tensorboard.flush()
+        except Exception as e:  # TensorBoard is a convenience; never stop a league for it
+            print(f"warning: TensorBoard writing failed: {e}", flush=True)
+
     def close(self) -> None:
+        self._stop.set()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
         self.checkpoint()
         self.history.close()

@@ -204,6 +204,17 @@ class LeagueHistory:
             ],
         )
 
+    def add_results(self, results: Iterable) -> None:
+        """`league.results.GameResult`s: one `games` row for each single game, one
+        `game_counts` row for each count of several."""
+        results = list(results)
+        single = [dict(r.as_dict(), outcome=r.outcome) for r in results if r.games == 1]
+        counted = [r.as_dict() for r in results if r.games != 1]
+        if single:
+            self.add_games(single)
+        if counted:
+            self.add_game_counts(counted)
+
     def add_game_counts(self, rows: Iterable[Mapping]) -> None:
         """Batches of games (`game_counts`): {"home", "away", "wins", "draws", "losses",
         optional "score" and "length" (sums), "branch", "source", "actor_id", races}."""

@@ -34,6 +34,7 @@ from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.history import DB_NAME
 from league.meta import nash_distribution
 from league.players import MAIN_AGENT, LeagueConfig, SnapshotConfig
+from league.results import GameResult
 
 MATCHMAKERS = ("self_play", "fsp", "pfsp", "pfsp_sp", "league")
 
@@ -189,12 +190,12 @@ def run(config: MatrixLeagueConfig, report=None, run_dir: str | None = None) -> 
     for it in range(iterations):
         for agent in agents:
             match = coordinator.request_match(agent)
-            opponent = match["opponent_id"]
+            opponent = match.opponent_id
             mine, theirs = strategy_of(agent), strategy_of(opponent)
             win_p = 0.5 * (1.0 + space.payoff(mine, theirs))
-            coordinator.report_results([
-                {"home": agent, "away": opponent, "outcome": "win" if won else "loss",
-                 "length": 1, "branch": match["branch"], "actor_id": "matrix"}
+            coordinator.report([
+                GameResult.one(agent, opponent, "win" if won else "loss", length=1,
+                               branch=match.branch, actor_id="matrix")
                 for won in rng.random(config.games_per_match) < win_p
             ])
             learner = learners[agent]

@@ -38,6 +38,7 @@ from experiments.build import (
     make_network,
 )
 from experiments.config import POKER_GAMES, RACES, RunConfig
+from league.results import GameResult
 
 
 class ParamsSource:
@@ -299,18 +300,18 @@ class DeviceLearnerGroup(_Learners):
         """One chunk of the agent (see the class docstring); returns the games reported."""
         opponents, races, slots, dist = self.draw_opponents(agent_id)
         results = self.learners[agent_id].play_and_learn(opponents, races)
-        rows: dict[tuple[str, str], dict] = {}
+        rows: dict[tuple[str, str], GameResult] = {}
         for m, (opp, branch) in enumerate(slots):
-            row = rows.setdefault((opp, branch), {
-                "home": agent_id, "away": opp, "branch": branch, "wins": 0, "draws": 0, "losses": 0,
-                "score": 0.0, "length": 0, "source": "device", "actor_id": self.name,
+            row = rows.get((opp, branch)) or GameResult(
+                agent_id, opp, score=0.0, length=0, branch=branch, source="device", actor_id=self.name,
                 **({"home_race": dist["home_race"], "away_race": dist["races"][opp]}
-                   if self.config.game == "smax_races" else {})})
-            for key in ("wins", "draws", "losses", "length"):
-                row[key] += int(getattr(results, key)[m])
-            row["score"] += float(results.score[m])
-        rows = [r for r in rows.values() if r["wins"] + r["draws"] + r["losses"]]
-        games = self._coordinator.report_counts(rows) if rows else 0
+                   if self.config.game == "smax_races" else {}))
+            rows[(opp, branch)] = dataclasses.replace(
+                row, **{k: getattr(row, k) + int(getattr(results, k)[m])
+                        for k in ("wins", "draws", "losses", "length")},
+                score=row.score + float(results.score[m]))
+        rows = [r for r in rows.values() if r.games]
+        games = self._coordinator.report(rows) if rows else 0
         self.games += games
         return games
 
@@ -530,14 +531,14 @@ class EvaluatorNode:
                                  * self.config.evaluator.games for m in padded], jnp.int32)
         key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), self.games)
         results = jax.device_get(self._device[1](stacked("home"), stacked("away"), key, races))
-        rows = [{"home": m["home"], "away": m["away"], "wins": int(results.wins[i]),
-                 "draws": int(results.draws[i]), "losses": int(results.losses[i]),
-                 "score": float(results.score[i]), "length": int(results.length[i]),
-                 "branch": "evaluation", "source": "evaluator", "actor_id": self.evaluator_id,
-                 **({"home_race": m["home_race"], "away_race": m["away_race"]}
-                    if self.config.game == "smax_races" else {})}
+        rows = [GameResult(m["home"], m["away"], wins=int(results.wins[i]),
+                           draws=int(results.draws[i]), losses=int(results.losses[i]),
+                           score=float(results.score[i]), length=int(results.length[i]),
+                           branch="evaluation", source="evaluator", actor_id=self.evaluator_id,
+                           **({"home_race": m["home_race"], "away_race": m["away_race"]}
+                              if self.config.game == "smax_races" else {}))
                 for i, m in enumerate(pairs)]
-        games = self._coordinator.report_counts(rows)
+        games = self._coordinator.report([r for r in rows if r.games])
         self.games += games
         return games
 
@@ -553,9 +554,7 @@ class EvaluatorNode:
         m = matches[0]
         results = self._evaluator.evaluate(m["home"], m["away"], self.config.evaluator.games,
                                            races=(m["home_race"], m["away_race"]))
-        for r in results:
-            r["source"] = "evaluator"
-        self._coordinator.report_results(results)
+        self._coordinator.report(results)
         self.games += len(results)
         return len(results)
 

@@ -125,7 +125,13 @@ def _describe(node: Node) -> str:
             return (f"{k['config'].evaluator.games} games per pair, "
                     f"{k['config'].device.evaluation_pairs} pairs at once on the device")
         return f"{k['config'].evaluator.games} games per pair"
-    return "league, history, params"
+    if node.cls is Coordinator:
+        c = k["config"]
+        return (f"league, history, params; its control loop: snapshots and resets every "
+                f"{c.poll_every_seconds:g} s, meta-game every {c.meta_game_every_seconds:g} s, "
+                f"checkpoint every {c.checkpoint_every_seconds:g} s, learner metrics every "
+                f"{c.metrics_every_seconds:g} s")
+    return ""
 
 
 def resolve(value, handles: Mapping[str, Any]):
@@ -237,8 +243,8 @@ def _coordinator_node(config: RunConfig) -> Node:
     return Node("coordinator", Coordinator, dict(
         league_config=config.league, run_dir=config.run_dir, seed=config.seed,
         config=CoordinatorConfig(meta_game_every_seconds=config.meta_game_every_seconds,
-                                 checkpoint_every_seconds=config.checkpoint_every_seconds)),
-        runs=False)
+                                 checkpoint_every_seconds=config.checkpoint_every_seconds,
+                                 metrics_every_seconds=config.progress_every_seconds)))
 
 
 def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:

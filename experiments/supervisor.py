@@ -1,13 +1,12 @@
 """The driver's loop that every launcher hands a running program to (experiments/launchers.py,
-experiments/launchpad_launcher.py): `supervise` polls the coordinator (snapshots, resets), records
-learner metrics, prints progress, stops on --minutes / --learner_steps / Ctrl-C, then stops and
-closes every node in reverse order, each step even if an earlier one failed, so checkpoints get
-written."""
+experiments/launchpad_launcher.py): `supervise` prints what the league's control loop did (the
+coordinator's own loop, a node of the program: snapshots, resets, meta-game, checkpoints,
+learner metrics), checks the nodes, prints progress, stops on --minutes / --learner_steps /
+Ctrl-C, then stops and closes every node in reverse order, each step even if an earlier one
+failed, so checkpoints get written."""
 
 from __future__ import annotations
 
-import math
-import os
 import signal
 import sys
 import threading
@@ -19,52 +18,23 @@ from experiments.program import Program
 
 
 class Supervisor:
-    """The driver's loop: poll, record, print, stop."""
+    """The driver's loop: print what the program's control loop (`Coordinator.run`) did, check
+    the nodes, print progress, stop."""
 
-    def __init__(self, config: RunConfig, coordinator, learner_groups: list, out=sys.stdout,
+    def __init__(self, config: RunConfig, coordinator, out=sys.stdout,
                  stop_event: threading.Event | None = None, note: Callable[[], str] | None = None):
         self.config, self.coordinator, self.out = config, coordinator, out
         self.note = note  # more for the progress line (Ray: hosts and node processes lost)
-        self.learner_groups = learner_groups
         self.stop_event = stop_event or threading.Event()
         self.events: list[dict] = []
         self.started = time.time()
         self.restarts = 0
-        self._tensorboard = None
-        self._previous: dict[str, tuple[float, float]] = {}
 
-    def learner_metrics(self) -> dict:
-        """Learner metrics per agent (every group), with updates/s from successive readings."""
-        metrics = {a: m for group in self.learner_groups for a, m in group.metrics().items()}
-        now = time.time()
-        for agent, m in metrics.items():
-            updates = m.get("updates_dispatched", 0.0)
-            if agent in self._previous:
-                t0, u0 = self._previous[agent]
-                m["updates_per_second"] = (updates - u0) / max(now - t0, 1e-9)
-            self._previous[agent] = (now, updates)
-        return metrics
-
-    def _write_tensorboard(self, metrics: dict, step: int) -> None:
-        try:
-            if self._tensorboard is None:
-                from tensorboardX import SummaryWriter
-
-                self._tensorboard = SummaryWriter(os.path.join(self.config.run_dir, "tensorboard"))
-            for agent, values in metrics.items():
-                for name, value in values.items():
-                    if isinstance(value, int | float) and math.isfinite(value):
-                        self._tensorboard.add_scalar(f"{agent}/{name}", value, int(values.get("steps", step)))
-            self._tensorboard.flush()
-        except Exception as e:  # TensorBoard is a convenience; never stop a league for it
-            print(f"warning: TensorBoard writing failed: {e}", file=self.out)
-
-    def report(self) -> dict:
+    def report(self, fresh: bool = False) -> dict:
+        """Prints the progress line from the coordinator's summary and the learners' metrics
+        its control loop last recorded (`fresh`: read them now)."""
         elapsed = time.time() - self.started
-        metrics = self.learner_metrics()
-        for agent, values in metrics.items():
-            self.coordinator.record_learner_metrics(agent, per_learner_summary(values))
-        self._write_tensorboard(metrics, int(elapsed))
+        metrics = self.coordinator.record_learners() if fresh else self.coordinator.learner_metrics()
         summary = self.coordinator.summary()
         updates = sum(m.get("updates_per_second", 0.0) for m in metrics.values())
         vs = "  ".join(f"{a.split('_main_agent')[0]} {w:.2f}" for a, w in summary["main_win_rate_vs_league"].items())
@@ -90,7 +60,7 @@ class Supervisor:
     def loop(self, check_nodes: Callable[[], None] = lambda: None) -> str:
         last_report, metrics = 0.0, None
         while True:
-            for event in self.coordinator.poll():
+            for event in self.coordinator.take_events():
                 self.events.append(event)
                 what = (f"{event['agent_id']} -> {event['player_id']} ({event['reason']})"
                         if event["kind"] == "snapshot" else event["agent_id"])
@@ -103,31 +73,12 @@ class Supervisor:
                 return reason
             self.stop_event.wait(0.5)
 
-    def close(self) -> None:
-        if self._tensorboard is not None:
-            self._tensorboard.close()
-
-
-def per_learner_summary(metrics: dict) -> dict:
-    """The learner scalars kept in league.db: per-head figures (one per unit and head on SMAX)
-    are averaged over heads; TensorBoard keeps every one."""
-    summary, per_head = {}, {}
-    for name, value in metrics.items():
-        prefix, _, head = name.partition("/")
-        if head and prefix != "loss":
-            per_head.setdefault(prefix, []).append(value)
-        else:
-            summary[name] = value
-    summary.update({f"{prefix}_mean_over_heads": float(sum(v) / len(v)) for prefix, v in per_head.items()})
-    return summary
-
 
 def supervise(program: Program, handles: dict, out, stop_event, on_launch, check_nodes,
                stop_node, close_node, note: Callable[[], str] | None = None) -> Supervisor:
     """What both launchers share once the nodes run: the loop, then an orderly shutdown."""
     config = program.config
-    supervisor = Supervisor(config, handles["coordinator"],
-                            [handles[n] for n in program.learner_groups()], out, stop_event, note)
+    supervisor = Supervisor(config, handles["coordinator"], out, stop_event, note)
     previous = _install_sigint(supervisor.stop_event) if stop_event is None else None
     if config.dashboard_port >= 0:
         from experiments.dashboard import serve
@@ -138,7 +89,7 @@ def supervise(program: Program, handles: dict, out, stop_event, on_launch, check
     try:
         reason = supervisor.loop(lambda: check_nodes(supervisor))
         print(f"finishing: {reason}", file=out, flush=True)
-        supervisor.report()
+        supervisor.report(fresh=True)
     finally:
         steps = [(f"stopping {n.name}", lambda n=n: stop_node(n)) for n in reversed(program.nodes) if n.runs]
         steps += [(f"closing {n.name}", lambda n=n: close_node(n)) for n in reversed(program.nodes)
@@ -148,7 +99,6 @@ def supervise(program: Program, handles: dict, out, stop_event, on_launch, check
                 step()
             except Exception as e:
                 print(f"warning: {what} failed ({type(e).__name__}: {e})", file=out, flush=True)
-        supervisor.close()
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     print(f"checkpoints written to {config.run_dir}; rerun the same command to resume", file=out, flush=True)

@@ -58,11 +58,27 @@ class League(Protocol):
 
 @dataclass(frozen=True)
 class Match:
-    """The opponent picked for `agent_id`, and the matchmaking branch that picked it."""
+    """The opponent picked for `agent_id` and the matchmaking branch that picked it (the one
+    match record: `League.get_match` makes it, `Coordinator.request_match` adds the races the
+    games are played in and where the opponent's parameters live: "learner", its learner's
+    current ones, or "store", a frozen player's; actors and evaluators play it)."""
 
     agent_id: str
     opponent_id: str
     branch: str
+    home_race: str | None = None
+    away_race: str | None = None
+    opponent_params: str = "store"
+
+    @classmethod
+    def of(cls, match, agent_id: str = "") -> Match:
+        """A `Match`, or one from its dict form ({"opponent_id", "branch", ...})."""
+        if isinstance(match, cls):
+            return match
+        fields = dict(match)
+        fields.setdefault("agent_id", agent_id)
+        fields.setdefault("branch", "")
+        return cls(**fields)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ import math
 import numbers
 from collections.abc import Mapping, Sequence
 
-OUTCOMES = ("win", "draw", "loss")
+from league.payoff import OUTCOMES
+
 OUTCOME_OF_SIGN = {1: "win", 0: "draw", -1: "loss"}
 
 

@@ -75,7 +75,7 @@ def _compiled(network, config: LearnerConfig, rollout, num_updates: int, optimiz
            rollout.key, num_updates)
     with _COMPILED_LOCK:
         if key not in _COMPILED:
-            update = make_update_fn(network, config, optimizer, time_major_input=True)
+            update = make_update_fn(network, config, optimizer)
             _COMPILED[key] = (jax.jit(rollout.start),
                               jax.jit(make_chunk_fn(update, rollout, num_updates)))
         return _COMPILED[key]

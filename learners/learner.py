@@ -55,7 +55,7 @@ class Learner:
     (e.g. `agents.networks.ReferenceNetwork`); `example_unroll` is one unbatched item
     (e.g. `agents.trajectory.zeros_unroll`) that fixes the structure of a batch.
 
-    Where batches come from: `batches`, any iterator of batch-major batches [B, T, ...] (one
+    Where batches come from: `batches`, any iterator of time-major batches [T, B, ...] (one
     with `get(timeout)` may return None when none came in time), or `reverb_address`: the
     learner's Reverb table (`learners.replay.ReplayBatches`, made on the first `update`)."""
 
@@ -146,7 +146,7 @@ class Learner:
         return num_updates
 
     def learn_from_batch(self, batch: Unroll) -> None:
-        """One update on a batch-major batch [B, T, ...] given directly (no Reverb)."""
+        """One update on a time-major batch [T, B, ...] given directly (no Reverb)."""
         self._apply(jax.device_put(batch, self._batch_sharding))
 
     def version(self) -> int:

@@ -12,10 +12,9 @@ import time
 from typing import Any
 
 import jax
-import numpy as np
 import reverb
 
-from agents.trajectory import Unroll, unflatten_like
+from agents.trajectory import Unroll, stack_unrolls, time_major, unflatten_like
 from learners.config import LearnerConfig, ReplayConfig
 
 PyTree = Any
@@ -41,7 +40,7 @@ def make_table(replay: ReplayConfig, signature: Any, batch_size: int) -> reverb.
 
 
 class ReplayBatches:
-    """An iterator of batches [B, T] from a learner's Reverb table: a background thread samples
+    """An iterator of time-major batches [T, B] from a learner's Reverb table: a background thread samples
     them, puts them on the devices (`sharding`) and keeps up to `config.prefetch_batches` ready,
     so the update does not wait on I/O when data is there. `get(timeout)`: the next batch, or
     None after `timeout` seconds without one; `metrics(consumed)`: the table's inserts and the
@@ -58,8 +57,7 @@ class ReplayBatches:
         self._thread = threading.Thread(target=self._run, name="learner-prefetch", daemon=True)
         self._thread.start()
 
-    def _put(self, leaves):
-        batch = unflatten_like(self._example, leaves)
+    def _put(self, batch: Unroll):
         batch = jax.device_put(batch, self._sharding)
         while not self._stop.is_set():
             try:
@@ -90,7 +88,8 @@ class ReplayBatches:
                 num_workers_per_iterator=workers, rate_limiter_timeout_ms=500)
             ds = ds.batch(cfg.batch_size, drop_remainder=True).prefetch(1)
             for sample in ds.as_numpy_iterator():   # ends after a rate-limiter timeout
-                self._put(tf.nest.flatten(sample.data))
+                # tf.data batches items batch-major: the one turn into the batches' layout
+                self._put(time_major(unflatten_like(self._example, tf.nest.flatten(sample.data))))
                 if self._stop.is_set():
                     return
 
@@ -99,8 +98,8 @@ class ReplayBatches:
         client = reverb.Client(self._address)
         samples = client.sample(cfg.replay.table, num_samples=2 ** 62, emit_timesteps=False)
         while not self._stop.is_set():
-            items = [next(samples).data for _ in range(cfg.batch_size)]
-            self._put([np.stack(column) for column in zip(*items)])
+            items = [unflatten_like(self._example, next(samples).data) for _ in range(cfg.batch_size)]
+            self._put(stack_unrolls(items))
 
     def get(self, timeout: float | None):
         deadline = None if timeout is None else time.monotonic() + timeout

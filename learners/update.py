@@ -17,18 +17,22 @@ import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from agents import network_key
-from agents.trajectory import Unroll, time_major
+from agents.trajectory import Unroll
 from learners import losses
 from learners.config import LearnerConfig, ReplayConfig
 
 PyTree = Any
 
 
-def shardings(devices) -> tuple[NamedSharding, NamedSharding]:
+def shardings(devices) -> tuple[NamedSharding, Unroll]:
     """(replicated, batch-split) shardings over `devices`: data parallel, parameters replicated
-    and the batch axis split (XLA averages the gradients: the loss is a mean over the batch)."""
+    and the batch axis split (XLA averages the gradients: the loss is a mean over the batch).
+    The batch's is a prefix of a time-major `Unroll`: steps [T, B, ...] split on axis 1, the
+    core state [B, ...] on axis 0."""
     mesh = Mesh(np.array(list(devices)), ("batch",))
-    return NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("batch"))
+    return NamedSharding(mesh, PartitionSpec()), Unroll(
+        steps=NamedSharding(mesh, PartitionSpec(None, "batch")),
+        core_state=NamedSharding(mesh, PartitionSpec("batch")))
 
 
 class TrainingState(NamedTuple):
@@ -58,10 +62,9 @@ def _all_finite(tree: PyTree) -> jax.Array:
     return jnp.all(jnp.isfinite(jnp.concatenate(leaves))) if leaves else jnp.asarray(True)
 
 
-def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation,
-                   time_major_input: bool = False):
-    """The pure update: (state, batch-major batch [B, T], teacher params or None) -> (state, metrics);
-    with `time_major_input`, the batch is time-major [T, B] (the device path's rollout).
+def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation):
+    """The pure update: (state, time-major batch [T, B] (`agents.trajectory`), teacher params or
+    None) -> (state, metrics).
 
     With a teacher, each unroll's core state is the pair (policy's, teacher's) that the actor
     stored (`actors.actor.example_unroll(..., teacher=True)`).
@@ -107,7 +110,7 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
             learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
             teacher_logits, losses.entropy_schedule(config.loss, version), pseudo)
 
-    def update_time_major(state: TrainingState, unroll: Unroll, teacher_params):
+    def update(state: TrainingState, unroll: Unroll, teacher_params):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, unroll, teacher_params, state.version)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -125,12 +128,6 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
             version=state.version + finite.astype(jnp.int32),
             num_skipped=state.num_skipped + (~finite).astype(jnp.int32))
         return new_state, metrics
-
-    if time_major_input:
-        return update_time_major
-
-    def update(state: TrainingState, batch: Unroll, teacher_params):
-        return update_time_major(state, time_major(batch), teacher_params)
 
     return update
 

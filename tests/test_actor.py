@@ -215,10 +215,10 @@ def test_every_finished_game_is_reported_once_and_matches_change(smax):
     assert played >= 4 * B
     assert len(source.results) == checked.dones == metrics["episodes"] == played
     assert checked.checked > 0
-    assert {r["home"] for r in source.results} == {"agent"}
-    assert {r["away"] for r in source.results} == {"frozen"}
-    assert {r["outcome"] for r in source.results} <= {"win", "draw", "loss"}
-    assert all(2 <= r["length"] <= 11 for r in source.results)  # strategy step + battle
+    assert {r.home for r in source.results} == {"agent"}
+    assert {r.away for r in source.results} == {"frozen"}
+    assert {r.outcome for r in source.results} <= {"win", "draw", "loss"}
+    assert all(2 <= r.length <= 11 for r in source.results)  # strategy step + battle
     assert metrics["matches"] == source.requests >= 2
     assert checked.resets[:2] == [("terran", "zerg"), ("protoss", "terran")]
 
@@ -301,7 +301,7 @@ def test_actor_on_an_openspiel_pool_with_the_reference_network():
     done = sum(int(np.sum(i.steps.discount[1 if k >= 16 else 0:] == 0))
                for k, i in enumerate(items))
     assert done == len(source.results) > 0
-    assert all(r["length"] in (2, 3) for r in source.results)  # Kuhn: 2 or 3 moves
+    assert all(r.length in (2, 3) for r in source.results)  # Kuhn: 2 or 3 moves
 
 
 def test_teacher_follows_the_stream_with_its_own_state(smax):

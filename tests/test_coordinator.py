@@ -29,9 +29,9 @@ def make(run_dir, races=("terran", "zerg"), initial_snapshots=False):
 def test_request_match_names_opponent_races_and_where_params_live(tmp_path):
     coordinator, _ = make(tmp_path)
     match = coordinator.request_match("terran_main_exploiter_0")
-    assert match["opponent_id"] in ("terran_main_agent_0", "zerg_main_agent_0")
-    assert match["home_race"] == "terran" and match["away_race"] == match["opponent_id"].split("_")[0]
-    assert match["opponent_params"] == "learner" and match["branch"] == "main_agent"
+    assert match.opponent_id in ("terran_main_agent_0", "zerg_main_agent_0")
+    assert match.home_race == "terran" and match.away_race == match.opponent_id.split("_")[0]
+    assert match.opponent_params == "learner" and match.branch == "main_agent"
     with pytest.raises(ValueError, match="unknown player id 'nobody'"):
         coordinator.request_match("nobody")
 
@@ -136,7 +136,7 @@ def test_initial_copies_of_main_agents_are_stored_recorded_and_played(tmp_path):
     assert [(e["kind"], e["player_id"], e["reason"]) for e in coordinator.history.events()] == [
         ("snapshot", frozen, "initial")]
     exploiter = coordinator.request_match("terran_league_exploiter_0")
-    assert exploiter["opponent_id"] == frozen and exploiter["opponent_params"] == "store"
+    assert exploiter.opponent_id == frozen and exploiter.opponent_params == "store"
     coordinator.close()
     resumed = Coordinator(coordinator.league.config, str(tmp_path), seed=3, config=NEVER)
     assert resumed.league.historical_ids() == [frozen]

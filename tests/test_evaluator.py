@@ -51,7 +51,7 @@ def test_rock_paper_scissors_outcomes_are_counted_and_reported():
     summary = summarize(results)
     assert summary["games"] == 37 == len(sink.results) == len(results)
     assert summary["wins"] == 37 and summary["win_rate"] == 1.0
-    assert {(r["home"], r["away"], r["outcome"], r["length"]) for r in sink.results} == {
+    assert {(r.home, r.away, r.outcome, r.length) for r in sink.results} == {
         ("paper", "rock", "win", 1)}
     mirror = summarize(evaluator.evaluate("rock", "rock", num_games=20))
     assert mirror["draws"] == 20
@@ -72,7 +72,7 @@ def test_smax_evaluation_plays_every_slot_its_quota():
     summary = summarize(results)
     assert summary["games"] == 10
     assert summary["wins"] + summary["draws"] + summary["losses"] == 10
-    assert all(2 <= r["length"] <= 9 for r in results)
+    assert all(2 <= r.length <= 9 for r in results)
     assert (np.asarray(game.races) == [[2, 1]]).all()
 
 

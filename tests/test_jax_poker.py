@@ -266,5 +266,5 @@ def test_make_batch_game_is_jax_and_the_actor_fuses_it(name, lengths):
         actor.close()
     assert actor._fused_fns  # the fused scan played
     assert len(matches.results) == actor.metrics()["episodes"] > 16
-    assert {r["length"] for r in matches.results} <= lengths
-    assert all(r["score"] != 0 or name == "leduc_poker" for r in matches.results)
+    assert {r.length for r in matches.results} <= lengths
+    assert all(r.score != 0 or name == "leduc_poker" for r in matches.results)

@@ -17,6 +17,7 @@ from agents.trajectory import (
     Unroll,
     reverb_signature,
     stack_unrolls,
+    time_major,
     write_unroll,
     zeros_unroll,
 )
@@ -430,7 +431,7 @@ def test_kl_teacher_is_unrolled_from_the_teachers_own_state():
     from learners.update import TrainingState
 
     state = TrainingState(student, optimizer.init(student), np.int32(0), np.int32(0))
-    _, metrics = update(state, batch, teacher)
+    _, metrics = update(state, time_major(batch), teacher)   # the update reads [T, B]
 
     def logits_stepwise(params, core):
         out = []
@@ -480,7 +481,7 @@ def test_a_ppo_run_optimises_the_clipped_objective():
     optimizer = make_optimizer(config)
     update = jax.jit(make_update_fn(net, config, optimizer))
     state = TrainingState(params, optimizer.init(params), np.int32(0), np.int32(0))
-    _, metrics = update(state, Unroll(steps, state0), None)
+    _, metrics = update(state, time_major(Unroll(steps, state0)), None)
 
     out, _ = net.unroll(params, np.swapaxes(obs, 0, 1), np.swapaxes(first, 0, 1), state0)
     logits = np.asarray(out.logits["action"], np.float64)           # [T, B, A]
@@ -528,7 +529,7 @@ def test_the_learner_anneals_the_entropy_weight_with_its_version():
     totals = {}
     for version in (0, 30):
         state = TrainingState(params, optimizer.init(params), np.int32(version), np.int32(0))
-        _, metrics = update(state, Unroll(steps, net.initial_state(B)), None)
+        _, metrics = update(state, time_major(Unroll(steps, net.initial_state(B))), None)
         totals[version] = metrics
     assert float(totals[0]["entropy_weight"]) == pytest.approx(0.1)
     assert float(totals[30]["entropy_weight"]) == pytest.approx(0.001)

@@ -95,10 +95,18 @@ def test_trajectory_helpers():
     core = jax.tree_util.tree_map(lambda x: np.asarray(x[0]), net.initial_state(1))
     example = trajectory.zeros_unroll(obs, obs, ["kind", "target"], core, 5)
     assert trajectory.validate_unroll(example, 5) == 5
-    batch = trajectory.stack_unrolls([example, example, example])
-    tm = trajectory.time_major(batch)
+    tm = trajectory.stack_unrolls([example, example, example])   # time-major
     assert tm.steps.reward.shape == (5, 3) and tm.steps.observation["extra"].shape == (5, 3, 2, 2)
-    assert tm.core_state.hidden.shape == (3, 12)
+    assert tm.core_state.hidden.shape == (3, 12) and trajectory.batch_size(tm) == 3
+    # tf.data's batch-major batches are turned into the same layout
+    batch_major = jax.tree_util.tree_map(lambda *xs: np.stack(xs), example, example, example)
+    assert batch_major.steps.reward.shape == (3, 5)
+    again = trajectory.time_major(batch_major)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, again, tm))
+    # one item back out, and two batches side by side
+    item = trajectory.take(tm, 1)
+    assert jax.tree_util.tree_all(jax.tree_util.tree_map(np.array_equal, item, example))
+    assert trajectory.batch_size(trajectory.concat(tm, tm)) == 6
     bad = example._replace(steps=example.steps._replace(reward=example.steps.reward.astype(np.float64)))
     with pytest.raises(ValueError, match="reward"):
         trajectory.validate_unroll(bad)
