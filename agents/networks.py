@@ -33,8 +33,6 @@ from typing import Any, NamedTuple
 import haiku as hk
 import jax
 import jax.numpy as jnp
-import numpy as np
-from flax import serialization
 
 Array = Any
 PyTree = Any
@@ -43,8 +41,6 @@ MASKED_LOGIT = -1e9
 """Logit given to illegal actions: exp() underflows to exactly 0 and 0 * logit stays finite."""
 
 MASK_KEY = "action_mask"
-PARAMS_FORMAT = 1
-"""Version of the byte format written by `params_to_bytes`."""
 
 
 class AgentOutput(NamedTuple):
@@ -223,18 +219,3 @@ def sample_actions(rng: Array, logits: dict[str, Array]) -> tuple[dict[str, Arra
     actions = {h: jax.random.categorical(k, x).astype(jnp.int32)
                for k, (h, x) in zip(keys, sorted(logits.items()))}
     return actions, log_probs(logits, actions)
-
-
-def params_to_bytes(params: PyTree, version: int) -> bytes:
-    """Serialises parameters and their version (msgpack via flax.serialization)."""
-    payload = {"format": PARAMS_FORMAT, "version": int(version),
-               "params": jax.tree_util.tree_map(np.asarray, params)}
-    return serialization.msgpack_serialize(payload)
-
-
-def params_from_bytes(data: bytes) -> tuple[int, PyTree]:
-    """Inverse of `params_to_bytes`: returns (version, params as nested dicts of numpy arrays)."""
-    payload = serialization.msgpack_restore(data)
-    if not isinstance(payload, dict) or payload.get("format") != PARAMS_FORMAT:
-        raise ValueError(f"not a parameter blob of format {PARAMS_FORMAT}")
-    return int(payload["version"]), payload["params"]

@@ -1,10 +1,22 @@
-"""Writing files so that a kill never leaves half of one: the one atomic write every layer uses
-(learner checkpoints, frozen players' parameters, replays, supervised starts)."""
+"""Files of parameters: the one atomic write every layer uses (learner checkpoints, frozen
+players' parameters, replays, supervised starts: a kill never leaves half of a file) and the one
+file format of parameters (npz, `params_to_npz_bytes`).
+
+In memory, parameters are nested dicts of arrays (haiku's) everywhere; they are converted only
+at files: frozen players and supervised starts as npz (`coordinator.param_store`,
+`experiments.build.load_supervised`), learner checkpoints with their optimiser state as flax
+msgpack (`learners.checkpoint`).
+"""
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import threading
+from collections.abc import Mapping
+
+import numpy as np
 
 
 def write_atomic(path: str, data: bytes) -> str:
@@ -18,3 +30,51 @@ def write_atomic(path: str, data: bytes) -> str:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
+
+
+_VERSION_KEY = "__version__"
+
+
+def flatten(params: Mapping, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], np.ndarray]:
+    """{path of keys: array} for a nested dict of arrays (haiku keys may contain '/')."""
+    flat = {}
+    for key, value in params.items():
+        path = (*prefix, str(key))
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, path))
+        else:
+            flat[path] = np.asarray(value)
+    return flat
+
+
+def unflatten(flat: Mapping[tuple[str, ...], np.ndarray]) -> dict:
+    tree: dict = {}
+    for path, value in flat.items():
+        node = tree
+        for key in path[:-1]:
+            node = node.setdefault(key, {})
+        node[path[-1]] = value
+    return tree
+
+
+def params_to_npz_bytes(params: Mapping, version: int) -> bytes:
+    """npz with leaves `leaf_<i>`, their key paths as JSON in `__paths__`, and the version."""
+    flat = flatten(params)
+    arrays = {f"leaf_{i}": value for i, value in enumerate(flat.values())}
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays, __paths__=np.array(json.dumps([list(p) for p in flat])),
+             **{_VERSION_KEY: np.asarray(version)})
+    return buffer.getvalue()
+
+
+def params_from_npz_bytes(data: bytes) -> tuple[int, dict]:
+    """(version, params) of `params_to_npz_bytes`'s bytes; ValueError naming the problem if they
+    are not such a file or are damaged (the zip's CRC catches changed bytes)."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            paths = json.loads(str(npz["__paths__"]))
+            flat = {tuple(p): npz[f"leaf_{i}"] for i, p in enumerate(paths)}
+            version = int(npz[_VERSION_KEY])
+    except Exception as e:
+        raise ValueError(f"not a readable parameter file ({type(e).__name__}: {e})") from e
+    return version, unflatten(flat)

@@ -8,57 +8,11 @@ stays frozen. Pure numpy, so the coordinator process needs no JAX.
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import threading
 from collections.abc import Mapping
 
-import numpy as np
-
-from agents.storage import write_atomic  # noqa: F401 -- also this module's API
-
-_VERSION_KEY = "__version__"
-
-
-def flatten(params: Mapping, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], np.ndarray]:
-    """{path of keys: array} for a nested dict of arrays (haiku keys may contain '/')."""
-    flat = {}
-    for key, value in params.items():
-        path = (*prefix, str(key))
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, path))
-        else:
-            flat[path] = np.asarray(value)
-    return flat
-
-
-def unflatten(flat: Mapping[tuple[str, ...], np.ndarray]) -> dict:
-    tree: dict = {}
-    for path, value in flat.items():
-        node = tree
-        for key in path[:-1]:
-            node = node.setdefault(key, {})
-        node[path[-1]] = value
-    return tree
-
-
-def params_to_npz_bytes(params: Mapping, version: int) -> bytes:
-    """npz with leaves `leaf_<i>`, their key paths as JSON in `__paths__`, and the version."""
-    flat = flatten(params)
-    arrays = {f"leaf_{i}": value for i, value in enumerate(flat.values())}
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays, __paths__=np.array(json.dumps([list(p) for p in flat])),
-             **{_VERSION_KEY: np.asarray(version)})
-    return buffer.getvalue()
-
-
-def params_from_npz_bytes(data: bytes) -> tuple[int, dict]:
-    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-        paths = json.loads(str(npz["__paths__"]))
-        flat = {tuple(p): npz[f"leaf_{i}"] for i, p in enumerate(paths)}
-        version = int(npz[_VERSION_KEY])
-    return version, unflatten(flat)
+from agents.storage import params_from_npz_bytes, params_to_npz_bytes, write_atomic
 
 
 class ParamStore:

@@ -87,7 +87,7 @@ def load_teacher(config: RunConfig, like):
     """The teacher's parameters of `--teacher` ("RUN_DIR:PLAYER_ID" or a params .npz file), or
     None without one; ConfigError naming the source and the mismatch if its shapes are not
     those of the run's network (`like`: the run's initial parameters)."""
-    from coordinator.param_store import params_from_npz_bytes, player_params
+    from agents.storage import params_from_npz_bytes, player_params
     from experiments.config import ConfigError
 
     source = config.teacher
@@ -200,7 +200,7 @@ def learner_setup(config: RunConfig, agent_ids: list[str], agent_indices: Mappin
 
 def load_supervised(path: str, race: str) -> dict:
     """One race's supervised parameters from a file written by this module."""
-    from coordinator.param_store import params_from_npz_bytes
+    from agents.storage import params_from_npz_bytes
 
     with open(path, "rb") as f:
         _, tree = params_from_npz_bytes(f.read())

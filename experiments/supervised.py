@@ -277,7 +277,7 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
                hidden_size: int = 64, core_size: int = 64, eval_games: int = 0, seed: int = 0,
                config: smax_races.SmaxRacesConfig | None = None, log=print, z: bool = True) -> dict:
     """Trains and writes the supervised agents; returns the report written to `<out>.json`."""
-    from coordinator.param_store import params_to_npz_bytes
+    from agents.storage import params_to_npz_bytes
     from experiments import build
     from experiments.config import NetworkSettings, RunConfig
 

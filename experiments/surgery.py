@@ -99,7 +99,7 @@ def player_files(run_dir: str) -> tuple[list[str], list[str]]:
 
 
 def _read_npz(path: str):
-    from coordinator.param_store import params_from_npz_bytes
+    from agents.storage import params_from_npz_bytes
 
     with open(path, "rb") as f:
         return params_from_npz_bytes(f.read())
@@ -347,7 +347,7 @@ def _operate(run_dir, config, sizes, new_features, lstm_noise, tolerance, exact_
         os.makedirs(os.path.dirname(os.path.join(backup, name)) or backup, exist_ok=True)
         shutil.copy2(os.path.join(run_dir, name), os.path.join(backup, name))
     report.backup = backup
-    from coordinator.param_store import params_to_npz_bytes, write_atomic
+    from agents.storage import params_to_npz_bytes, write_atomic
 
     for name, (version, params) in widened_players.items():
         write_atomic(os.path.join(run_dir, name), params_to_npz_bytes(params, version))

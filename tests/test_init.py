@@ -9,7 +9,7 @@ import sys
 import jax
 import numpy as np
 
-from coordinator.param_store import params_to_npz_bytes
+from agents.storage import params_to_npz_bytes
 from experiments.config import RunConfig
 
 

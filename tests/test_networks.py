@@ -11,10 +11,9 @@ from agents.networks import (
     NetworkConfig,
     ReferenceNetwork,
     log_probs,
-    params_from_bytes,
-    params_to_bytes,
     sample_actions,
 )
+from agents.storage import params_from_npz_bytes, params_to_npz_bytes
 
 
 def make(value_uses_opponent=False):
@@ -80,14 +79,16 @@ def test_masked_actions_get_no_probability_and_opponent_changes_only_value():
 
 def test_params_bytes_round_trip_with_version():
     net, _, params = make()
-    version, restored = params_from_bytes(params_to_bytes(params, 42))
+    version, restored = params_from_npz_bytes(params_to_npz_bytes(params, 42))
     assert version == 42
     assert jax.tree_util.tree_structure(restored) == jax.tree_util.tree_structure(
         jax.tree_util.tree_map(np.asarray, params))
     for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(restored)):
         np.testing.assert_array_equal(a, b)
-    with pytest.raises(ValueError):
-        params_from_bytes(params_to_bytes({"x": jnp.zeros(1)}, 1).replace(b"format", b"formax"))
+    data = bytearray(params_to_npz_bytes({"x": jnp.arange(64.0)}, 1))
+    data[len(data) // 3] ^= 0xFF   # one damaged byte: the zip's CRC catches it
+    with pytest.raises(ValueError, match="not a readable parameter file"):
+        params_from_npz_bytes(bytes(data))
 
 
 def test_trajectory_helpers():

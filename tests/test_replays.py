@@ -201,7 +201,7 @@ def test_behaviour_cloning_learns(recorded, small_config, tmp_path):
     import jax
 
     from actors.games import smax_races
-    from coordinator.param_store import params_from_npz_bytes
+    from agents.storage import params_from_npz_bytes
     from experiments import build, supervised
     from experiments.config import NetworkSettings, RunConfig
 

@@ -291,7 +291,7 @@ def test_bad_surgery_requests_are_refused_and_change_nothing(kuhn_run, tmp_path,
     elif case == "unknown_flag":
         args, message = [*args, "--lstm_size=128"], "lstm_size"
     elif case == "other_game":  # a Leduc player among Kuhn's: its input layer does not fit
-        from coordinator.param_store import params_to_npz_bytes
+        from agents.storage import params_to_npz_bytes
         from tests.test_nashconv_league import network_and_params
 
         _, (params,) = network_and_params("leduc_poker", [0])
@@ -336,7 +336,7 @@ def test_a_feature_the_saved_players_never_saw_gets_zero_weights_and_changes_not
     import os
     import shutil
 
-    from coordinator.param_store import params_from_npz_bytes, params_to_npz_bytes
+    from agents.storage import params_from_npz_bytes, params_to_npz_bytes
     from experiments import surgery as tool
 
     run_dir = str(tmp_path / "run")

@@ -13,8 +13,6 @@ from agents.networks import (
     MASKED_LOGIT,
     ReferenceNetwork,
     log_probs,
-    params_from_bytes,
-    params_to_bytes,
 )
 from agents.specs import (
     MASK_KEY,
@@ -25,6 +23,7 @@ from agents.specs import (
     ObservationSpec,
     SideSpec,
 )
+from agents.storage import params_from_npz_bytes, params_to_npz_bytes
 from agents.unit_network import UnitNetwork, UnitNetworkConfig
 
 N, TYPES, COMPS, F, OWN = 3, 6, 3, 13, 10
@@ -236,7 +235,7 @@ def test_flattened_layers_compute_what_haikus_layers_compute():
 
 def test_parameters_round_trip_through_bytes():
     net, params = make()
-    version, restored = params_from_bytes(params_to_bytes(params, 7))
+    version, restored = params_from_npz_bytes(params_to_npz_bytes(params, 7))
     assert version == 7
     obs = at(random_obs(np.random.default_rng(7), (1, 3)), 0)
     a, _ = net.step(params, obs, net.initial_state(3))
