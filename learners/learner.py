@@ -23,9 +23,10 @@ Metrics follow OpenAI Five (seed 003, Sec. 4.4 and App. M):
 
 Version: +1 per applied update and +1 on `reset`; skipped (non-finite) updates leave params,
 optimiser state and version unchanged. Checkpoints (params, optimiser state, version, steps;
-format, writing and migration in `learners/checkpoint.py`) go to
-`<checkpoint_dir>/checkpoint.msgpack`; a learner started with the same directory restores them
-and continues the version sequence.
+format, checksum, writing and migration in `learners/checkpoint.py`) go to
+`<checkpoint_dir>/checkpoint.msgpack`, the one before to `checkpoint.previous.msgpack`; a
+learner started with the same directory restores the newest good one (a damaged latest is set
+aside with a warning) and continues the version sequence.
 """
 
 from __future__ import annotations
@@ -85,9 +86,10 @@ class Learner:
             with open(os.path.join(checkpoint_dir, "learner_config.json"), "w") as f:
                 f.write(config.to_json())
         version, steps, skipped, params, opt_state = 0, 0, 0, initial_params, None
-        if self._checkpoint_path and os.path.exists(self._checkpoint_path):
-            saved = checkpoint.restore_migrating(self._checkpoint_path, initial_params, self._optimizer,
-                                                 update.make_optimizer(config, flat=False))
+        saved = None if not self._checkpoint_path else checkpoint.restore_good(
+            self._checkpoint_path, initial_params, self._optimizer,
+            update.make_optimizer(config, flat=False))
+        if saved is not None:
             version, steps, skipped = saved.version, saved.steps, saved.num_skipped
             params, opt_state = saved.params, saved.opt_state
         self._install(params, opt_state, version, skipped, steps)

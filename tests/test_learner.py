@@ -354,6 +354,8 @@ def test_checkpoint_restore_continues_the_version_sequence(tmp_path):
     for x, y in zip(jax.tree_util.tree_leaves(a.params()[1]), jax.tree_util.tree_leaves(b.params()[1])):
         np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
 
+    # not a checkpoint at all, and no previous one to fall back to: refused, not overwritten
+    (tmp_path / "main_0" / "checkpoint.previous.msgpack").unlink()
     path.write_bytes(b"\x00garbage")
     with pytest.raises(CheckpointError, match="checkpoint.msgpack.*Move it aside"):
         Learner(net, params, config, example, checkpoint_dir=str(tmp_path / "main_0"))
@@ -568,3 +570,54 @@ def test_a_checkpoint_with_per_parameter_adam_state_resumes_with_the_same_state(
     checkpoint.save(path, checkpoint.Checkpoint(3, 10, 0, {"z": jnp.ones(2)}, old_state))
     with pytest.raises(CheckpointError, match="cannot restore"):
         restore_migrating(path, params, flat, per_param)
+
+
+def _noise(path, seed=0):
+    """4 KB of noise (a quarter of the file if smaller) written into the middle of `path`: the
+    file keeps its size and its msgpack layout may still parse."""
+    data = bytearray(path.read_bytes())
+    n = min(4096, len(data) // 4)
+    start = len(data) // 2 - n // 2
+    data[start:start + n] = np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_checkpoint_is_set_aside_and_the_previous_one_restored(tmp_path, capsys):
+    """Issue 31: noise in the latest learner checkpoint is found by its checksum; the learner
+    restores the previous of the two it keeps, moves the damaged file aside and says so. With
+    both damaged: CheckpointError naming both, every file left as it was."""
+    T, B = 3, 4
+    net, example, params = tiny_learner_setup(T, B)
+    config = LearnerConfig(batch_size=B, unroll_length=T, checkpoint_every=1)
+    directory = tmp_path / "main_0"
+    a = Learner(net, params, config, example, checkpoint_dir=str(directory))
+    for i in range(3):   # checkpoints after updates 1, 2, 3: the last two are kept
+        a.learn_from_batch(direct_batch(example, T, B, seed=i))
+    latest, previous = directory / "checkpoint.msgpack", directory / "checkpoint.previous.msgpack"
+    assert latest.exists() and previous.exists()
+    _noise(latest)
+    b = Learner(net, params, config, example, checkpoint_dir=str(directory))
+    assert (b.version(), b.steps()) == (2, 2 * B * (T - 1))   # the previous checkpoint's
+    out = capsys.readouterr().out
+    assert "checkpoint.msgpack is damaged" in out and "checksum" in out and "version 2" in out, out
+    aside = list(directory.glob("checkpoint.msgpack.damaged-*"))
+    assert len(aside) == 1 and not latest.exists()
+    # the restored state is the second update's: it equals a learner that stopped there
+    for x, y in zip(jax.tree_util.tree_leaves(b._state.params),
+                    jax.tree_util.tree_leaves(_params_after(net, params, config, example, T, B, 2))):
+        np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-7)
+    b.save_checkpoint()
+    b.save_checkpoint()
+    _noise(latest, seed=1)
+    _noise(previous, seed=2)
+    before = (latest.read_bytes(), previous.read_bytes())
+    with pytest.raises(CheckpointError, match="no good learner checkpoint.*checkpoint.msgpack.*previous"):
+        Learner(net, params, config, example, checkpoint_dir=str(directory))
+    assert (latest.read_bytes(), previous.read_bytes()) == before
+
+
+def _params_after(net, params, config, example, T, B, updates):
+    learner = Learner(net, params, config, example)
+    for i in range(updates):
+        learner.learn_from_batch(direct_batch(example, T, B, seed=i))
+    return learner._state.params
