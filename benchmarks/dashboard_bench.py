@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from coordinator.history import LeagueHistory
-from experiments.dashboard import DashboardData, serve
+from dashboard.server import DashboardData, serve
 from league.players import HISTORICAL, LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_EXPLOITER
 from tests.browser import Tab, chromium
 

@@ -81,7 +81,7 @@ def supervise(program: Program, handles: dict, out, stop_event, on_launch, check
     supervisor = Supervisor(config, handles["coordinator"], out, stop_event, note)
     previous = _install_sigint(supervisor.stop_event) if stop_event is None else None
     if config.dashboard_port >= 0:
-        from experiments.dashboard import serve
+        from dashboard.server import serve
 
         print(f"dashboard: {serve(config.run_dir, config.dashboard_port)[1]}", file=out, flush=True)
     if on_launch is not None:

@@ -106,15 +106,12 @@ def _read_npz(path: str):
 
 
 def _read_checkpoint(path: str) -> dict:
-    from flax import serialization
-
     from learners import checkpoint
 
-    with open(path, "rb") as f:
-        payload = serialization.msgpack_restore(f.read())
-    if not isinstance(payload, dict) or payload.get("format") != checkpoint.FORMAT:
-        raise Refused(f"{path} is not a learner checkpoint of format {checkpoint.FORMAT}")
-    return payload
+    try:
+        return checkpoint.read_payload(path)
+    except Exception as e:
+        raise Refused(f"{path} is not a readable learner checkpoint ({e})") from None
 
 
 def _widen_moments(plan, tree, old_params, params_like):
@@ -354,8 +351,13 @@ def _operate(run_dir, config, sizes, new_features, lstm_noise, tolerance, exact_
     for name, params in widened_payloads.items():
         payload = payloads[name]
         opt_state = _widen_moments(plan, payload["opt_state"], payload["params"], params)
-        checkpoint.save(os.path.join(run_dir, name), checkpoint.Checkpoint(
+        file = os.path.join(run_dir, name)
+        older = checkpoint.previous(file)
+        if os.path.exists(older):  # the narrow one before it: kept in the backup, not beside the wide one
+            os.replace(older, os.path.join(backup, os.path.dirname(name), checkpoint.PREVIOUS))
+        checkpoint.save(file, checkpoint.Checkpoint(
             int(payload["version"]), int(payload["steps"]), int(payload["num_skipped"]), params, opt_state))
+        os.remove(checkpoint.previous(file))  # the narrow one `save` moved aside: copied to the backup above
     write_atomic(os.path.join(run_dir, "config.json"),
                   json.dumps(new_config.to_dict(), indent=2, sort_keys=True).encode())
     _record_event(run_dir, config, sizes, report)

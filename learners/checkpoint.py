@@ -81,7 +81,9 @@ def save(file: str, checkpoint: Checkpoint) -> str:
     return write_atomic(file, serialization.msgpack_serialize(envelope))
 
 
-def _payload(file: str) -> dict:
+def read_payload(file: str) -> dict:
+    """The payload of a checkpoint file ({"format", "version", "steps", "num_skipped", "params",
+    "opt_state"} as state dicts), its checksum verified; ValueError naming the problem."""
     with open(file, "rb") as f:
         payload = serialization.msgpack_restore(f.read())
     if isinstance(payload, dict) and payload.get("format") == ENVELOPE:
@@ -102,7 +104,7 @@ def restore(file: str, params_like: PyTree, opt_state_like: PyTree) -> Checkpoin
     advice = ("The file was left as it is. Move it aside (or delete it) to start this "
               "learner from its initial parameters, or put back a good copy to resume.")
     try:
-        payload = _payload(file)
+        payload = read_payload(file)
         params = serialization.from_state_dict(params_like, payload["params"])
         opt_state = serialization.from_state_dict(opt_state_like, payload["opt_state"])
         for got, want in zip(jax.tree_util.tree_leaves((params, opt_state)),
@@ -186,5 +188,5 @@ def read_params(run_dir: str, agent_id: str) -> tuple[int, PyTree] | None:
     file = path(run_dir, agent_id)
     if not os.path.exists(file):
         return None
-    payload = _payload(file)
+    payload = read_payload(file)
     return int(payload["version"]), payload["params"]

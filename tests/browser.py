@@ -124,7 +124,7 @@ class Tab:
 
 def screenshot_dashboard(run_dir: str, path: str, width: int = 1400) -> str:
     """A full-page PNG of the dashboard of `run_dir` as served (e.g. docs/dashboard.png)."""
-    from experiments.dashboard import serve
+    from dashboard.server import serve
 
     server, url = serve(run_dir, 0)
     try:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from coordinator.history import LeagueHistory
-from experiments.dashboard import serve
+from dashboard.server import serve
 from tests.browser import BrowserMissing, Tab, chromium, find_chromium
 
 CHARTS = ("chart-payoff", "chart-nash-now", "chart-nash-time", "chart-exploitability", "chart-elo",

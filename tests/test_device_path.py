@@ -247,7 +247,7 @@ def test_the_dashboard_counts_counted_games_like_games(tmp_path):
     (device path) together, against the sums read with SQL."""
     import sqlite3
 
-    from experiments.dashboard import DashboardData
+    from dashboard.server import DashboardData
 
     history = LeagueHistory(str(tmp_path))
     for pid in ("a", "b"):

@@ -228,7 +228,7 @@ def expected_curve():
 
 
 def test_the_dashboard_data_hold_one_series_per_main_agent(run_with_curve, tmp_path_factory):
-    from experiments.dashboard import DashboardData
+    from dashboard.server import DashboardData
 
     data = DashboardData(run_with_curve).data()
     curve = data["heuristic"]
@@ -247,7 +247,7 @@ def test_the_dashboard_data_hold_one_series_per_main_agent(run_with_curve, tmp_p
 
 @pytest.mark.parametrize("with_rows", [True, False])
 def test_the_page_draws_the_curve_only_when_measured(tmp_path, with_rows):
-    from experiments.dashboard import serve
+    from dashboard.server import serve
     from tests.browser import BrowserMissing, Tab, chromium, find_chromium
 
     try:

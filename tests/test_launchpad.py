@@ -76,15 +76,10 @@ def learner_versions(run_dir):
 
 
 def learner_steps(run_dir):
-    from flax import serialization
-
     from learners import checkpoint
 
-    steps = {}
-    for agent in sorted(os.listdir(os.path.join(run_dir, "learners"))):
-        with open(checkpoint.path(run_dir, agent), "rb") as f:
-            steps[agent] = int(serialization.msgpack_restore(f.read())["steps"])
-    return steps
+    return {agent: int(checkpoint.read_payload(checkpoint.path(run_dir, agent))["steps"])
+            for agent in sorted(os.listdir(os.path.join(run_dir, "learners")))}
 
 
 def no_process_left(process):
