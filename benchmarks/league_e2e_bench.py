@@ -60,7 +60,8 @@ def e2e_config(run_dir: str) -> RunConfig:
                   "param_refresh_seconds") if getattr(FLAGS, name) is not None}
     return RunConfig.make(game=FLAGS.game, races=1, runner="ray", run_dir=run_dir,
                      main_exploiters_per_race=0, league_exploiters_per_race=0, evaluators=0,
-                     dashboard_port=-1, progress_every_seconds=3.0, **overrides)
+                     dashboard_port=-1, progress_every_seconds=3.0, experience="replay",
+                     **overrides)   # the replay path: actors, Reverb and the learner across processes
 
 
 # -- the limit: play and learn alternately in this process ------------------------------
@@ -152,7 +153,7 @@ class Limit:
                            agent, ActorConfig(unroll_length=config.learner.unroll_length,
                                               episodes_per_match=config.actor.episodes_per_match,
                                               refresh_seconds=3600.0,
-                                              reward_plugin=config.reward_plugin))
+                                              reward_plugin=config.reward))
         self.inline = _InlineLearner(self.learner, config.learner.batch_size,
                                      config.learner.replay.samples_per_insert)
         self.actor._writer = self.inline  # the actor hands its unrolls straight to the learner
