@@ -71,7 +71,7 @@ def initial_player_id(agent_id: str) -> str:
 
 
 TRUESKILL_GAMES_PER_COUNT = 4
-"""TrueSkill's update is sequential, ~0.2 ms a game: of a counted batch (`report_counts`) it sees
+"""TrueSkill's update is sequential, ~0.2 ms a game: of a counted batch (a `GameResult` of several games) it sees
 at most this many games per outcome, in the order win, draw, loss, repeated. The payoff and Elo
 take every game."""
 

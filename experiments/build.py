@@ -87,7 +87,8 @@ def load_teacher(config: RunConfig, like):
     """The teacher's parameters of `--teacher` ("RUN_DIR:PLAYER_ID" or a params .npz file), or
     None without one; ConfigError naming the source and the mismatch if its shapes are not
     those of the run's network (`like`: the run's initial parameters)."""
-    from agents.storage import params_from_npz_bytes, player_params
+    from agents.storage import params_from_npz_bytes
+    from coordinator.param_store import player_params
     from experiments.config import ConfigError
 
     source = config.teacher

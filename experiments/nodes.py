@@ -189,7 +189,7 @@ class DeviceLearnerGroup(_Learners):
     M games each, in the two players' races), their parameters from a device-resident bank
     (frozen players cached by id; learning opponents refreshed every
     `actor.param_refresh_seconds`; the agent itself for self-play), K updates in one jitted
-    call, then the chunk's results in one `Coordinator.report_counts` batch (one row per
+    call, then the chunk's results in one `Coordinator.report` batch (one `GameResult` per
     opponent and branch)."""
 
     BANK_SIZE = 256  # frozen players kept on the device (least recently used leave first)
