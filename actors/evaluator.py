@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from actors.actor import make_policy_fn, played_matchups, races_played, reset_game
-from actors.rollout import Games, finished_games, step_stepwise
+from actors.rollout import Games, step_stepwise
 from league.matchmaking import Match
 from league.results import GameResult
 
@@ -92,11 +92,10 @@ class Evaluator:
             games, step = step_stepwise(self.game, self._policy, params_a, params_b, games, key)
             steps += 1
             done = np.asarray(step.done, bool)
-            counted = done & (played < quota)
-            for _, i, outcome, score, length in finished_games(
-                    counted[None], np.asarray(step.outcome)[None], np.asarray(step.score)[None],
-                    np.asarray(step.length)[None]):
-                results.append(GameResult.one(player_a, player_b, outcome, score, length,
+            outcome, score, length = (np.asarray(x) for x in (step.outcome, step.score, step.length))
+            for i in np.flatnonzero(done & (played < quota)):
+                results.append(GameResult.one(player_a, player_b, int(np.sign(outcome[i])),
+                                              float(score[i]), int(length[i]),
                                               actor_id=self.evaluator_id, branch=self.config.branch,
                                               source="evaluator", **races_played(matchups, i)))
             played += done

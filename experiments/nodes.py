@@ -300,17 +300,17 @@ class DeviceLearnerGroup(_Learners):
         """One chunk of the agent (see the class docstring); returns the games reported."""
         opponents, races, slots, dist = self.draw_opponents(agent_id)
         results = self.learners[agent_id].play_and_learn(opponents, races)
-        rows: dict[tuple[str, str], GameResult] = {}
-        for m, (opp, branch) in enumerate(slots):
-            row = rows.get((opp, branch)) or GameResult(
-                agent_id, opp, score=0.0, length=0, branch=branch, source="device", actor_id=self.name,
-                **({"home_race": dist["home_race"], "away_race": dist["races"][opp]}
-                   if self.config.game == "smax_races" else {}))
-            rows[(opp, branch)] = dataclasses.replace(
-                row, **{k: getattr(row, k) + int(getattr(results, k)[m])
-                        for k in ("wins", "draws", "losses", "length")},
-                score=row.score + float(results.score[m]))
-        rows = [r for r in rows.values() if r.games]
+        keys = ("wins", "draws", "losses", "score", "length")
+        sums: dict[tuple[str, str], dict] = {}
+        for m, (opp, branch) in enumerate(slots):   # slots drawing the same opponent and branch add up
+            total = sums.setdefault((opp, branch), dict.fromkeys(keys, 0))
+            for k in keys:
+                total[k] += getattr(results, k)[m].item()
+        rows = [GameResult(agent_id, opp, **total, branch=branch, source="device", actor_id=self.name,
+                           **({"home_race": dist["home_race"], "away_race": dist["races"][opp]}
+                              if self.config.game == "smax_races" else {}))
+                for (opp, branch), total in sums.items()]
+        rows = [r for r in rows if r.games]
         games = self._coordinator.report(rows) if rows else 0
         self.games += games
         return games
