@@ -386,3 +386,116 @@ def test_history_readers_of_the_dashboard_equal_sql(run_dir, tmp_path):
     with pytest.raises(ValueError, match="read-only"):
         with LeagueHistory(str(tmp_path)).snapshot():
             pass
+
+
+# -- the page's layout with one measurement and with many (issue 31, item 9) -----------------
+# A three-race league of every role with their snapshots, one measurement a minute of everything
+# (Nash, ratings, the heuristic curve, learner metrics); a screenshot of each under tmp_path.
+RACES = ("terran", "protoss", "zerg")
+ROLES = ("main_agent", "main_exploiter", "league_exploiter")
+START = 1_760_000_000.0
+FRACTIONAL_SECONDS = re.compile(r"\d:\d\d\.\d")  # a time tick such as 08:53:19.9995
+
+
+def write_layout_league(path: str, measurements: int) -> None:
+    history = LeagueHistory(path)
+    learning = [f"{race}_{role}_0" for race in RACES for role in ROLES]
+    for race in RACES:
+        for role in ROLES:
+            history.add_player(f"{race}_{role}_0", role, race, None, 0, START)
+    snapshots = []
+    for k in range(measurements):
+        when = START + 60.0 * k
+        for race in RACES:
+            for role in ROLES:
+                agent, snapshot = f"{race}_{role}_0", f"{race}_{role}_0_v{k}"
+                history.add_player(snapshot, "historical", race, agent, 100 * k, when)
+                history.add_event("snapshot", agent, snapshot, 100 * k, "steps", when=when)
+                snapshots.append(snapshot)
+        players = learning + snapshots
+        weights = np.random.default_rng(k).random(len(players))
+        history.add_nash(dict(zip(players, weights / weights.sum())), when=when)
+        history.add_ratings({p: (1000.0 + 10 * i + k, 25.0 + 0.1 * i, 3.0) for i, p in enumerate(players)}, when=when)
+        history.add_heuristic([
+            {"player_id": f"{race}_main_agent_0", "version": k, "race": race, "opponent_race": opponent,
+             "win_rate": (k + i) % 9 / 8, "games": 8, "wins": (k + i) % 9, "draws": 0, "losses": 8 - (k + i) % 9}
+            for i, (race, opponent) in enumerate((r, o) for r in RACES for o in RACES)], when=when)
+        for agent in learning:
+            history.add_learner_metrics(agent, {"loss": 1.0 / (k + 1), "entropy": 1.1}, when=when)
+    history.add_games([{"home": learning[i % 9], "away": (learning + snapshots)[(7 * i) % (9 + len(snapshots))],
+                        "outcome": ("win", "draw", "loss")[i % 3], "time": START + i} for i in range(100)])
+    history.close()
+
+
+LAYOUT_JS = """(() => {
+    const box = (e) => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+    const charts = {};
+    for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+        if (!gd.offsetParent) continue;  // a hidden card
+        const modebar = gd.querySelector('.modebar');
+        const xaxis = gd._fullLayout.xaxis;
+        charts[gd.id] = {
+            modebar: modebar ? box(modebar) : null,
+            labels: [...gd.querySelectorAll('.legend, .gtitle, .cbtitle, .annotation')]
+                .map((e) => [e.getAttribute('class'), e.textContent, box(e)]),
+            time_ticks: xaxis && xaxis.type === 'date' ? [...gd.querySelectorAll('.xtick text')].map((t) => t.textContent) : null,
+        };
+    }
+    const texts = (selector) => [...document.querySelectorAll(selector)]
+        .filter((t) => t.textContent && getComputedStyle(t).display !== 'none').map((t) => [t.textContent, box(t)]);
+    return {charts, composition: {ticks: texts('#chart-composition .xtick text, #chart-composition .ytick text'),
+                                  bars: texts('#chart-composition text.bartext')}};
+})()"""
+
+
+def overlap(a, b, slack=0.5):
+    """Whether boxes [left, top, right, bottom] share more than `slack` pixels each way."""
+    return min(a[2], b[2]) - max(a[0], b[0]) > slack and min(a[3], b[3]) - max(a[1], b[1]) > slack
+
+
+@pytest.fixture(scope="module", params=[1, 12], ids=["one_measurement", "many_measurements"])
+def layout(request, browser, tmp_path_factory):
+    """The page's geometry with one measurement and with many; its screenshot in tmp_path."""
+    path = tmp_path_factory.mktemp(f"layout_{request.param}")
+    write_layout_league(str(path), request.param)
+    server, url = serve(str(path), 0)
+    try:
+        with Tab(browser, width=1400, height=1000) as tab:
+            tab.load(url)
+            geometry = tab.page.evaluate(LAYOUT_JS)
+            screenshot = path / f"dashboard_{request.param}_measurements.png"
+            tab.page.screenshot(path=str(screenshot), full_page=True)
+            assert tab.console_errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert screenshot.stat().st_size > 0
+    return geometry
+
+
+def test_time_axes_read_in_whole_seconds(layout):
+    time_charts = {chart: ticks for chart, ticks in layout["charts"].items() if ticks["time_ticks"] is not None}
+    assert {"chart-heuristic", "chart-nash-time", "chart-elo", "chart-events"} <= set(time_charts)
+    for chart, ticks in time_charts.items():
+        labels = ticks["time_ticks"]
+        assert len(labels) >= 2, (chart, labels)
+        assert not [t for t in labels if FRACTIONAL_SECONDS.search(t)], (chart, labels)
+
+
+def test_titles_legends_and_colour_bars_clear_the_plot_toolbar(layout):
+    checked = 0
+    for chart, parts in layout["charts"].items():
+        assert parts["modebar"] is not None, chart
+        for kind, text, box in parts["labels"]:
+            assert not overlap(box, parts["modebar"]), (chart, kind, text, box, parts["modebar"])
+            checked += 1
+    assert checked >= 5  # legends, colour bar titles, learner chart titles
+
+
+def test_composition_labels_do_not_overlap(layout):
+    for kind in ("ticks", "bars"):
+        labels = layout["composition"][kind]
+        assert labels, kind
+        for i, (text_a, a) in enumerate(labels):
+            for text_b, b in labels[i + 1:]:
+                assert not overlap(a, b), (kind, text_a, a, text_b, b)

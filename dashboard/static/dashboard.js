@@ -28,8 +28,15 @@ function kindOf(i) { const P = current.players; return P.role[i] === "historical
 function kindColor(kind) { return kind.startsWith("snap:") ? (SNAPSHOT_COLORS[kind.slice(5)] || ROLE_COLORS.historical) : ROLE_COLORS[kind]; }
 function kindLabel(kind) { return kind.startsWith("snap:") ? "snapshots" + (kind.length > 5 ? " of " + ROLE_LABELS[kind.slice(5)] : "") : ROLE_LABELS[kind]; }
 const ROLE_LABELS = {main_agent: "main agents", main_exploiter: "main exploiters", league_exploiter: "league exploiters", historical: "snapshots"};
-const PLOT_CONFIG = {responsive: true, displaylogo: false};
-const MARGIN = {l: 60, r: 20, t: 10, b: 40};
+// The plot toolbar (plotly's mode bar) sits in the top right corner of every chart, 2 px from
+// the top and 22 px high: every chart's top margin (TOP) keeps titles, legends and colour bars
+// below it. The box-select and lasso tools select nothing on these charts.
+const PLOT_CONFIG = {responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"]};
+const TOP = 30;
+const MARGIN = {l: 60, r: 20, t: TOP, b: 40};
+// A time axis spans at least this: with one measurement (or a few seconds apart) plotly would
+// zoom in to milliseconds around it and label its ticks in fractions of a second.
+const MIN_TIME_SPAN_S = 120;
 let current = null;   // the data drawn last
 let decoded = null;   // typed arrays of `current`
 
@@ -53,6 +60,17 @@ function playerLabel(i) {
   const P = current.players;
   return P.role[i] === "historical" ? `${P.id[i]} (snapshot of ${P.parent[i]})` : `${P.id[i]} (${P.role[i].replace("_", " ")})`;
 }
+// A date x axis for data at these times (seconds; lists of them, nulls skipped): plotly's
+// autorange, unless they span less than MIN_TIME_SPAN_S, then that span centred on them.
+function timeAxis(...lists) {
+  let lo = Infinity, hi = -Infinity;
+  for (const list of lists) for (const t of list) if (t !== null && Number.isFinite(t)) { lo = Math.min(lo, t); hi = Math.max(hi, t); }
+  if (!(hi >= lo) || hi - lo >= MIN_TIME_SPAN_S) return {type: "date"};
+  const pad = (MIN_TIME_SPAN_S - (hi - lo)) / 2;
+  return {type: "date", range: [ms(lo - pad), ms(hi + pad)]};
+}
+// Lines of one point draw nothing: such series get markers.
+function lineMode(points) { return points > 1 ? "lines" : "lines+markers"; }
 function duration(s) {
   if (s < 120) return `${Math.round(s)} s`;
   if (s < 7200) return `${Math.round(s / 60)} min`;
@@ -151,7 +169,7 @@ function drawPayoff() {
       "<br>games %{customdata[0]}: W %{customdata[1]} / D %{customdata[2]} / L %{customdata[3]}<extra></extra>",
     hoverongaps: false,
   };
-  const margin = {l: width(ty), r: 10, t: 10, b: width(tx) * 0.75};
+  const margin = {l: width(ty), r: 10, t: TOP, b: width(tx) * 0.75};
   const layout = {
     margin, shapes, uirevision: filter + source + $("payoff-rows").value, height: Math.round(Math.max(320, plotHeight + margin.t + margin.b)),
     xaxis: {tickmode: "array", ...tx, tickangle: -45, tickfont: {size: 10}, showgrid: false, zeroline: false, range: [-0.5, cols.length - 0.5]},
@@ -175,24 +193,24 @@ function drawNash() {
     text: now.map((p) => p[1].toFixed(3)), textposition: "outside", cliponaxis: false,
     customdata: now.map((p) => playerLabel(p[0])), hovertemplate: "%{customdata}<br>weight %{x:.4f}<extra></extra>",
   };
-  const nowLayout = {margin: {...MARGIN, l: 10}, xaxis: {title: {text: "weight"}, rangemode: "tozero"}, yaxis: {automargin: true, type: "category", tickfont: {size: 10}},
-    annotations: N.latest.length > 25 ? [{text: `top 25 of ${N.latest.length} players in the support`, showarrow: false, xref: "paper", yref: "paper", x: 1, y: 0, xanchor: "right"}] : []};
+  const weightTitle = N.latest.length > 25 ? `weight (top 25 of ${N.latest.length} players in the support)` : "weight";
+  const nowLayout = {margin: {...MARGIN, l: 10}, xaxis: {title: {text: weightTitle}, rangemode: "tozero"}, yaxis: {automargin: true, type: "category", tickfont: {size: 10}}};
   const x = N.times.map(ms);
   let traces, layout;
   if (N.players.length <= 40) {
     traces = N.players.map((i, r) => ({
-      type: "scatter", mode: "lines", stackgroup: "nash", name: P.id[i], x, y: N.weights[r],
+      type: "scatter", mode: lineMode(x.length), stackgroup: "nash", name: P.id[i], x, y: N.weights[r],
       line: {width: 0.5}, customdata: N.times.map(() => playerLabel(i)),
       hovertemplate: "%{customdata}<br>weight %{y:.3f}<extra></extra>",
     }));
-    layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "weight"}, range: [0, 1.001]}, showlegend: N.players.length <= 6, legend: {font: {size: 9}}};
+    layout = {margin: MARGIN, xaxis: timeAxis(N.times), yaxis: {title: {text: "weight"}, range: [0, 1.001]}, showlegend: N.players.length <= 6, legend: {font: {size: 9}}};
   } else {
     // Numeric rows (categorical axes are slow for many players); the player in the hover.
     const names = N.players.map((i) => P.id[i]);
     traces = [{type: "heatmap", x, z: N.weights, customdata: N.weights.map((row, r) => row.map(() => names[r])),
       colorscale: "Viridis", zmin: 0, colorbar: {title: {text: "weight"}, thickness: 12},
       hovertemplate: "%{customdata}<br>%{x}<br>weight %{z:.3f}<extra></extra>"}];
-    layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: `${names.length} players ever in the support`}, autorange: "reversed", showticklabels: false, showgrid: false}};
+    layout = {margin: MARGIN, xaxis: timeAxis(N.times), yaxis: {title: {text: `${names.length} players ever in the support`}, autorange: "reversed", showticklabels: false, showgrid: false}};
   }
   return Promise.all([Plotly.react("chart-nash-now", [bar], nowLayout, PLOT_CONFIG), Plotly.react("chart-nash-time", traces, layout, PLOT_CONFIG)]);
 }
@@ -208,7 +226,7 @@ function drawExploitability() {
     type: "scatter", mode: "lines+markers", name: subject === "nash" ? "Nash mixture" : subject, x: s.time.map(ms), y: s.nash_conv,
     line: {width: subject === "nash" ? 3 : 1.5}, hovertemplate: `${subject}<br>NashConv %{y:.4f}<extra></extra>`,
   }));
-  const layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "NashConv"}, rangemode: "tozero"}, showlegend: true, legend: {font: {size: 10}}};
+  const layout = {margin: MARGIN, xaxis: timeAxis(...series.map(([, s]) => s.time)), yaxis: {title: {text: "NashConv"}, rangemode: "tozero"}, showlegend: true, legend: {font: {size: 10}}};
   return Plotly.react("chart-exploitability", traces, layout, PLOT_CONFIG);
 }
 
@@ -227,7 +245,7 @@ function drawHeuristic() {
       hovertemplate: `${agent}<br>win rate %{y:.3f} (version %{customdata[0]}, %{customdata[1]} games)<br>%{customdata[2]}<extra></extra>`,
     };
   });
-  const layout = {margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: "win rate vs heuristic"}, range: [0, 1]},
+  const layout = {margin: MARGIN, xaxis: timeAxis(...series.map(([, s]) => s.time)), yaxis: {title: {text: "win rate vs heuristic"}, range: [0, 1]},
     shapes: [{type: "line", xref: "paper", x0: 0, x1: 1, y0: 0.5, y1: 0.5, line: {dash: "dot", color: "#888", width: 1}}],
     showlegend: true, legend: {font: {size: 10}}};
   return Plotly.react("chart-heuristic", traces, layout, PLOT_CONFIG);
@@ -246,12 +264,12 @@ function drawRatings() {
     // Snapshots first, so that the learning agents' lines are drawn on top.
     const order = [...KINDS.filter((r) => r.startsWith("snap:")), ...KINDS.filter((r) => !r.startsWith("snap:"))];
     return order.filter((r) => byRole[r].x.length).map((r) => ({
-      type: "scatter", mode: "lines", name: kindLabel(r), x: byRole[r].x, y: byRole[r].y, text: byRole[r].text,
+      type: "scatter", mode: lineMode(times.length), name: kindLabel(r), x: byRole[r].x, y: byRole[r].y, text: byRole[r].text,
       line: {color: kindColor(r), width: r.startsWith("snap:") ? 1 : 2.5},
       connectgaps: false, hovertemplate: "%{text}<br>%{y:.1f}<extra></extra>",
     }));
   };
-  const layout = (title) => ({margin: MARGIN, xaxis: {type: "date"}, yaxis: {title: {text: title}}, legend: {orientation: "h", y: -0.15}});
+  const layout = (title) => ({margin: MARGIN, xaxis: timeAxis(current.ratings.times), yaxis: {title: {text: title}}, legend: {orientation: "h", y: -0.15}});
   return Promise.all([
     Plotly.react("chart-elo", perRole("elo"), layout("Elo"), PLOT_CONFIG),
     Plotly.react("chart-trueskill", perRole("mu"), layout("TrueSkill μ"), PLOT_CONFIG),
@@ -263,12 +281,17 @@ function drawComposition() {
   const P = current.players, E = current.events;
   const races = [...new Set(P.race)];
   const kinds = P.id.map((_, i) => kindOf(i)), shown = KINDS.filter((k) => k !== "snap:" || kinds.includes(k));
+  // Horizontal bars: each kind's label on its own line (side by side under vertical bars,
+  // "snapshots of main exploiters" and its neighbours ran into each other). A count is written
+  // inside its segment, or not at all where it would not fit (uniformtext hide).
   const bars = races.map((race) => ({
-    type: "bar", name: race, x: shown.map((k) => kindLabel(k).replace(" of ", "<br>of ")),
-    y: shown.map((k) => kinds.filter((kind, i) => kind === k && P.race[i] === race).length),
-    hovertemplate: `${race}: %{y} %{x}<extra></extra>`, texttemplate: "%{y}", textposition: "auto",
+    type: "bar", orientation: "h", name: race, y: shown.map(kindLabel),
+    x: shown.map((k) => kinds.filter((kind, i) => kind === k && P.race[i] === race).length),
+    hovertemplate: `${race}: %{x} %{y}<extra></extra>`, texttemplate: "%{x}", textposition: "inside", insidetextanchor: "middle",
   }));
-  const comp = {margin: {...MARGIN, b: 50}, barmode: "stack", yaxis: {title: {text: "players"}}, xaxis: {tickangle: 0, tickfont: {size: 11}}, showlegend: races.length > 1};
+  const comp = {margin: {...MARGIN, l: 10}, barmode: "stack", uniformtext: {minsize: 9, mode: "hide"},
+    xaxis: {title: {text: "players"}}, yaxis: {type: "category", automargin: true, autorange: "reversed", tickfont: {size: 11}},
+    showlegend: races.length > 1, legend: {traceorder: "normal"}};
   const eventKinds = [["snapshot", "circle"], ["reset", "x"]];
   const roleOfAgent = Object.fromEntries(P.id.map((id, i) => [id, P.role[i]]));
   const events = eventKinds.map(([kind, symbol]) => {
@@ -280,7 +303,7 @@ function drawComposition() {
       hovertemplate: kind === "snapshot" ? "%{y} → %{customdata[0]}<br>step %{customdata[1]}, %{customdata[2]}<extra></extra>" : "%{y} reset at step %{customdata[1]}<extra></extra>",
     };
   });
-  const ev = {margin: {...MARGIN, l: 10}, xaxis: {type: "date"}, yaxis: {type: "category", automargin: true, tickfont: {size: 10}}, legend: {orientation: "h", y: -0.15}};
+  const ev = {margin: {...MARGIN, l: 10}, xaxis: timeAxis(E.time), yaxis: {type: "category", automargin: true, tickfont: {size: 10}}, legend: {orientation: "h", y: -0.15}};
   if (!E.kind.length) ev.annotations = [{text: "no snapshots or resets yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
   return Promise.all([Plotly.react("chart-composition", bars, comp, PLOT_CONFIG), Plotly.react("chart-events", events, ev, PLOT_CONFIG)]);
 }
@@ -296,11 +319,11 @@ function drawLearners() {
     if (!div) { div = document.createElement("div"); div.id = id; div.className = "chart learner-chart"; box.appendChild(div); }
     const agents = Object.keys(L.series[name]).sort();
     const traces = agents.map((a) => ({
-      type: "scatter", mode: "lines", name: a, x: L.series[name][a].t.map(ms), y: L.series[name][a].v,
+      type: "scatter", mode: lineMode(L.series[name][a].t.length), name: a, x: L.series[name][a].t.map(ms), y: L.series[name][a].v,
       line: {width: 1.5}, hovertemplate: `${a}<br>${name} %{y:.4g}<extra></extra>`,
     }));
-    promises.push(Plotly.react(div, traces, {margin: {...MARGIN, t: 28}, title: {text: name, font: {size: 13}, x: 0.02},
-      xaxis: {type: "date"}, showlegend: k === 0 && agents.length <= 12, legend: {font: {size: 9}}}, PLOT_CONFIG));
+    promises.push(Plotly.react(div, traces, {margin: MARGIN, title: {text: name, font: {size: 13}, x: 0.02, xanchor: "left"},
+      xaxis: timeAxis(...agents.map((a) => L.series[name][a].t)), showlegend: k === 0 && agents.length <= 12, legend: {font: {size: 9}}}, PLOT_CONFIG));
   });
   return Promise.all(promises);
 }
