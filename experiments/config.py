@@ -168,8 +168,9 @@ class EvaluatorSettings:
     # Games with an exact meta-game (poker): frozen players' payoffs against each other are
     # computed exactly (tabular policies, one tree walk) instead of sampled.
     exact: bool = True
-    # ... and the exact NashConv of the Nash mixture and of each main agent is recorded this
-    # often (league.db `exploitability`, the dashboard's curve); 0: never.
+    # Games with an exact meta-game (poker): seconds between measurements of the exact
+    # NashConv of the Nash mixture and of each main agent (league.db `exploitability`, the
+    # dashboard's curve); 0: never.
     nash_conv_every_seconds: float = 60.0
     # SMAX: evaluator_0 plays each main agent (current parameters, z = 0) against jaxmarl's
     # scripted heuristic in every race of the run this often (league.db `heuristic`, the
@@ -244,14 +245,17 @@ def _run_learner():
 class RunConfig:
     game: str = "smax_races"  # the game: SMAX races, OpenSpiel Kuhn/Leduc poker or a matrix game
     races: int = 3  # SMAX races: the first N of terran, protoss, zerg; other games have one
-    runner: str = "ray"  # ray (a local instance, or a cluster with ray_address), inprocess or launchpad
+    # Where the program's nodes run: "ray" (Ray actors on a local instance, or on a cluster
+    # with ray_address), "inprocess" (threads of this one process: debugging) or "launchpad"
+    # (a Launchpad program; Launchpad needs its own Python 3.10 environment: README "Launchpad").
+    runner: str = "ray"
     # Where learners' experience comes from: "device" (each learner plays its own games in the
     # jitted program of its update: games with a JAX step), "replay" (actors write to Reverb,
     # learners sample), "auto" (device wherever the game and settings allow; --print_program
     # says which and why).
     experience: str = "auto"
     ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001")
-    run_dir: str = ""  # config.json, league.db, params/, learners/; rerun to resume
+    run_dir: str = ""  # the run's directory (config.json, league.db, params/, learners/); rerun to resume
     minutes: float = 0.0  # stop after this many minutes; 0: until Ctrl-C (or learner_steps)
     learner_steps: int = 0  # stop once every learner has learnt this many agent steps; 0: no limit
     seed: int = 0  # seed of the league, the initial parameters and the games
@@ -523,8 +527,43 @@ def fields(config: Any = None, prefix: str = ""):
     return out
 
 
+# Help for the fields whose comment in their own package (league/players.py,
+# learners/config.py) is too short to stand alone as a flag's help: it leans on the field's
+# name or on the comment of the field before it.
+HELP = {
+    "league.main_agents_per_race": "main agents per race (AlphaStar: 1)",
+    "league.main_exploiters_per_race": "main exploiters per race (AlphaStar: 1)",
+    "league.league_exploiters_per_race": "league exploiters per race (AlphaStar: 2)",
+    "league.matchmaking.verification_exploiter_win_rate":
+        "main agents' verification: PFSP over past main exploiters when the agent beats one of "
+        "them less often than this",
+    "league.matchmaking.verification_forgotten_win_rate":
+        "main agents' verification, when no past main exploiter qualifies: PFSP over a main "
+        "agent's forgotten snapshots when the agent beats one of them less often than this",
+    "league.matchmaking.main_exploiter_curriculum_probability":
+        "main exploiters: share of the curriculum (PFSP over the main agent's snapshots) when "
+        "below main_exploiter_curriculum_win_rate",
+    "league.snapshots.main_exploiter_timeout_steps":
+        "a main exploiter that has not beaten its targets adds a copy (and resets) after this many steps",
+    "league.snapshots.league_exploiter_timeout_steps":
+        "a league exploiter that has not beaten its targets adds a copy after this many steps",
+    "league.snapshots.main_exploiter_reset_probability":
+        "probability that a main exploiter resets after adding a copy (AlphaStar: 1, every copy)",
+    "league.snapshots.league_exploiter_reset_probability":
+        "probability that a league exploiter resets after adding a copy (AlphaStar: 0.25)",
+    "learner.loss.policy_loss":
+        '"vtrace" (AlphaStar: V-trace + UPGO + TD(lambda)) or "ppo" (OpenAI Five: PPO + GAE)',
+    "learner.loss.value_weight": "weight of the value term (the value loss already carries the 1/2)",
+    "learner.loss.importance_correction":
+        "importance ratios of the off-policy corrections; False: every ratio is 1 (ablation)",
+}
+
+
 def help_text(path: str) -> str:
-    """The comment beside (or above) a field in its class's source, as the flag's help."""
+    """A flag's help: `HELP`'s, else the comment beside (or above) the field in its class's
+    source."""
+    if path in HELP:
+        return HELP[path]
     config = RunConfig()
     *parents, leaf = path.split(".")
     owner = config

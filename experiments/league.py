@@ -88,7 +88,7 @@ def define_flags() -> None:
         else:
             _define(path, default, text)
     for alias, path in ALIASES.items():
-        _define(alias, None, f"alias of --{path}", kind=_kind(path))
+        _define(alias, None, f"alias of --{path}: {help_text(path)}", kind=_kind(path))
     flags.DEFINE_bool("print_program", False, "Print the program's graph of nodes (experiments/program.py) and exit.")
     if importlib.util.find_spec("launchpad") is not None:  # the Launchpad environment
         from experiments.launchpad_launcher import define_flags as define_launchpad_flags

@@ -8,7 +8,8 @@ AlphaStar does, without the user running `experiments.record` and `experiments.s
   every race pairing and army evenly (experiments.record), then `--supervised.steps`
   behaviour-cloning steps per race of the run (experiments.supervised), with their progress
   lines;
-- a file: used as it is (`--init=FILE`);
+- a file: used as it is (`--init=FILE`, or the file a resumed run began with: a cached start
+  or its --init; the line says which);
 - "none" or "": random initial parameters.
 It returns the config with `init` replaced by the file (or left as none) and one line saying
 which start the run uses; the league prints it.
@@ -196,9 +197,27 @@ def resolve_start(config: RunConfig, log=print) -> tuple[RunConfig, str]:
         return (dataclasses.replace(config, init=path),
                 f"start: supervised agents of the scripted heuristic, {how} ({path}; {summary(path)})")
     if config.init_file:
+        saved = saved_config(config.run_dir) if config.run_dir else None
+        resumed = saved is not None and saved.init == config.init
+        if is_cached_start(config.init):
+            which = "this run began with" if resumed else "given by --init"
+            return config, (f"start: supervised agents from the cached supervised start {which} "
+                            f"({config.init}; {summary(config.init)})")
+        if resumed:
+            return config, (f"start: supervised agents from {config.init}, the --init file this run "
+                            f"began with ({summary(config.init)})")
         return config, f"start: supervised agents from --init={config.init} ({summary(config.init)})"
     why = "--init=none" if config.init == "none" else "no supervised start for this game"
     return config, f"start: random parameters ({why})"
+
+
+def is_cached_start(path: str) -> bool:
+    """Whether `path` is a start of a supervised-start cache (`start-<key>/supervised.npz` with
+    its key.json), whichever cache directory holds it."""
+    entry = os.path.dirname(os.path.abspath(path))
+    name = os.path.basename(entry)
+    return (os.path.basename(path) == "supervised.npz" and name.startswith("start-")
+            and len(name) == len("start-") + 16 and os.path.isfile(os.path.join(entry, "key.json")))
 
 
 def saved_config(run_dir: str) -> RunConfig | None:

@@ -60,9 +60,26 @@ def test_a_smax_league_without_init_builds_the_supervised_start_and_the_next_run
     assert supervised_start.start_paths(config)[1] == file
     more_steps = dataclasses.replace(config, supervised=dataclasses.replace(config.supervised, steps=3))
     assert supervised_start.start_paths(more_steps)[1] != file
-    # A resumed run without --init keeps the start it was started with (no build).
+    # A resumed run without --init keeps the start it was started with (no build), and says it
+    # came from the cache, not from an --init the user did not give.
     resumed, line = league.choose_start(more_steps, init_given=False)
-    assert resumed.init == file and line.startswith(f"start: supervised agents from --init={file}")
+    assert resumed.init == file and "--init" not in line, line
+    assert line.startswith(f"start: supervised agents from the cached supervised start this run "
+                           f"began with ({file}; "), line
+    # --init only where the user gave it: a cached file for a new run, or a file of their own.
+    new_run = dataclasses.replace(config, init=file, run_dir=str(tmp_path / "new"))
+    assert supervised_start.resolve_start(new_run, log=None)[1].startswith(
+        f"start: supervised agents from the cached supervised start given by --init ({file}; ")
+    own = tmp_path / "own.npz"
+    own.write_bytes(open(file, "rb").read())
+    assert supervised_start.resolve_start(dataclasses.replace(new_run, init=str(own)), log=None)[1] \
+        .startswith(f"start: supervised agents from --init={own} (")
+    own_run = dataclasses.replace(new_run, init=str(own), run_dir=str(tmp_path / "own_run"))
+    os.makedirs(own_run.run_dir)
+    with open(os.path.join(own_run.run_dir, "config.json"), "w") as f:
+        json.dump(own_run.to_dict(), f)
+    assert supervised_start.resolve_start(own_run, log=None)[1].startswith(
+        f"start: supervised agents from {own}, the --init file this run began with ("), own_run
 
 
 def test_init_none_and_other_games_skip_the_supervised_start(tmp_path):
