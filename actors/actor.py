@@ -83,6 +83,7 @@ from actors.rollout import (
 from agents import act, head_names, network_key, pseudo_reward_count, z_size
 from agents.trajectory import Step, Unroll, batch_size, take, zeros_unroll
 from league.matchmaking import Match
+from league.players import MATCH_ATTEMPTS, WithdrawnPlayer
 from league.results import GameResult
 
 PyTree = Any
@@ -554,12 +555,19 @@ class Actor:
             self._new_match()
 
     def _new_match(self):
-        request = Match.of(self.match_source.request_match(self.agent_id), self.agent_id)
-        opponent = request.opponent_id
-        if opponent == self.agent_id:
-            opponent_version, opponent_params = self._version, self._params
+        for _ in range(MATCH_ATTEMPTS):
+            request = Match.of(self.match_source.request_match(self.agent_id), self.agent_id)
+            opponent = request.opponent_id
+            if opponent == self.agent_id:
+                opponent_version, opponent_params = self._version, self._params
+                break
+            try:
+                opponent_version, opponent_params = self._wait_params(opponent)
+                break
+            except WithdrawnPlayer:
+                continue  # a damaged frozen player, now out of matchmaking: draw again
         else:
-            opponent_version, opponent_params = self._wait_params(opponent)
+            raise RuntimeError(f"{self.agent_id}: {MATCH_ATTEMPTS} matches in a row drew withdrawn players")
         abandoned = (0 if self._stream is None
                      else int(np.sum(np.asarray(self._stream.games.lengths) > 0)))
         self._resets += 1

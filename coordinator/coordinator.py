@@ -334,7 +334,7 @@ class Coordinator:
         as matches {"home", "away", "home_race", "away_race"}: evaluators play every game in
         the two players' own races; which of the two plays side 0 is random."""
         with self._lock:
-            ids = list(self.league.players)
+            ids = [p for p in self.league.players if p not in self.league.withdrawn]
             wins, draws, losses = self.league.payoff.count_matrices(ids)
             exact = self.league.payoff.exact_mask(ids)
             rng = self.league.rng
@@ -350,11 +350,39 @@ class Coordinator:
         pairs = [(ids[upper[0][k]], ids[upper[1][k]])[:: 1 if rng.random() < 0.5 else -1] for k in order]
         return [{"home": a, "away": b, "home_race": races[a], "away_race": races[b]} for a, b in pairs]
 
-    def frozen_params(self, player_id: str) -> tuple[int, dict]:
+    def frozen_params(self, player_id: str) -> tuple[int, dict] | None:
         """(version, parameters) of a frozen player (or an agent's initial parameters), from
         the run directory's store on the coordinator's host: actors and evaluators on other
-        hosts fetch them here (and cache them: they never change), so no disk is shared."""
-        return self.params.load(player_id)
+        hosts fetch them here (and cache them: they never change), so no disk is shared.
+
+        None when the player is withdrawn: its file is damaged (the zip's CRC, or a wrong
+        layout), so it is taken out of matchmaking (`withdraw`) and the caller asks for
+        another match. A plain value, not an exception, so that every launcher's RPC carries it."""
+        with self._lock:
+            if player_id in self.league.withdrawn:
+                return None
+        try:
+            return self.params.load(player_id)
+        except ValueError as e:
+            player = self.league.players.get(player_id)
+            if player is None or player.is_learning:
+                raise  # an agent's initial parameters: its resets need them
+            self.withdraw(player_id, str(e))
+            return None
+
+    def withdraw(self, player_id: str, reason: str) -> bool:
+        """Takes a frozen player out of matchmaking, evaluation and the Nash for the rest of the
+        run (`League.withdraw`; saved with the league): an event in league.db ("withdrawn", with
+        the reason) and in `take_events` for the terminal. False if it already was."""
+        with self._lock:
+            if not self.league.withdraw(player_id, reason):
+                return False
+            player = self.league.players[player_id]
+            self._save_state()
+            self._events.append({"kind": "withdrawn", "agent_id": player.parent, "player_id": player_id,
+                                 "reason": reason})
+        self.history.add_event("withdrawn", player.parent, player_id, player.step, reason)
+        return True
 
     def learner_params(self, agent_id: str) -> tuple[int, dict]:
         """(version, current parameters) of a learning agent, from its learner group: device
@@ -397,6 +425,7 @@ class Coordinator:
             known = self.league.payoff.known_mask(ids)
             rates = self.league.payoff.win_rate_matrix(ids)
             pending, self._trueskill_pending = self._trueskill_pending, []
+            withdrawn = set(self.league.withdrawn)
         with self._trueskill_lock:
             for home, away, outcome in pending:
                 meta.trueskill_update(self._trueskill, home, away, outcome)
@@ -405,7 +434,9 @@ class Coordinator:
         # The Nash of the players whose payoffs are all known (players still waiting for an
         # evaluation get weight 0 until they have one: `meta.fully_known_players`).
         nash = np.zeros(len(ids))
-        evaluated = meta.fully_known_players(known)
+        # Withdrawn players (`withdraw`) keep their payoff rows but leave the meta-game.
+        active = np.array([i for i, p in enumerate(ids) if p not in withdrawn], dtype=int)
+        evaluated = active[meta.fully_known_players(known[np.ix_(active, active)])]
         nash[evaluated] = meta.nash_distribution(
             meta.scores_as_win_rates(scores[np.ix_(evaluated, evaluated)]))
         # Exact pairs count as EXACT_GAMES games at their exact win rate.

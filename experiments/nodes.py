@@ -4,7 +4,7 @@ are their RPC surface, so a launcher can place them in one process or as Ray act
 
 - `LearnerGroup`: the learners of several learning agents in one process (one JAX runtime:
   identical shapes compile once) and the Reverb server holding their tables, one per agent.
-  On one machine a dozen learner processes would not fit (DESIGN.md: ~1 GB each); on a
+  On one machine a dozen learner processes would not fit (each holds a JAX runtime); on a
   cluster the program makes one group per agent (`--learner_groups=agent`).
 - `ActorGroup`: the actors of several agents in one process, each on its own thread.
 - `EvaluatorNode`: plays the pairs of players the coordinator names and reports the games;
@@ -38,6 +38,7 @@ from experiments.build import (
     make_network,
 )
 from experiments.config import POKER_GAMES, RACES, RunConfig
+from league.players import MATCH_ATTEMPTS, WithdrawnPlayer
 from league.results import GameResult
 
 
@@ -59,6 +60,8 @@ class ParamsSource:
             got = self._frozen.get(player_id)
         if got is None:
             got = self._coordinator.frozen_params(player_id)
+            if got is None:
+                raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read)")
             with self._lock:
                 self._frozen[player_id] = got
         version, params = got
@@ -265,8 +268,10 @@ class DeviceLearnerGroup(_Learners):
         if player_id in self._frozen:
             self._frozen.move_to_end(player_id)
             return self._frozen[player_id]
-        _, params = self._coordinator.frozen_params(player_id)
-        self._frozen[player_id] = jax.device_put(params)
+        got = self._coordinator.frozen_params(player_id)
+        if got is None:
+            raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read)")
+        self._frozen[player_id] = jax.device_put(got[1])
         while len(self._frozen) > self.BANK_SIZE:
             self._frozen.popitem(last=False)
         return self._frozen[player_id]
@@ -279,14 +284,22 @@ class DeviceLearnerGroup(_Learners):
 
         from actors.rollout import Opponents
 
-        dist = self._coordinator.match_distribution(agent_id)
         m = self.config.device.opponent_slots
-        with self._lock:
-            picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
-        slots = [(dist["opponents"][i], dist["branches"][i]) for i in picks]
-        learning = set(dist["learning"])
-        own = self.learners[agent_id].current_params()
-        params = [own if opp == agent_id else self._opponent_params(opp, opp in learning) for opp, _ in slots]
+        for _ in range(MATCH_ATTEMPTS):
+            dist = self._coordinator.match_distribution(agent_id)
+            with self._lock:
+                picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
+            slots = [(dist["opponents"][i], dist["branches"][i]) for i in picks]
+            learning = set(dist["learning"])
+            own = self.learners[agent_id].current_params()
+            try:
+                params = [own if opp == agent_id else self._opponent_params(opp, opp in learning)
+                          for opp, _ in slots]
+                break
+            except WithdrawnPlayer:
+                continue  # a damaged frozen player, now out of the distribution: draw again
+        else:
+            raise RuntimeError(f"{agent_id}: {MATCH_ATTEMPTS} draws in a row met withdrawn players")
         bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
         use_self = jnp.asarray([opp == agent_id for opp, _ in slots])
         races = None
@@ -462,8 +475,11 @@ class EvaluatorNode:
         self._stop.clear()
         while not self._stop.is_set():
             self.heuristic_next()
-            if not (self.exact_next() or self.evaluate_next()):
-                time.sleep(1.0)
+            try:
+                if not (self.exact_next() or self.evaluate_next()):
+                    time.sleep(1.0)
+            except WithdrawnPlayer:
+                continue  # a damaged frozen player, withdrawn now: the next pair is without it
 
     def heuristic_next(self) -> int:
         """SMAX, evaluator_0: once `heuristic_every_seconds` have passed since the last time

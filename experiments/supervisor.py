@@ -62,9 +62,7 @@ class Supervisor:
         while True:
             for event in self.coordinator.take_events():
                 self.events.append(event)
-                what = (f"{event['agent_id']} -> {event['player_id']} ({event['reason']})"
-                        if event["kind"] == "snapshot" else event["agent_id"])
-                print(f"  {event['kind']}: {what}", file=self.out, flush=True)
+                print(f"  {describe_event(event)}", file=self.out, flush=True)
             check_nodes()
             if time.time() - last_report >= self.config.progress_every_seconds:
                 metrics, last_report = self.report(), time.time()
@@ -72,6 +70,17 @@ class Supervisor:
             if reason:
                 return reason
             self.stop_event.wait(0.5)
+
+
+def describe_event(event: dict) -> str:
+    """One terminal line for a coordinator event (`Coordinator.take_events`)."""
+    kind = event["kind"]
+    if kind == "snapshot":
+        return f"snapshot: {event['agent_id']} -> {event['player_id']} ({event['reason']})"
+    if kind == "withdrawn":
+        return (f"withdrawn: frozen player {event['player_id']} leaves matchmaking for the rest of "
+                f"the run, its parameters cannot be read: {event['reason']}")
+    return f"{kind}: {event['agent_id']}"
 
 
 def supervise(program: Program, handles: dict, out, stop_event, on_launch, check_nodes,

@@ -44,6 +44,8 @@ class League:
         # The latest meta-game Nash weights the coordinator published (`set_nash_weights`); not
         # saved: a resumed league has none until the next publication.
         self.nash_weights: dict[str, float] = {}
+        # Frozen players taken out of matchmaking (`withdraw`): they keep their payoff rows.
+        self.withdrawn: dict[str, str] = {}
         for player in learning_agents(config):
             self._add(player)
         if config.initial_snapshots:
@@ -67,6 +69,35 @@ class League:
             self._learning[player.role].append(player.player_id)
             self.last_snapshot_step.setdefault(player.player_id, 0)
             self.snapshot_count.setdefault(player.player_id, 0)
+
+    def withdraw(self, player_id: str, reason: str) -> bool:
+        """Takes a frozen player out of matchmaking for good (its parameters cannot be read):
+        no matchmaker, evaluator or meta-solver picks it again; its games stay in the payoff
+        and the history. Returns False if it was already withdrawn. Learning agents cannot be
+        withdrawn."""
+        player = self.player(player_id)
+        if player.role != HISTORICAL:
+            raise ValueError(f"{player_id!r} is a learning agent; only frozen players can be withdrawn")
+        if player_id in self.withdrawn:
+            return False
+        index = self._leave_pools(player)
+        quality = self._quality.get(player.parent)
+        if quality is not None and index is not None and index < len(quality):
+            quality.pop(index)
+        self.withdrawn[player_id] = reason
+        return True
+
+    def _leave_pools(self, player: Player) -> int | None:
+        """Removes a frozen player from the historical pools; its index among its parent's
+        snapshots (aligned with the parent's quality scores), or None."""
+        if player.player_id in self._historical:
+            self._historical.remove(player.player_id)
+        pool = self._snapshots_of.get(player.parent, [])
+        if player.player_id not in pool:
+            return None
+        index = pool.index(player.player_id)
+        pool.pop(index)
+        return index
 
     def player(self, player_id: str) -> Player:
         try:
@@ -205,6 +236,7 @@ class League:
             "snapshot_count": dict(self.snapshot_count),
             "quality": {k: list(v) for k, v in self._quality.items()},
             "rng": self.rng.bit_generator.state,
+            "withdrawn": dict(self.withdrawn),
         }
 
     @classmethod
@@ -222,5 +254,9 @@ class League:
             raise ValueError("league state is inconsistent: payoff players differ from league players")
         league.last_snapshot_step.update(state["last_snapshot_step"])
         league.snapshot_count.update(state["snapshot_count"])
+        # The saved quality scores are already without the withdrawn players' entries.
+        for player_id, reason in state.get("withdrawn", {}).items():
+            league._leave_pools(league.players[player_id])
+            league.withdrawn[player_id] = reason
         league._quality = {k: list(v) for k, v in state["quality"].items()}
         return league

@@ -210,3 +210,13 @@ def learning_agents(config: LeagueConfig) -> list[Player]:
         for role in LEARNING_ROLES
         for k in range(counts[role])
     ]
+
+
+# Matches in a row that may draw withdrawn players before a node gives up (each draw after a
+# withdrawal comes from the distribution without it, so two are the most a node needs).
+MATCH_ATTEMPTS = 20
+
+
+class WithdrawnPlayer(LookupError):
+    """A frozen player taken out of matchmaking (`League.withdraw`: its parameters cannot be
+    read); raised where its parameters are asked for, so the caller asks for another match."""

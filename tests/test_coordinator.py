@@ -341,3 +341,49 @@ def test_actors_get_frozen_players_from_the_coordinator_and_keep_them(tmp_path):
     assert source.latest_params("terran_main_agent_0")[0] == 7  # learning agents: the learner
     with pytest.raises(KeyError, match="no stored parameters for player 'nobody#3'"):
         source.latest_params("nobody#3")
+
+
+def _noise(path, seed=0):
+    """4 KB of noise in the middle of a file that keeps its size (issue 31's damage)."""
+    data = bytearray(open(path, "rb").read())
+    middle = len(data) // 2
+    noise = np.random.default_rng(seed).integers(0, 256, 4096, dtype=np.uint8).tobytes()
+    data[max(0, middle - 2048):middle + 2048] = noise[:len(data[max(0, middle - 2048):middle + 2048])]
+    open(path, "wb").write(bytes(data))
+
+
+def test_a_damaged_frozen_player_is_withdrawn_and_the_league_goes_on(tmp_path):
+    """Issue 31: a frozen player whose file cannot be read is withdrawn from matchmaking, the
+    evaluators' pairs and the Nash, said in an event (league.db and `take_events`), and stays
+    withdrawn after a restart; asking for it again gives None, not an exception."""
+    coordinator, learners = make(tmp_path)
+    big = {"strategy": np.arange(5000, dtype=np.float32)}   # a file bigger than the noise
+    for agent in coordinator.agent_ids():
+        coordinator.store_initial_params(agent, big)
+    for learner in learners.values():
+        learner.strategy_params = np.arange(5000, dtype=np.float32)
+        learner.agent_steps = 250
+    coordinator.poll()
+    frozen = coordinator.league.historical_ids()
+    assert len(frozen) >= 1
+    damaged = frozen[0]
+    _noise(coordinator.params.path(damaged))
+    assert coordinator.frozen_params(damaged) is None
+    assert damaged in coordinator.league.withdrawn and damaged not in coordinator.league.historical_ids()
+    assert damaged not in coordinator.league.snapshots_of("terran_main_agent_0")
+    events = coordinator.take_events()
+    assert [(e["kind"], e["player_id"]) for e in events] == [("withdrawn", damaged)]
+    assert "corrupt" in events[0]["reason"] and damaged in events[0]["reason"]
+    assert [(e["kind"], e["player_id"]) for e in coordinator.history.events()][-1] == ("withdrawn", damaged)
+    assert coordinator.frozen_params(damaged) is None and not coordinator.take_events()   # once
+    for agent in coordinator.agent_ids():
+        assert damaged not in coordinator.match_distribution(agent)["opponents"]
+        for _ in range(20):
+            assert coordinator.request_match(agent).opponent_id != damaged
+    assert all(damaged not in (m["home"], m["away"]) for m in coordinator.evaluation_matches(50))
+    nash = coordinator.publish_meta_game()["nash"]
+    assert nash[damaged] == 0.0 and sum(nash.values()) == pytest.approx(1.0)
+    coordinator.close()
+    resumed = Coordinator(coordinator.league.config, str(tmp_path), seed=3, config=NEVER)
+    assert damaged in resumed.league.withdrawn and damaged not in resumed.league.historical_ids()
+    assert resumed.frozen_params(damaged) is None

@@ -242,6 +242,62 @@ def test_a_killed_device_path_run_resumes(tmp_path):
     assert checkpoint.read_params(run_dir, "any_main_agent_0")[0] > version
 
 
+def _damage_frozen_files(run_dir, seed):
+    """4 KB of noise in the middle of every frozen player's parameter file (issue 31); returns
+    the players damaged. Agents' initial parameters (`<agent>@initial`, for resets) are kept."""
+    history = LeagueHistory(os.path.join(run_dir, "league.db"), readonly=True)
+    damaged = []
+    for player in history.players():
+        path = os.path.join(run_dir, "params", player["player_id"] + ".npz")
+        if player["role"] != "historical" or not os.path.exists(path):
+            continue
+        data = bytearray(open(path, "rb").read())
+        start = max(0, len(data) // 2 - 2048)
+        data[start:start + 4096] = np.random.default_rng(seed).integers(0, 256, len(data[start:start + 4096]),
+                                                                       dtype=np.uint8).tobytes()
+        open(path, "wb").write(bytes(data))
+        damaged.append(player["player_id"])
+    return damaged
+
+
+def test_damaged_frozen_players_are_withdrawn_and_the_league_goes_on(tmp_path):
+    """Issue 31: noise in frozen players' files (every one: matchmaking cannot avoid them) stops
+    neither an in-process run nor a Ray run: each damaged player a node asks for is withdrawn
+    (a line in the terminal, an event in league.db), no later games are played against it, the
+    league goes on (games recorded, learners updating) and the run exits 0."""
+    from learners import checkpoint
+
+    run_dir = str(tmp_path / "run")
+    db = os.path.join(run_dir, "league.db")
+    args = ["--game=kuhn_poker", f"--run_dir={run_dir}", "--dashboard_port=-1", "--progress_every_seconds=2",
+            "--checkpoint_every_seconds=3", "--meta_game_every_seconds=2"]
+    result = league_cli(*args, "--runner=inprocess", "--minutes=0.3")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for runner, seed in (("inprocess", 1), ("ray", 2)):
+        before = {e["player_id"] for e in LeagueHistory(db, readonly=True).events() if e["kind"] == "withdrawn"}
+        damaged = [p for p in _damage_frozen_files(run_dir, seed) if p not in before]
+        assert damaged, "the run before stored no new frozen player"
+        history = LeagueHistory(db, readonly=True)
+        games, version = history.game_count(), checkpoint.read_params(run_dir, "any_main_agent_0")[0]
+        result = league_cli(*args, f"--runner={runner}", "--minutes=0.5")
+        out = result.stdout + result.stderr
+        assert result.returncode == 0, out
+        history = LeagueHistory(db, readonly=True)
+        withdrawn = {e["player_id"]: e for e in history.events() if e["kind"] == "withdrawn"}
+        asked = [p for p in damaged if p in withdrawn]
+        assert asked, f"{runner}: no damaged player was withdrawn\n{out}"
+        for player in asked:
+            assert f"withdrawn: frozen player {player}" in result.stdout, out
+            assert "corrupt" in withdrawn[player]["reason"]
+        assert history.game_count() > games, out
+        assert checkpoint.read_params(run_dir, "any_main_agent_0")[0] > version, out
+        # no games against a withdrawn player after it was withdrawn (a chunk drawn before may end)
+        for row in history.game_counts():
+            for player in asked:
+                if player in (row["home"], row["away"]):
+                    assert row["time"] < withdrawn[player]["time"] + 5.0, (row, withdrawn[player])
+
+
 def test_the_dashboard_counts_counted_games_like_games(tmp_path):
     """The dashboard's payoff counts and headline from `games` rows and `game_counts` rows
     (device path) together, against the sums read with SQL."""
