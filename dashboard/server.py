@@ -10,7 +10,9 @@ changes, and redraws. The figures follow AlphaStar's: the payoff matrix by agent
 (Extended Data Fig. 8), ratings of every player over training (Fig. 4a), the Nash
 distribution over players as training progresses (Fig. 4c); plus OpenAI Five's
 data-quality metrics per learner and, as OpenAI Five tracked TrueSkill against fixed reference
-agents, each SMAX main agent's win rate against the scripted heuristic over time.
+agents, each SMAX main agent's win rate against the scripted heuristic over time. A notice at
+the top lists the frozen players withdrawn from matchmaking and the learners stalled now
+(`league_notices`, from the history's events); withdrawn players are marked "✕ " in the charts.
 
     python -m experiments.dashboard --run_dir=runs/x [--port=8050] [--host=127.0.0.1]
     python -m experiments.dashboard --run_dir=runs/x --export=report.html   # one file, offline
@@ -172,6 +174,8 @@ class DashboardData:
         nash = self._nash(history, index)
         top = max(nash["latest"], key=lambda pw: pw[1]) if nash["latest"] else None
         events = history.events()
+        notices = league_notices(events)
+        withdrawn = {w["player"] for w in notices["withdrawn"]}
         times = [p["wall_time"] for p in players] + [e["time"] for e in events]
         last = history.last_activity_time()
         return {
@@ -197,7 +201,9 @@ class DashboardData:
                 "parent_role": [role_of.get(p["parent"]) for p in players],
                 "step": [p["step"] for p in players],
                 "created": [p["wall_time"] for p in players],
+                "withdrawn": [p in withdrawn for p in ids],
             },
+            "notices": notices,
             "payoff": payoff,
             "nash": nash,
             "ratings": self._ratings(history, index),
@@ -358,6 +364,29 @@ class DashboardData:
             s["v"].append(v)
         known = [m for m in LEARNER_METRIC_ORDER if m in series]
         return {"names": known + sorted(set(series) - set(known)), "series": series}
+
+
+def league_notices(events: list[dict]) -> dict:
+    """What the page's notice box lists, from the history's events (`LeagueHistory.events`):
+
+    "withdrawn": each frozen player taken out of matchmaking (its parameter file is damaged;
+    for the rest of the run): {"player", "agent" (its parent), "step", "time", "reason"}, in
+    the order withdrawn. "stalled": each learning agent whose learner has stopped learning and
+    not recovered since: {"agent", "since" (the first "stalled" event after its last
+    "recovered" one), "time" and "reason" (of its latest "stalled" event)}, by agent.
+    """
+    withdrawn: dict[str, dict] = {}
+    stalled: dict[str, dict] = {}
+    for e in events:
+        if e["kind"] == "withdrawn" and e["player_id"] and e["player_id"] not in withdrawn:
+            withdrawn[e["player_id"]] = {"player": e["player_id"], "agent": e["agent_id"], "step": e["step"],
+                                         "time": e["time"], "reason": e["reason"] or ""}
+        elif e["kind"] == "stalled":
+            since = stalled[e["agent_id"]]["since"] if e["agent_id"] in stalled else e["time"]
+            stalled[e["agent_id"]] = {"agent": e["agent_id"], "since": since, "time": e["time"], "reason": e["reason"] or ""}
+        elif e["kind"] == "recovered":
+            stalled.pop(e["agent_id"], None)
+    return {"withdrawn": list(withdrawn.values()), "stalled": [stalled[a] for a in sorted(stalled)]}
 
 
 def _message(status: str, message: str) -> bytes:

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from coordinator.history import LeagueHistory
-from dashboard.server import serve
+from dashboard.server import DashboardData, league_notices, serve
 from tests.browser import BrowserMissing, Tab, chromium, find_chromium
 
 CHARTS = ("chart-payoff", "chart-nash-now", "chart-nash-time", "chart-exploitability", "chart-elo",
@@ -499,3 +499,121 @@ def test_composition_labels_do_not_overlap(layout):
         for i, (text_a, a) in enumerate(labels):
             for text_b, b in labels[i + 1:]:
                 assert not overlap(a, b), (kind, text_a, a, text_b, b)
+
+
+# -- notices: withdrawn players and stalled learners (issue 31, items 2 and 3) ---------------------
+DAMAGED = "zerg_main_agent_0_v1"
+DAMAGE = f"cannot read runs/x/params/{DAMAGED}.npz: bad CRC-32 for file 'w.npy'"
+STALL = "every update skipped as non-finite 20 times in a row"
+
+
+def write_notice_league(path: str, recovered: bool) -> None:
+    """Two learning agents and three snapshots of the first, one of them (DAMAGED) withdrawn;
+    the main agent's learner stalls (and, if `recovered`, updates again later); the exploiter's
+    learner stalls and stays stalled when `recovered` (so the list tells the two apart)."""
+    history = LeagueHistory(path)
+    agent, exploiter = "zerg_main_agent_0", "zerg_main_exploiter_0"
+    history.add_player(agent, "main_agent", "zerg", None, 0, START)
+    history.add_player(exploiter, "main_exploiter", "zerg", None, 0, START)
+    snapshots = [f"{agent}_v{k}" for k in range(3)]
+    for k, snapshot in enumerate(snapshots):
+        history.add_player(snapshot, "historical", "zerg", agent, 100 * k, START + 60 * k)
+        history.add_event("snapshot", agent, snapshot, 100 * k, "steps", when=START + 60 * k)
+    players = [agent, exploiter, *snapshots]
+    history.add_games([{"home": players[i % 2], "away": players[(3 * i) % 5], "outcome": ("win", "draw", "loss")[i % 3],
+                        "time": START + i} for i in range(60)])
+    history.add_nash({p: w for p, w in zip(players, (0.1, 0.2, 0.3, 0.25, 0.15))}, when=START + 120)
+    history.add_ratings({p: (1000.0 + i, 25.0, 3.0) for i, p in enumerate(players)}, when=START + 120)
+    history.add_event("withdrawn", agent, DAMAGED, 100, DAMAGE, when=START + 130)
+    history.add_event("stalled", agent, None, 250, STALL, when=START + 140)
+    if recovered:
+        history.add_event("recovered", agent, None, 260, "updating again", when=START + 150)
+        history.add_event("stalled", exploiter, None, 300, "no experience for 120 s", when=START + 160)
+    history.close()
+
+
+@pytest.fixture(params=[False, True], ids=["stalled", "recovered"])
+def notice_league(request, tmp_path):
+    write_notice_league(str(tmp_path), recovered=request.param)
+    server, url = serve(str(tmp_path), 0)
+    yield url, request.param
+    server.shutdown()
+    server.server_close()
+
+
+NOTICES_JS = """(() => { const box = document.getElementById('notices');
+    return {visible: !!box && getComputedStyle(box).display !== 'none' && box.getBoundingClientRect().height > 0,
+            items: box ? [...box.querySelectorAll('li')].map((li) => [li.className, li.textContent]) : null}; })()"""
+
+
+def test_notices_list_withdrawn_players_and_stalled_learners_and_the_charts_mark_them(tab, notice_league):
+    url, recovered = notice_league
+    tab.load(url)
+    notices = tab.page.evaluate(NOTICES_JS)
+    assert notices["visible"]
+    withdrawn, stalled = notices["items"][0], notices["items"][1:]
+    assert withdrawn == ["withdrawn", f"{DAMAGED} withdrawn from matchmaking: {DAMAGE}"]
+    since = tab.page.evaluate(f"new Date({(START + (160 if recovered else 140)) * 1000}).toLocaleString('en-GB')")
+    if recovered:  # the main agent updates again: only the exploiter is listed
+        assert stalled == [["stalled", f"zerg_main_exploiter_0 stalled since {since}: no experience for 120 s"]]
+    else:
+        assert stalled == [["stalled", f"zerg_main_agent_0 stalled since {since}: {STALL}"]]
+    # The withdrawn player is marked in the payoff matrix's labels and the Nash charts; no other is.
+    marked = f"✕ {DAMAGED}"
+    payoff = tab.page.evaluate("(() => { const l = document.getElementById('chart-payoff')._fullLayout;"
+                               " return [l.xaxis.ticktext, l.yaxis.ticktext]; })()")
+    for ticks in payoff:
+        assert marked in ticks and DAMAGED not in ticks
+        assert [t for t in ticks if t.startswith("✕")] == [marked]
+    assert marked in tab.page.evaluate("[...document.querySelectorAll('#chart-payoff .xtick text, #chart-payoff .ytick text')]"
+                                       ".map((t) => t.textContent)")
+    assert marked in tab.page.evaluate("document.getElementById('chart-nash-now').data[0].y")
+    assert marked in tab.page.evaluate("document.getElementById('chart-nash-time').data.map((t) => t.name)")
+    # The events chart: withdrawals and stalls (and recoveries) as series of their own.
+    series = dict(tab.page.evaluate("document.getElementById('chart-events').data.map((t) => [t.name, t.y])"))
+    assert series["withdrawn players"] == ["zerg_main_agent_0"]
+    assert series["learner stalled"] == (["zerg_main_agent_0", "zerg_main_exploiter_0"] if recovered else ["zerg_main_agent_0"])
+    assert series.get("learner recovered") == (["zerg_main_agent_0"] if recovered else None)
+    assert tab.console_errors == []
+
+
+def test_no_notice_without_withdrawals_or_stalls_and_it_follows_the_league_live(tab, run_dir, tmp_path):
+    shutil.copy(os.path.join(run_dir, "league.db"), tmp_path / "league.db")
+    server, url = serve(str(tmp_path), 0)
+    try:
+        tab.page.goto(url + "?refresh=0.3")
+        tab.wait_for("window.dashboardRendered === true", timeout_s=30)
+        notices = tab.page.evaluate(NOTICES_JS)
+        assert notices == {"visible": False, "items": []}
+        assert not [t for t in tab.page.evaluate("document.getElementById('chart-payoff')._fullLayout.xaxis.ticktext")
+                    if t.startswith("✕")]
+        # A learner stalls: listed at the next refresh; it recovers: the notice goes away.
+        history = LeagueHistory(str(tmp_path))
+        history.add_event("stalled", "any_main_agent_0", None, 10, "no experience for 120 s")
+        tab.wait_for("document.querySelectorAll('#notice-list li').length === 1", timeout_s=10)
+        assert tab.page.evaluate(NOTICES_JS)["visible"]
+        assert "any_main_agent_0 stalled since" in tab.text("notice-list")
+        history.add_event("recovered", "any_main_agent_0", None, 20, "updating again")
+        history.close()
+        tab.wait_for("document.getElementById('notices').hidden === true", timeout_s=10)
+        assert tab.page.evaluate(NOTICES_JS) == {"visible": False, "items": []}
+        assert tab.console_errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_data_json_notices_follow_the_events(tmp_path):
+    write_notice_league(str(tmp_path), recovered=True)
+    data = DashboardData(str(tmp_path)).data()
+    assert data["notices"]["withdrawn"] == [{"player": DAMAGED, "agent": "zerg_main_agent_0", "step": 100,
+                                             "time": START + 130, "reason": DAMAGE}]
+    assert data["notices"]["stalled"] == [{"agent": "zerg_main_exploiter_0", "since": START + 160, "time": START + 160,
+                                           "reason": "no experience for 120 s"}]
+    assert dict(zip(data["players"]["id"], data["players"]["withdrawn"])) == {
+        p: p == DAMAGED for p in data["players"]["id"]}
+    # Stalled again after recovering, twice: stalled since the first of those, with the latest reason.
+    events = [{"time": t, "kind": k, "agent_id": "a", "player_id": None, "step": 0, "reason": r} for t, k, r in (
+        (1.0, "stalled", "x"), (2.0, "recovered", "ok"), (3.0, "stalled", "y"), (4.0, "stalled", "z"))]
+    assert league_notices(events) == {"withdrawn": [], "stalled": [{"agent": "a", "since": 3.0, "time": 4.0, "reason": "z"}]}
+    assert league_notices(events + [{**events[1], "time": 5.0}]) == {"withdrawn": [], "stalled": []}

@@ -6,7 +6,8 @@
 // report the data are inlined (the element #dashboard-data) and nothing is fetched.
 // Headline numbers have stable element ids (games-played, players, top-nash-weight,
 // top-nash-player, ...) with the exact value in data-value; window.dashboardRendered turns
-// true after each complete draw (window.dashboardTimings holds its phases in ms).
+// true after each complete draw (window.dashboardTimings holds its phases in ms). #notices lists
+// withdrawn players and stalled learners (one li each in #notice-list), hidden when there are none.
 "use strict";
 // The page refreshes every refresh_s, or every load_factor x (build + render) time if that is
 // longer, so a large league costs the machine at most ~5% of a core.
@@ -56,9 +57,15 @@ function decode(b64, Type) {
   return new Type(bytes.buffer);
 }
 function decodeCounts(c) { return decode(c.b64, c.dtype === "uint16" ? Uint16Array : Uint32Array); }
+// A withdrawn player (taken out of matchmaking: its parameter file is damaged) is marked
+// wherever players are named: "✕ " before its id, "withdrawn" in its hover label.
+const WITHDRAWN_MARK = "✕ ";
+function isWithdrawn(i) { return !!(current.players.withdrawn && current.players.withdrawn[i]); }
+function shownId(i) { return (isWithdrawn(i) ? WITHDRAWN_MARK : "") + current.players.id[i]; }
 function playerLabel(i) {
   const P = current.players;
-  return P.role[i] === "historical" ? `${P.id[i]} (snapshot of ${P.parent[i]})` : `${P.id[i]} (${P.role[i].replace("_", " ")})`;
+  const label = P.role[i] === "historical" ? `${P.id[i]} (snapshot of ${P.parent[i]})` : `${P.id[i]} (${P.role[i].replace("_", " ")})`;
+  return isWithdrawn(i) ? `${WITHDRAWN_MARK}${label}, withdrawn from matchmaking` : label;
 }
 // A date x axis for data at these times (seconds; lists of them, nulls skipped): plotly's
 // autorange, unless they span less than MIN_TIME_SPAN_S, then that span centred on them.
@@ -95,6 +102,22 @@ function drawHeadline(d) {
   const span = h.start_time === null ? 0 : h.last_time - h.start_time;
   setStat("run-time", duration(Math.max(0, span)), span);
   $("last-update").textContent = h.last_time ? "last activity " + new Date(ms(h.last_time)).toLocaleString("en-GB") : "";
+}
+
+// -- notices: withdrawn players and stalled learners, while any exist --------------------
+function drawNotices(d) {
+  const N = d.notices || {withdrawn: [], stalled: []}, list = $("notice-list");
+  const items = [
+    ...N.withdrawn.map((w) => ["withdrawn", `${w.player} withdrawn from matchmaking: ${w.reason}`]),
+    ...N.stalled.map((s) => ["stalled", `${s.agent} stalled since ${new Date(ms(s.since)).toLocaleString("en-GB")}: ${s.reason}`]),
+  ];
+  list.replaceChildren(...items.map(([cls, text]) => {
+    const li = document.createElement("li");
+    li.className = cls; li.textContent = text;
+    return li;
+  }));
+  $("notices").hidden = !items.length;
+  $("notices").classList.toggle("has-withdrawn", N.withdrawn.length > 0);
 }
 
 // -- payoff matrix -----------------------------------------------------------------
@@ -153,7 +176,7 @@ function drawPayoff() {
   for (const v of gy.slice(1)) shapes.push({type: "line", yref: "y", xref: "paper", y0: v - 0.5, y1: v - 0.5, x0: 0, x1: 1, line});
   const ticks = (idx, starts, pixels, minCell, minGap) => {
     const cell = pixels / Math.max(1, idx.length);
-    if (cell >= minCell) return {tickvals: idx.map((_, k) => k), ticktext: idx.map((k) => P.id[k])};
+    if (cell >= minCell) return {tickvals: idx.map((_, k) => k), ticktext: idx.map(shownId)};
     // Group names at group starts, dropping those that would overlap the previous one.
     const vals = [], text = [];
     for (const v of starts) if (!vals.length || (v - vals[vals.length - 1]) * cell >= minGap) { vals.push(v); text.push(groupKey(idx[v])); }
@@ -188,7 +211,7 @@ function drawNash() {
   }
   const now = [...N.latest].sort((a, b) => b[1] - a[1]).slice(0, 25).reverse();
   const bar = {
-    type: "bar", orientation: "h", x: now.map((p) => p[1]), y: now.map((p) => P.id[p[0]]),
+    type: "bar", orientation: "h", x: now.map((p) => p[1]), y: now.map((p) => shownId(p[0])),
     marker: {color: now.map((p) => kindColor(kindOf(p[0])))},
     text: now.map((p) => p[1].toFixed(3)), textposition: "outside", cliponaxis: false,
     customdata: now.map((p) => playerLabel(p[0])), hovertemplate: "%{customdata}<br>weight %{x:.4f}<extra></extra>",
@@ -199,14 +222,14 @@ function drawNash() {
   let traces, layout;
   if (N.players.length <= 40) {
     traces = N.players.map((i, r) => ({
-      type: "scatter", mode: lineMode(x.length), stackgroup: "nash", name: P.id[i], x, y: N.weights[r],
+      type: "scatter", mode: lineMode(x.length), stackgroup: "nash", name: shownId(i), x, y: N.weights[r],
       line: {width: 0.5}, customdata: N.times.map(() => playerLabel(i)),
       hovertemplate: "%{customdata}<br>weight %{y:.3f}<extra></extra>",
     }));
     layout = {margin: MARGIN, xaxis: timeAxis(N.times), yaxis: {title: {text: "weight"}, range: [0, 1.001]}, showlegend: N.players.length <= 6, legend: {font: {size: 9}}};
   } else {
     // Numeric rows (categorical axes are slow for many players); the player in the hover.
-    const names = N.players.map((i) => P.id[i]);
+    const names = N.players.map(shownId);
     traces = [{type: "heatmap", x, z: N.weights, customdata: N.weights.map((row, r) => row.map(() => names[r])),
       colorscale: "Viridis", zmin: 0, colorbar: {title: {text: "weight"}, thickness: 12},
       hovertemplate: "%{customdata}<br>%{x}<br>weight %{z:.3f}<extra></extra>"}];
@@ -303,6 +326,21 @@ function drawComposition() {
       hovertemplate: kind === "snapshot" ? "%{y} → %{customdata[0]}<br>step %{customdata[1]}, %{customdata[2]}<extra></extra>" : "%{y} reset at step %{customdata[1]}<extra></extra>",
     };
   });
+  // Withdrawals (on the withdrawn player's parent's row), stalls and recoveries: a series each, when any.
+  const marks = {
+    withdrawn: {name: "withdrawn players", marker: {symbol: "x-thin-open", size: 11, color: "#b91c1c", line: {width: 2, color: "#b91c1c"}},
+      hovertemplate: "%{customdata[0]} withdrawn from matchmaking<br>%{customdata[2]}<extra></extra>"},
+    stalled: {name: "learner stalled", marker: {symbol: "diamond", size: 9, color: "#f59e0b"},
+      hovertemplate: "%{y} stalled<br>%{customdata[2]}<extra></extra>"},
+    recovered: {name: "learner recovered", marker: {symbol: "diamond-open", size: 9, color: "#16a34a"},
+      hovertemplate: "%{y} recovered<br>%{customdata[2]}<extra></extra>"},
+  };
+  for (const [kind, style] of Object.entries(marks)) {
+    const idx = E.kind.map((k, i) => (k === kind ? i : -1)).filter((i) => i >= 0);
+    if (!idx.length) continue;
+    events.push({type: "scatter", mode: "markers", x: idx.map((i) => ms(E.time[i])), y: idx.map((i) => E.agent[i] || E.player[i]),
+      customdata: idx.map((i) => [E.player[i] || "", E.step[i], E.reason[i] || ""]), ...style});
+  }
   const ev = {margin: {...MARGIN, l: 10}, xaxis: timeAxis(E.time), yaxis: {type: "category", automargin: true, tickfont: {size: 10}}, legend: {orientation: "h", y: -0.15}};
   if (!E.kind.length) ev.annotations = [{text: "no snapshots or resets yet", showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
   return Promise.all([Plotly.react("chart-composition", bars, comp, PLOT_CONFIG), Plotly.react("chart-events", events, ev, PLOT_CONFIG)]);
@@ -342,6 +380,7 @@ async function render(d) {
   const opt = $("payoff-source").querySelector('option[value="decayed"]');
   opt.disabled = decoded.decayed === null;
   drawHeadline(d);
+  drawNotices(d);
   fillRaceFilter(d);
   const timings = {decode_ms: performance.now() - t0};
   for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["exploitability", drawExploitability], ["heuristic", drawHeuristic], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
