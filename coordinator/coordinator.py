@@ -45,6 +45,11 @@ class CoordinatorConfig:
     # learners' metrics into league.db and TensorBoard this often.
     poll_every_seconds: float = 0.5
     metrics_every_seconds: float = 10.0
+    # A learner is named stalled (an event, a terminal line, the dashboard) when this many
+    # updates in a row were skipped as non-finite, or when it has had no update (no
+    # experience) for this long; "recovered" when it updates again.
+    stall_skipped_updates: int = 20
+    stall_seconds: float = 180.0
 
 
 EXACT_GAMES = 32.0
@@ -159,6 +164,7 @@ class Coordinator:
         self._events: list[dict] = []
         self._learner_metrics: dict[str, dict] = {}
         self._updates_seen: dict[str, tuple[float, float]] = {}
+        self._watched: dict[str, dict] = {}   # `_watch_learner`'s last reading of each learner
         self._tensorboard = None
 
     # -- resuming --------------------------------------------------------------
@@ -499,7 +505,8 @@ class Coordinator:
         self._stop.set()
 
     def take_events(self) -> list[dict]:
-        """The snapshots and resets the control loop carried out since the last call."""
+        """What the control loop did or found since the last call: snapshots, resets, withdrawn
+        players (`withdraw`), stalled and recovered learners (`_watch_learner`)."""
         with self._lock:
             events, self._events = self._events, []
         return events
@@ -532,10 +539,49 @@ class Coordinator:
                 m["updates_per_second"] = (updates - u0) / max(now - t0, 1e-9)
             self._updates_seen[agent] = (now, updates)
             self.history.add_learner_metrics(agent, per_learner_summary(m), self._clock())
+            self._watch_learner(agent, m)
         self._write_tensorboard(metrics, int(now - self._started))
         with self._lock:
             self._learner_metrics = metrics
         return metrics
+
+    def _watch_learner(self, agent: str, m: Mapping) -> None:
+        """Names a stalled learner (issue 31, "no silent stall"): `stall_skipped_updates`
+        updates in a row skipped as non-finite (its version stays while `updates_skipped`
+        grows), or no update dispatched for `stall_seconds`. A "stalled" event (league.db,
+        `take_events`) when it starts, a "recovered" one when the learner applies updates again."""
+        if "version" not in m:
+            return
+        now = self._clock()
+        version, skipped = int(m["version"]), int(m.get("updates_skipped", 0))
+        dispatched = float(m.get("updates_dispatched", 0.0))
+        seen = self._watched.get(agent)
+        if seen is None:
+            self._watched[agent] = {"version": version, "skipped": skipped, "dispatched": dispatched,
+                                    "in_a_row": 0, "experience": now, "stalled": False}
+            return
+        if version > seen["version"]:
+            seen["in_a_row"] = 0
+        elif skipped > seen["skipped"]:
+            seen["in_a_row"] += skipped - seen["skipped"]
+        if dispatched > seen["dispatched"]:
+            seen["experience"] = now
+        seen.update(version=version, skipped=skipped, dispatched=dispatched)
+        reason = None
+        if seen["in_a_row"] >= self.config.stall_skipped_updates:
+            reason = (f"its last {seen['in_a_row']} updates were all skipped as non-finite (NaN or inf "
+                      "in the loss, gradients or parameters); its version stays at "
+                      f"{version}: look at its learner metrics, or restore an earlier checkpoint")
+        elif now - seen["experience"] >= self.config.stall_seconds:
+            reason = (f"no update for {now - seen['experience']:.0f} s: it gets no experience "
+                      "(its games or replay table are not reaching it)")
+        if bool(reason) == seen["stalled"]:
+            return
+        seen["stalled"] = bool(reason)
+        kind, reason = ("stalled", reason) if reason else ("recovered", "updating again")
+        with self._lock:
+            self._events.append({"kind": kind, "agent_id": agent, "player_id": None, "reason": reason})
+        self.history.add_event(kind, agent, None, int(m.get("steps", 0)), reason)
 
     def _write_tensorboard(self, metrics: dict, step: int) -> None:
         try:

@@ -23,7 +23,7 @@ from experiments.config import RaySettings, RunConfig
 from experiments.launchpad_launcher import problem as launchpad_problem
 from experiments.launchpad_launcher import run_launchpad
 from experiments.program import Program, build_program, resolve
-from experiments.supervisor import Supervisor, supervise
+from experiments.supervisor import RESUME, NodeFailed, Supervisor, supervise
 
 
 def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, out=sys.stdout,
@@ -42,7 +42,7 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
         try:
             handles[name].run()
         except Exception as e:
-            failures.append(f"{name}: {type(e).__name__}: {e}")
+            failures.append(f"{name}: {_describe(e)}")
 
     threads = {n.name: threading.Thread(target=run, args=(n.name,), daemon=True, name=n.name)
                for n in program.nodes if n.runs}
@@ -51,7 +51,7 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
 
     def check_nodes(_):
         if failures:
-            raise RuntimeError(f"a node failed: {failures[0]}")
+            raise NodeFailed(f"{failures[0]}\n{RESUME}")
 
     def stop(node):
         handles[node.name].stop()
@@ -59,6 +59,11 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
 
     return supervise(program, handles, out, stop_event, on_launch, check_nodes, stop,
                       lambda node: handles[node.name].close())
+
+
+def _describe(error: BaseException) -> str:
+    """A node's error in one line: a RuntimeError's message already says what failed."""
+    return str(error) if type(error) is RuntimeError else f"{type(error).__name__}: {error}"
 
 
 class RayProxy:
@@ -215,6 +220,9 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
             node = running.pop(ref)
             try:
                 ray.get(ref)
+            except ray.exceptions.RayTaskError as e:   # its run() raised: a bug or a bad input, not a lost process
+                cause = e.cause if e.cause is not None else e
+                raise NodeFailed(f"{node.name}: {_describe(cause)}\n{RESUME}") from None
             except died:
                 was_on = hosts.known(node.name)
                 gone = hosts.dead_hosts()

@@ -39,6 +39,7 @@ import traceback
 
 from experiments.config import RunConfig
 from experiments.program import build_program, resolve
+from experiments.supervisor import NodeFailed
 
 LAUNCH_TYPES = ("local_mp", "local_mt")
 # The README's commands that create the Launchpad environment (section "Launchpad").
@@ -197,10 +198,6 @@ def _end_with_parent() -> None:
 
 
 # -- the driver ------------------------------------------------------------------------
-
-
-class NodeFailed(RuntimeError):
-    """A node's process (or thread) ended, or a call to it failed; the message says which and why."""
 
 
 class _Nodes:

@@ -176,10 +176,13 @@ def main(argv) -> int:
     try:
         LAUNCHERS[config.runner](config)
     except Exception as e:
-        from experiments.launchpad_launcher import NodeFailed
+        from experiments.supervisor import NodeFailed
         from learners.learner import CheckpointError
 
-        if isinstance(e, CheckpointError | ValueError | NodeFailed):
+        if isinstance(e, CheckpointError):   # no good checkpoint: nothing was overwritten
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        if isinstance(e, ValueError | NodeFailed):
             print(f"error: {e}", file=sys.stderr)
             return 1
         raise

@@ -396,21 +396,29 @@ class ActorGroup:
         self.errors: list[str] = []
 
     def run(self) -> None:
-        """Runs every actor on a thread until `stop()`; returns when they have all stopped."""
-        def loop(actor):
+        """Runs every actor on a thread until `stop()`; returns when they have all stopped.
+        An actor that fails stops the group at once with its error (never a thread gone
+        without a word while its learner waits for games): the launcher then restarts the
+        group (Ray) or stops the run with the message (one process)."""
+        def loop(actor_id, actor):
             try:
                 actor.run()
-            except Exception:
-                self.errors.append(traceback.format_exc())
-                raise
+            except Exception as e:
+                self.errors.append(f"{actor_id} failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
 
-        self._threads = [threading.Thread(target=loop, args=(a,), daemon=True, name=i) for i, a in self.actors.items()]
+        self.errors = []
+        self._threads = [threading.Thread(target=loop, args=(i, a), daemon=True, name=i)
+                         for i, a in self.actors.items()]
         for t in self._threads:
             t.start()
-        for t in self._threads:
-            t.join()
+        while any(t.is_alive() for t in self._threads) and not self.errors:
+            time.sleep(0.2)
         if self.errors:
-            raise RuntimeError(f"{len(self.errors)} actor(s) failed; first:\n{self.errors[0]}")
+            self.stop()
+            for t in self._threads:
+                t.join(timeout=10)
+            first = self.errors[0].splitlines()[0]
+            raise RuntimeError(f"{first}" + (f" ({len(self.errors)} actors failed)" if len(self.errors) > 1 else ""))
 
     def stop(self) -> None:
         for actor in self.actors.values():

@@ -17,6 +17,13 @@ from experiments.config import RunConfig
 from experiments.program import Program
 
 
+class NodeFailed(RuntimeError):
+    """A node's process (or thread) ended, or a call to it failed; the message says which and why."""
+
+
+RESUME = "checkpoints are written on the way out; rerun the same command to resume"
+
+
 class Supervisor:
     """The driver's loop: print what the program's control loop (`Coordinator.run`) did, check
     the nodes, print progress, stop."""
@@ -36,11 +43,14 @@ class Supervisor:
         elapsed = time.time() - self.started
         metrics = self.coordinator.record_learners() if fresh else self.coordinator.learner_metrics()
         summary = self.coordinator.summary()
-        updates = sum(m.get("updates_per_second", 0.0) for m in metrics.values())
+        rates = {a: m["updates_per_second"] for a, m in metrics.items() if "updates_per_second" in m}
+        updates = sum(rates.values())
+        slowest = min(rates, key=rates.get) if len(rates) > 1 else None
+        slowest = f" (slowest {slowest} {rates[slowest]:.1f}/s)" if slowest else ""
         vs = "  ".join(f"{a.split('_main_agent')[0]} {w:.2f}" for a, w in summary["main_win_rate_vs_league"].items())
         print(
             f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
-            f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s  "
+            f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s{slowest}  "
             f"main agents' win rate vs league: {vs or '-'}" + (self.note() if self.note else ""),
             file=self.out, flush=True,
         )
@@ -80,6 +90,10 @@ def describe_event(event: dict) -> str:
     if kind == "withdrawn":
         return (f"withdrawn: frozen player {event['player_id']} leaves matchmaking for the rest of "
                 f"the run, its parameters cannot be read: {event['reason']}")
+    if kind == "stalled":
+        return f"stalled: learner {event['agent_id']} is not learning: {event['reason']}"
+    if kind == "recovered":
+        return f"recovered: learner {event['agent_id']} is {event['reason']}"
     return f"{kind}: {event['agent_id']}"
 
 

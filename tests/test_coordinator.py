@@ -387,3 +387,54 @@ def test_a_damaged_frozen_player_is_withdrawn_and_the_league_goes_on(tmp_path):
     resumed = Coordinator(coordinator.league.config, str(tmp_path), seed=3, config=NEVER)
     assert damaged in resumed.league.withdrawn and damaged not in resumed.league.historical_ids()
     assert resumed.frozen_params(damaged) is None
+
+
+class _MeteredLearner(StrategyLearner):
+    """A learner whose metrics a test sets: version, skipped and dispatched updates."""
+
+    def __init__(self):
+        super().__init__(np.zeros(3))
+        self.m = {"version": 0, "updates_skipped": 0, "updates_dispatched": 0, "steps": 0}
+
+    def metrics(self):
+        return dict(self.m)
+
+
+def test_a_learner_whose_updates_are_all_skipped_or_that_gets_no_experience_is_named(tmp_path):
+    """Issue 31, "no silent stall": `stall_skipped_updates` skipped updates in a row, or no
+    update for `stall_seconds`, gives a "stalled" event (take_events and league.db) naming the
+    learner and why, once; a "recovered" event when it applies updates again."""
+    now = [1000.0]
+    config = LeagueConfig(races=("terran",), snapshots=SNAPSHOTS, initial_snapshots=False)
+    coordinator = Coordinator(config, str(tmp_path), seed=3, clock=lambda: now[0],
+                              config=CoordinatorConfig(meta_game_every_seconds=float("inf"),
+                                                       checkpoint_every_seconds=float("inf"),
+                                                       stall_skipped_updates=10, stall_seconds=60.0))
+    learners = {a: _MeteredLearner() for a in coordinator.agent_ids()}
+    coordinator.set_learners(learners)
+    nan, idle = "terran_main_agent_0", "terran_main_exploiter_0"
+    healthy = [a for a in learners if a not in (nan, idle)]
+
+    def reading(seconds, **changes):
+        now[0] += seconds
+        for agent, learner in learners.items():
+            learner.m["updates_dispatched"] += 5 if agent != idle else 0
+            learner.m["version"] += 5 if agent not in (nan, idle) else 0
+        for agent, m in changes.items():
+            learners[agent].m.update(m(learners[agent].m))
+        coordinator.record_learners()
+        return [(e["kind"], e["agent_id"]) for e in coordinator.take_events()]
+
+    assert reading(0) == []
+    skip5 = {nan: lambda m: {"updates_skipped": m["updates_skipped"] + 5}}
+    assert reading(10, **skip5) == []                      # 5 in a row
+    assert reading(10, **skip5) == [("stalled", nan)]      # 10 in a row
+    assert reading(10, **skip5) == []                      # said once
+    assert reading(40) == [("stalled", idle)]              # 70 s (>= 60) without an update
+    events = {e["agent_id"]: e for e in coordinator.history.events() if e["kind"] == "stalled"}
+    assert "skipped as non-finite" in events[nan]["reason"] and "10 updates" in events[nan]["reason"]
+    assert "no update for 70 s" in events[idle]["reason"]   # read at 70 s
+    assert all(a not in events for a in healthy)
+    back = {nan: lambda m: {"version": m["version"] + 1}, idle: lambda m: {"updates_dispatched": 1e6, "version": 1}}
+    assert sorted(reading(10, **back)) == sorted([("recovered", nan), ("recovered", idle)])
+    assert [e["kind"] for e in coordinator.history.events()][-2:] == ["recovered", "recovered"]

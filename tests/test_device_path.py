@@ -8,6 +8,7 @@ command line's exit status and the run directory."""
 import base64
 import itertools
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -296,6 +297,62 @@ def test_damaged_frozen_players_are_withdrawn_and_the_league_goes_on(tmp_path):
             for player in asked:
                 if player in (row["home"], row["away"]):
                     assert row["time"] < withdrawn[player]["time"] + 5.0, (row, withdrawn[player])
+
+
+def test_a_learner_whose_every_update_is_skipped_is_named(tmp_path):
+    """Issue 31, "no silent stall": a learner restored from a checkpoint whose parameters are
+    NaN (a good checksum: written so) skips every update; the run names it in the terminal
+    and in league.db ("stalled"), says why, and the other learners go on."""
+    from learners import checkpoint
+
+    run_dir = str(tmp_path / "run")
+    args = ["--game=kuhn_poker", "--runner=inprocess", f"--run_dir={run_dir}", "--dashboard_port=-1",
+            "--progress_every_seconds=2", "--checkpoint_every_seconds=3"]
+    result = league_cli(*args, "--minutes=0.2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    victim = "any_main_exploiter_0"
+    file = checkpoint.path(run_dir, victim)
+    payload = checkpoint.read_payload(file)
+    nan_params = jax.tree_util.tree_map(lambda x: np.full_like(np.asarray(x), np.nan), payload["params"])
+    checkpoint.save(file, checkpoint.Checkpoint(payload["version"], payload["steps"], payload["num_skipped"],
+                                                nan_params, payload["opt_state"]))
+    result = league_cli(*args, "--minutes=0.4")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert f"stalled: learner {victim} is not learning" in result.stdout, out
+    assert "skipped as non-finite" in result.stdout, out
+    events = [e for e in LeagueHistory(os.path.join(run_dir, "league.db"), readonly=True).events()
+              if e["kind"] == "stalled"]
+    assert [e["agent_id"] for e in events] == [victim], events
+    assert checkpoint.read_params(run_dir, "any_main_agent_0")[0] > 0
+
+
+@pytest.mark.parametrize("runner", ["inprocess", "ray"])
+def test_a_node_that_fails_stops_the_run_with_a_message(tmp_path, runner):
+    """Issue 31, "no silent stall": an actor whose reward plug-in starts failing (the replay
+    path) stops its node at once; the run stops with one message naming the actor and the
+    error and how to resume, exit 1, checkpoints written (on Ray the thread used to die alone,
+    its learner getting no more games for the rest of the run)."""
+    from learners import checkpoint
+
+    plugin = tmp_path / "breaks.py"
+    plugin.write_text("import numpy as np\n\ncalls = [0]\n\n"
+                      "def get_reward(batch, contiguous):\n"
+                      "    calls[0] += 1\n"
+                      "    if calls[0] > 40:\n"
+                      "        raise RuntimeError('the reward server went away')\n"
+                      "    return np.asarray(batch['reward'], np.float32)\n")
+    run_dir = str(tmp_path / "run")
+    started = time.time()
+    result = league_cli("--game=kuhn_poker", f"--runner={runner}", "--experience=replay", f"--run_dir={run_dir}",
+                        "--dashboard_port=-1", "--evaluators=0", f"--reward_plugin={plugin}", "--minutes=3")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    assert "the reward server went away" in result.stderr, out
+    assert re.search(r"error: actors\S*: actor_any_\w+ failed: RewardPluginError", result.stderr), out
+    assert "rerun the same command to resume" in result.stderr and "Traceback" not in result.stderr, out
+    assert time.time() - started < 150, out     # not the 3 minutes asked for
+    assert checkpoint.read_params(run_dir, "any_main_agent_0") is not None
 
 
 def test_the_dashboard_counts_counted_games_like_games(tmp_path):
