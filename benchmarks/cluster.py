@@ -164,6 +164,11 @@ def victim(cluster: NamespaceCluster, node_hosts: dict[str, str]) -> int:
     return max(counts, key=lambda h: (counts[h], h))
 
 
+RESULTS = ("(SELECT time, home_race, away_race, 1 AS n FROM games UNION ALL "
+           "SELECT time, home_race, away_race, wins + draws + losses FROM game_counts)")
+"""Every recorded game, single games and counted ones, as (time, races, number of games)."""
+
+
 def figures(progress: list[tuple[float, int, float]], kill_time: float | None,
             games_before_kill: int, db: str) -> dict:
     result: dict = {"games_per_s_before": 0.0, "games_per_s_after": 0.0,
@@ -180,13 +185,14 @@ def figures(progress: list[tuple[float, int, float]], kill_time: float | None,
             result["updates_per_s_after"] = sum(p[2] for p in after) / len(after)
     if os.path.exists(db):
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            result["games_total"] = con.execute("SELECT count(*) FROM games").fetchone()[0]
+            result["games_total"] = con.execute(f"SELECT coalesce(sum(n), 0) FROM {RESULTS}").fetchone()[0]
             if kill_time is not None:
-                upto = con.execute("SELECT count(*) FROM games WHERE time <= ?", (kill_time,)).fetchone()[0]
+                upto = con.execute(f"SELECT coalesce(sum(n), 0) FROM {RESULTS} WHERE time <= ?",
+                                   (kill_time,)).fetchone()[0]
                 result["lost_games"] = max(0, games_before_kill - upto)
                 result["games_after_kill"] = con.execute(
-                    "SELECT count(*) FROM games WHERE time > ?", (kill_time,)).fetchone()[0]
-            pairs = con.execute("SELECT home_race, away_race, count(*) FROM games GROUP BY 1, 2").fetchall()
+                    f"SELECT coalesce(sum(n), 0) FROM {RESULTS} WHERE time > ?", (kill_time,)).fetchone()[0]
+            pairs = con.execute(f"SELECT home_race, away_race, sum(n) FROM {RESULTS} GROUP BY 1, 2").fetchall()
             result["race_pairs"] = {f"{min(a or '-', b or '-')}-{max(a or '-', b or '-')}": 0 for a, b, _ in pairs}
             for a, b, n in pairs:
                 result["race_pairs"][f"{min(a or '-', b or '-')}-{max(a or '-', b or '-')}"] += n

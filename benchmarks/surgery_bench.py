@@ -57,10 +57,10 @@ def league_score(run_dir: str, agent: str, since: float, until: float) -> tuple[
     from coordinator.history import LeagueHistory
 
     scores = []
-    for g in LeagueHistory(run_dir, readonly=True).games():
+    for g in LeagueHistory(run_dir, readonly=True).result_rows():
         if since <= g["time"] <= until and agent in (g["home"], g["away"]) and g["home"] != g["away"]:
-            s = SCORE[g["outcome"]]
-            scores.append(s if g["home"] == agent else 1.0 - s)
+            home = [SCORE["win"]] * g["wins"] + [SCORE["draw"]] * g["draws"] + [SCORE["loss"]] * g["losses"]
+            scores.extend(home if g["home"] == agent else [1.0 - s for s in home])
     counts = np.bincount((np.asarray(scores) * 2).astype(int), minlength=3) if scores else [0, 0, 0]
     return (float(np.mean(scores)) if scores else float("nan")), "/".join(str(int(c)) for c in counts)
 

@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.history import DB_NAME, LeagueHistory
+from coordinator.history import BACKUP_NAME, DB_NAME, LeagueHistory
 from coordinator.param_store import ParamStore
 from league import meta
 from league.league import League
 from league.matchmaking import Match
 from league.players import HISTORICAL, MAIN_AGENT, LeagueConfig, initial_snapshot_id
-from league.results import GameResult
+from league.results import GameResult, aggregate
 from league.results import check as check_results
 from league.rules import AddSnapshot, ResetAgent
 
@@ -50,6 +50,11 @@ class CoordinatorConfig:
     # experience) for this long; "recovered" when it updates again.
     stall_skipped_updates: int = 20
     stall_seconds: float = 180.0
+    # league.db keeps each batch of games against one opponent in the same races as one row of
+    # counts (`game_counts`); True: a row per single game as well (`games`), ~180 bytes each.
+    per_game_rows: bool = False
+    # An online copy of league.db (`<run_dir>/league.db.backup`) this often; 0: none.
+    backup_every_seconds: float = 300.0
 
 
 EXACT_GAMES = 32.0
@@ -157,6 +162,7 @@ class Coordinator:
         self._trueskill_lock = threading.Lock()
         self._last_meta_game = 0.0
         self._last_checkpoint = clock()
+        self._last_backup = clock()
         self._started = clock()
         self._games_since_start = 0
         self.run_dir = run_dir
@@ -256,7 +262,8 @@ class Coordinator:
                     self.league.record_counts(r.home, r.away, r.wins, r.draws, r.losses, r.score)
                     self._trueskill_pending.extend(_trueskill_games(r.home, r.away, r.wins, r.draws, r.losses))
                 total += r.games
-            self.history.add_results(results)
+            self.history.add_results(results if self.config.per_game_rows else aggregate(results),
+                                     per_game_rows=self.config.per_game_rows)
             self._games_since_start += total
         return total
 
@@ -463,6 +470,20 @@ class Coordinator:
             self.publish_meta_game()
         if now - self._last_checkpoint >= self.config.checkpoint_every_seconds:
             self.checkpoint()
+        every = self.config.backup_every_seconds
+        if every > 0 and now - self._last_backup >= every:
+            self.backup()
+
+    def backup(self) -> str:
+        """An online copy of league.db beside it (`LeagueHistory.backup`), restored by
+        `python -m experiments.restore_history --run_dir=...`; returns its path."""
+        self._last_backup = self._clock()
+        try:
+            return self.history.backup(os.path.join(self.run_dir, BACKUP_NAME))
+        except Exception as e:  # a full disk: the league goes on, the last good backup stays
+            print(f"warning: backing up league.db failed ({type(e).__name__}: {e}); the previous backup is kept",
+                  flush=True)
+            return ""
 
     def summary(self) -> dict:
         """Figures for the terminal: league size, games, each main agent's win rate vs the league."""

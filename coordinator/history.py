@@ -125,6 +125,37 @@ def _from_jsonable(value):
     return value
 
 
+BACKUP_NAME = DB_NAME + ".backup"
+
+
+def check_file(path: str) -> None:
+    """HistoryError with one paragraph naming the file, what is wrong and the fix, when the
+    SQLite file at `path` is damaged (SQLite's quick_check: page structure, record formats);
+    nothing is written to it. A missing file is fine (a new run creates it)."""
+    if not os.path.exists(path):
+        return
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        try:
+            problems = [row[0] for row in db.execute("PRAGMA quick_check(5)").fetchall()]
+            db.execute("SELECT count(*) FROM players").fetchone()
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        problems = [str(e)]
+    if problems != ["ok"]:
+        run_dir = os.path.dirname(os.path.abspath(path))
+        backup = os.path.join(run_dir, BACKUP_NAME)
+        fix = (f"restore the coordinator's last backup ({backup}, written every few minutes) with "
+               f"`python -m experiments.restore_history --run_dir={run_dir}` (it sets the damaged file "
+               "aside) and rerun" if os.path.exists(backup) and os.path.abspath(path) != backup else
+               "there is no backup of it: put back a copy of your own, or start a new run directory "
+               "(--init can start its agents from this run's files)")
+        raise HistoryError(
+            f"the league history {path} is damaged ({'; '.join(problems)}). Nothing was written to it. "
+            f"To go on, {fix}.")
+
+
 class LeagueHistory:
     """Writes and reads one run's `league.db`. Thread-safe; one connection per instance."""
 
@@ -171,6 +202,42 @@ class LeagueHistory:
         with self._lock:
             self._db.close()
 
+    def backup(self, destination: str, pages: int = 1024) -> str:
+        """An online copy of the history at `destination` (SQLite's backup API, `pages` at a
+        time so writers wait at most one step), written beside it and renamed into place: a
+        backup interrupted half-way never replaces the last good one. Returns `destination`."""
+        partial = destination + ".partial"
+        if os.path.exists(partial):
+            os.remove(partial)
+        target = sqlite3.connect(partial)
+        try:
+            with self._lock:
+                self._db.backup(target, pages=pages)
+            target.close()
+            check_file(partial)
+            os.replace(partial, destination)
+        finally:
+            target.close()
+            if os.path.exists(partial):
+                os.remove(partial)
+        return destination
+
+    def result_rows(self) -> list[dict]:
+        """Every recorded result, single games and counts alike, oldest first within each
+        table: {"time", "home", "away", "wins", "draws", "losses", "games", "branch", "source",
+        "actor_id", "home_race", "away_race"}."""
+        rows = []
+        for g in self.games():
+            rows.append({**{k: g.get(k) for k in ("time", "home", "away", "branch", "source", "actor_id",
+                                                  "home_race", "away_race")},
+                         "wins": int(g["outcome"] == "win"), "draws": int(g["outcome"] == "draw"),
+                         "losses": int(g["outcome"] == "loss"), "games": 1})
+        for c in self.game_counts():
+            rows.append({**{k: c[k] for k in ("time", "home", "away", "wins", "draws", "losses", "branch",
+                                              "source", "actor_id", "home_race", "away_race")},
+                         "games": c["wins"] + c["draws"] + c["losses"]})
+        return rows
+
     def _write(self, sql: str, rows: Iterable[tuple] | tuple = ()) -> None:
         with self._lock, self._db:
             if isinstance(rows, tuple):
@@ -204,12 +271,13 @@ class LeagueHistory:
             ],
         )
 
-    def add_results(self, results: Iterable) -> None:
-        """`league.results.GameResult`s: one `games` row for each single game, one
-        `game_counts` row for each count of several."""
+    def add_results(self, results: Iterable, per_game_rows: bool = True) -> None:
+        """`league.results.GameResult`s: with `per_game_rows`, one `games` row for each single
+        game and one `game_counts` row for each count of several; without, every result as a
+        `game_counts` row (a single game is a count of one)."""
         results = list(results)
-        single = [dict(r.as_dict(), outcome=r.outcome) for r in results if r.games == 1]
-        counted = [r.as_dict() for r in results if r.games != 1]
+        single = [dict(r.as_dict(), outcome=r.outcome) for r in results if per_game_rows and r.games == 1]
+        counted = [r.as_dict() for r in results if not per_game_rows or r.games != 1]
         if single:
             self.add_games(single)
         if counted:

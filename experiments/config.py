@@ -43,7 +43,7 @@ BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
                      "device.opponent_slots", "device.threads", "device.evaluation_pairs", "dashboard_port", "runner", "ray_address",
-                     "progress_every_seconds", "learner_groups", "actor_groups", "supervised.cache_dir",
+                     "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
 # Leaves that are not settings: the league's races come from --game/--races, each learner's
@@ -281,6 +281,12 @@ class RunConfig:
     progress_every_seconds: float = 10.0  # seconds between progress lines in the terminal
     meta_game_every_seconds: float = 10.0  # seconds between payoff/Nash/ratings rows in league.db
     checkpoint_every_seconds: float = 30.0  # seconds between league and learner checkpoints
+    # seconds between online backups of league.db (<run_dir>/league.db.backup; restore with
+    # python -m experiments.restore_history --run_dir=...); 0: none
+    backup_every_seconds: float = 300.0
+    # league.db: a row per single game (~180 bytes each) besides the rows of counts that it
+    # always keeps (one per batch of games against one opponent in the same races)
+    per_game_rows: bool = False
     network: NetworkSettings = field(default_factory=NetworkSettings)
     league: LeagueConfig = field(default_factory=_run_league)
     learner: Any = field(default_factory=_run_learner)  # learners.config.LearnerConfig

@@ -23,6 +23,7 @@ import sys
 
 from absl import app, flags
 
+from coordinator.history import DB_NAME, HistoryError, check_file
 from experiments import run_lock
 from experiments.config import (
     ALIASES,
@@ -156,10 +157,11 @@ def main(argv) -> int:
 
         path, why = experience_path(config)  # --experience=device that cannot be: refused here
         experience_line = f"experience: {path} ({why})"
+        check_file(os.path.join(config.run_dir, DB_NAME))   # a damaged league.db: exit 2, untouched
         resuming = prepare_run_dir(config)
         # Held until the league stops: a second league or a surgery on the run is refused.
         lock = run_lock.hold(config.run_dir, f"a league (experiments.league --runner={config.runner})")
-    except (ConfigError, run_lock.RunLocked) as e:
+    except (ConfigError, run_lock.RunLocked, HistoryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

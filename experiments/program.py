@@ -244,7 +244,9 @@ def _coordinator_node(config: RunConfig) -> Node:
         league_config=config.league, run_dir=config.run_dir, seed=config.seed,
         config=CoordinatorConfig(meta_game_every_seconds=config.meta_game_every_seconds,
                                  checkpoint_every_seconds=config.checkpoint_every_seconds,
-                                 metrics_every_seconds=config.progress_every_seconds)))
+                                 metrics_every_seconds=config.progress_every_seconds,
+                                 backup_every_seconds=config.backup_every_seconds,
+                                 per_game_rows=config.per_game_rows)))
 
 
 def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:

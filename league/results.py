@@ -108,3 +108,22 @@ def check(results: Sequence[GameResult], players: Mapping) -> None:
             raise ValueError(f"{what} reported score {r.score}; the game returned a non-finite "
                              "payoff (check the game or reward plug-in); nothing of this batch "
                              "was recorded")
+
+
+def aggregate(results: Sequence[GameResult]) -> list[GameResult]:
+    """The results as counts: one `GameResult` per opponent, races, branch, source and actor,
+    wins, draws and losses added, `score` and `length` summed (None where no game had one).
+    What league.db keeps by default: storage per batch, not per game (issue 31)."""
+    groups: dict[tuple, list[GameResult]] = {}
+    for r in results:
+        key = (r.home, r.away, r.branch, r.home_race, r.away_race, r.source, r.actor_id)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (home, away, branch, home_race, away_race, source, actor_id), rows in groups.items():
+        scores = [r.score for r in rows if r.score is not None]
+        lengths = [r.length for r in rows if r.length is not None]
+        out.append(GameResult(home, away, wins=sum(r.wins for r in rows), draws=sum(r.draws for r in rows),
+                              losses=sum(r.losses for r in rows), score=float(sum(scores)) if scores else None,
+                              length=int(sum(lengths)) if lengths else None, branch=branch,
+                              home_race=home_race, away_race=away_race, source=source, actor_id=actor_id))
+    return out

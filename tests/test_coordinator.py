@@ -9,6 +9,7 @@ from coordinator.coordinator import Coordinator, CoordinatorConfig, initial_play
 from coordinator.history import HistoryError, LeagueHistory, pack_array
 from coordinator.param_store import ParamStore
 from experiments.matrix_league import StrategyLearner
+from league.payoff import Payoff
 from league.players import LeagueConfig, SnapshotConfig
 
 SNAPSHOTS = SnapshotConfig(main_agent_snapshot_steps=100, exploiter_min_steps=100,
@@ -46,11 +47,26 @@ def test_results_update_payoff_and_history(tmp_path):
     wins, losses, draws = 0.99**3 + 0.99**2, 0.99, 1.0
     assert payoff.win_rate("terran_main_agent_0", "zerg_main_agent_0") == pytest.approx(
         (wins + 0.5 * draws) / (wins + losses + draws), rel=1e-6)
-    rows = sqlite3.connect(tmp_path / "league.db").execute("SELECT home, away, outcome, length FROM games ORDER BY id").fetchall()
-    assert rows == [(r["home"], r["away"], r["outcome"], 5) for r in results]
+    # league.db: one row of counts for the batch (issue 31: storage per batch, not per game)
+    db = sqlite3.connect(tmp_path / "league.db")
+    assert db.execute("SELECT count(*) FROM games").fetchone() == (0,)
+    assert db.execute("SELECT home, away, wins, draws, losses, length FROM game_counts").fetchall() == [
+        ("terran_main_agent_0", "zerg_main_agent_0", 2, 1, 1, 20)]
     with pytest.raises(ValueError, match="unknown outcome 'won'"):
         coordinator.report_results([{"home": "terran_main_agent_0", "away": "zerg_main_agent_0", "outcome": "won"}])
     assert coordinator.history.game_count() == 4  # a bad batch writes nothing
+    coordinator.close()
+
+    # --per_game_rows: a row per game
+    config = LeagueConfig(races=("terran", "zerg"), snapshots=SNAPSHOTS, initial_snapshots=False)
+    per_game = Coordinator(config, str(tmp_path / "per_game"), seed=3,
+                           config=CoordinatorConfig(meta_game_every_seconds=float("inf"),
+                                                    checkpoint_every_seconds=float("inf"), per_game_rows=True))
+    per_game.report_results(results)
+    rows = sqlite3.connect(tmp_path / "per_game" / "league.db").execute(
+        "SELECT home, away, outcome, length FROM games ORDER BY id").fetchall()
+    assert rows == [(r["home"], r["away"], r["outcome"], 5) for r in results]
+    assert per_game.history.game_count() == 4
 
 
 def test_poll_snapshots_into_the_store_and_resets_exploiters(tmp_path):
@@ -119,7 +135,7 @@ def test_results_in_the_wrong_races_are_refused_whole(tmp_path):
         coordinator.report_results([good, bad])
     assert coordinator.history.game_count() == 0
     coordinator.report_results([good])
-    assert [(g["home_race"], g["away_race"]) for g in coordinator.history.games()] == [("terran", "zerg")]
+    assert [(g["home_race"], g["away_race"]) for g in coordinator.history.result_rows()] == [("terran", "zerg")]
 
 
 def test_initial_copies_of_main_agents_are_stored_recorded_and_played(tmp_path):
@@ -182,10 +198,15 @@ def test_meta_game_is_on_scores_when_games_report_them(tmp_path):
     with pytest.raises(ValueError, match="non-finite payoff"):
         coordinator.report_results(bad)
     assert coordinator.history.game_count() == 4
-    # scores survive a restart (replayed from the games table)
-    expected = coordinator.league.payoff.score_matrix()
+    # scores survive a restart, replayed from league.db's one row of counts for the batch:
+    # the mean over the games' orders (`Payoff.update_counts`), not their sequence
+    reference = Payoff(decay=coordinator.league.payoff.decay)
+    for player in coordinator.league.payoff.players:
+        reference.add_player(player)
+    reference.update_counts(a, b, 3, 0, 1, -2.0)
     resumed = Coordinator(LeagueConfig(races=("terran",), snapshots=SNAPSHOTS), str(tmp_path), seed=3, config=NEVER)
-    np.testing.assert_allclose(resumed.league.payoff.score_matrix(), expected, rtol=1e-6)
+    np.testing.assert_allclose(resumed.league.payoff.score_matrix(), reference.score_matrix(), rtol=1e-6)
+    assert resumed.league.payoff.score_matrix()[0, 1] < 0
 
 
 def test_corrupt_league_checkpoint_is_reported_and_left_alone(tmp_path):

@@ -97,7 +97,7 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
     matchups = set()
     for _ in range(4):
         assert node.evaluate_next() == 2
-    for game in coordinator.history.games():
+    for game in coordinator.history.result_rows():
         assert game["source"] == "evaluator"
         assert (game["home_race"], game["away_race"]) == (race[game["home"]], race[game["away"]])
         matchups.add((game["home_race"], game["away_race"]))

@@ -56,7 +56,7 @@ def test_inprocess_league_learns_snapshots_resets_and_resumes(tmp_path):
     assert any(e["kind"] == "reset" and "main_exploiter" in e["agent_id"] for e in events), out
     snapshotted = {e["agent_id"] for e in events if e["kind"] == "snapshot"}
     assert snapshotted == {p["player_id"] for p in players if p["role"] != "historical"}
-    games = history.games()
+    games = history.result_rows()
     assert games and {g["source"] for g in games} == {"actor", "evaluator"}
     assert history.nash_history() and history.ratings_history() and history.learner_metrics()
     first_versions = learner_versions(cfg.run_dir)
@@ -67,7 +67,7 @@ def test_inprocess_league_learns_snapshots_resets_and_resumes(tmp_path):
         assert os.path.exists(os.path.join(cfg.run_dir, "params", f"{player_id}.npz"))
 
     # Rerun the same run directory: it resumes (players, payoff, learner versions).
-    games_before = len(games)
+    games_before = history.game_count()
     _, out2 = run(dataclasses.replace(cfg, minutes=0.25))
     history = LeagueHistory(cfg.run_dir, readonly=True)
     assert frozen <= {p["player_id"] for p in history.players()}
@@ -121,7 +121,7 @@ def test_ray_runner_survives_a_killed_actor_process(tmp_path):
     assert "killing the actor process" in out, out
     assert supervisor.restarts >= 1, out
     history = LeagueHistory(cfg.run_dir, readonly=True)
-    games = history.games()
+    games = history.result_rows()
     kill_time = min(g["time"] for g in games) + 20  # games keep arriving after the kill
     assert any(g["time"] > kill_time + 10 for g in games), out
     assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
@@ -248,3 +248,37 @@ def test_a_flat_config_json_of_an_earlier_version_still_resumes(tmp_path):
     assert config.learner.loss.entropy_weight == 0.1 and config.learner.learning_rate == 1e-3  # Kuhn's
     assert config.network.core_size == RunConfig().network.core_size     # not given: the default
     assert prepare_run_dir(config) is True
+
+
+def test_a_damaged_league_db_is_refused_untouched_and_restored_from_its_backup(tmp_path):
+    """Issue 31: league.db cut to half its size: the same command exits 2 with one paragraph
+    naming the file and the restore command, writing nothing; the coordinator's online backup
+    (`--backup_every_seconds`) restores it (`experiments.restore_history`), and the league
+    resumes from it."""
+    run_dir = tmp_path / "run"
+    args = ["--game=kuhn_poker", "--runner=inprocess", f"--run_dir={run_dir}", "--dashboard_port=-1",
+            "--backup_every_seconds=3", "--progress_every_seconds=2"]
+    result = league_cli(*args, "--minutes=0.25", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    db, backup = run_dir / "league.db", run_dir / "league.db.backup"
+    assert backup.exists()
+    backed_up = LeagueHistory(str(backup), readonly=True).game_count()
+    assert backed_up > 0
+    with open(db, "r+b") as f:
+        f.truncate(os.path.getsize(db) // 2)
+    damaged = db.read_bytes()
+    result = league_cli(*args, "--minutes=0.2", timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"the league history {db} is damaged" in result.stderr, result.stderr
+    assert f"python -m experiments.restore_history --run_dir={run_dir}" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and db.read_bytes() == damaged
+
+    restored = subprocess.run([sys.executable, "-m", "experiments.restore_history", f"--run_dir={run_dir}"],
+                              capture_output=True, text=True, timeout=120)
+    assert restored.returncode == 0, restored.stderr
+    assert "restored" in restored.stdout and list(run_dir.glob("league.db.damaged-*"))
+    assert LeagueHistory(str(db), readonly=True).game_count() == backed_up
+    result = league_cli(*args, "--minutes=0.2", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "resuming" in result.stdout
+    assert LeagueHistory(str(db), readonly=True).game_count() > backed_up

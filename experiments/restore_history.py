@@ -1,0 +1,74 @@
+"""Puts a run's league.db back from the coordinator's last backup.
+
+    python -m experiments.restore_history --run_dir=runs/league
+
+The coordinator copies league.db to `<run_dir>/league.db.backup` every
+`--backup_every_seconds` (SQLite's online backup: a consistent copy while the league
+writes). This command checks the backup, sets the damaged league.db (and its -wal/-shm files)
+aside as `league.db.damaged-<time>`, and copies the backup into its place; the same league
+command then resumes from it. What the league recorded after the backup is lost; learners keep
+their own checkpoints. Refused while a league or surgery holds the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+
+from absl import app, flags
+
+from coordinator.history import BACKUP_NAME, DB_NAME, HistoryError, check_file
+from experiments import run_lock
+
+FLAGS = flags.FLAGS
+
+
+def restore(run_dir: str) -> str:
+    """Restores `<run_dir>/league.db` from its backup; returns a line saying what was done.
+    HistoryError (nothing changed) when there is no good backup."""
+    db, backup = os.path.join(run_dir, DB_NAME), os.path.join(run_dir, BACKUP_NAME)
+    if not os.path.exists(backup):
+        raise HistoryError(f"no backup of the league history at {backup}: the coordinator writes one "
+                           "every --backup_every_seconds (300 by default) while a league runs")
+    try:
+        check_file(backup)
+    except HistoryError as e:
+        raise HistoryError(f"the backup {backup} is damaged too; nothing was changed ({e})") from None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = []
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            aside = f"{db}.damaged-{stamp}{suffix}"
+            os.replace(db + suffix, aside)
+            moved.append(aside)
+    partial = db + ".restoring"
+    shutil.copyfile(backup, partial)
+    os.replace(partial, db)
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(backup)))
+    return (f"restored {db} from the backup of {when}" +
+            (f"; the damaged file is kept as {moved[0]}" if moved else "") +
+            ". Rerun the league command to resume.")
+
+
+def main(argv) -> int:
+    if len(argv) > 1:
+        print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
+        return 2
+    run_dir = FLAGS.run_dir
+    if not run_dir or not os.path.isdir(run_dir):
+        print(f"error: --run_dir must name a league's run directory (got {run_dir!r})", file=sys.stderr)
+        return 2
+    try:
+        with run_lock.hold(run_dir, "restoring league.db (experiments.restore_history)"):
+            print(restore(run_dir))
+    except (HistoryError, run_lock.RunLocked) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    flags.DEFINE_string("run_dir", "", "the league's run directory (it holds league.db and league.db.backup)")
+    app.run(lambda argv: sys.exit(main(argv)))
