@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 
 from experiments.config import RaySettings, RunConfig
 from experiments.launchpad_launcher import problem as launchpad_problem
@@ -67,10 +68,13 @@ def _describe(error: BaseException) -> str:
 
 
 class RayProxy:
-    """A Ray actor handle that reads like the node itself (each call blocks on its result)."""
+    """A Ray actor handle that reads like the node itself (each call blocks on its result).
+    Pickled as the actor's name (every node is a named actor of the job): a node built with
+    another's proxy then holds no object reference among its constructor's arguments, which
+    Ray flags with an error-level line for an actor it may restart (ray-project/ray#53727)."""
 
-    def __init__(self, handle):
-        self.handle = handle
+    def __init__(self, handle, name: str):
+        self.handle, self.name = handle, name
 
     def __getattr__(self, name: str):
         import ray
@@ -79,7 +83,30 @@ class RayProxy:
         return lambda *args, **kwargs: ray.get(method.remote(*args, **kwargs))
 
     def __reduce__(self):
-        return (RayProxy, (self.handle,))
+        return (_named_proxy, (self.name,))
+
+
+def _named_proxy(name: str) -> RayProxy:
+    import ray
+
+    return RayProxy(ray.get_actor(name), name)
+
+
+def init_ray(config: RunConfig) -> None:
+    """Starts the run's local Ray instance, or joins --ray_address, once per process. Called
+    before this process runs JAX (experiments.league does so before its checks that load
+    parameters): starting a local instance forks (Ray's Popen with a preexec_fn), which is
+    unsafe once JAX's threads run ("os.fork() was called ... will likely lead to a deadlock")."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    kwargs = dict(include_dashboard=False, logging_level="ERROR", log_to_driver=True,
+                  runtime_env=job_runtime_env(config, config.ray))
+    if config.ray_address:
+        ray.init(address=config.ray_address, **kwargs)
+    else:
+        ray.init(_node_ip_address="127.0.0.1", num_cpus=max(os.cpu_count() or 2, 8), **kwargs)
 
 
 # -- placement on a Ray cluster --------------------------------------------------------
@@ -189,21 +216,17 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     # Absolute: on a cluster each worker's current directory is its copy of the code.
     config = dataclasses.replace(config, run_dir=os.path.abspath(config.run_dir))
     program = build_program(config)
-    if not ray.is_initialized():
-        kwargs = dict(include_dashboard=False, logging_level="ERROR", log_to_driver=True,
-                      runtime_env=job_runtime_env(config, settings))
-        if config.ray_address:
-            ray.init(address=config.ray_address, **kwargs)
-        else:
-            ray.init(_node_ip_address="127.0.0.1", num_cpus=max(os.cpu_count() or 2, 8), **kwargs)
+    init_ray(config)
     options = placement(program, ray.cluster_resources(), ray.get_runtime_context().get_node_id(), settings)
     if config.ray_address:
         print(f"placement: {describe_placement(options)}", file=out, flush=True)
     handles: dict = {}
+    run_id = uuid.uuid4().hex[:8]   # actor names unique on a cluster that outlives runs
     for node in program.nodes:
         print(f"building {node.name} on Ray ...", file=out, flush=True)
-        actor = ray.remote(**options[node.name])(node.cls).remote(**resolve(node.kwargs, handles))
-        handles[node.name] = RayProxy(actor)
+        name = f"{node.name}-{run_id}"
+        actor = ray.remote(name=name, **options[node.name])(node.cls).remote(**resolve(node.kwargs, handles))
+        handles[node.name] = RayProxy(actor, name)
     for call in program.calls:
         getattr(handles[call.node], call.method)(**resolve(call.kwargs, handles))
     running = {handles[n.name].handle.run.remote(): n for n in program.nodes if n.runs}

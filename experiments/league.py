@@ -137,6 +137,7 @@ def main(argv) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
         return 2
+    quiet_libraries()
     try:
         config = config_from_flags()
         if FLAGS.print_program:
@@ -149,6 +150,10 @@ def main(argv) -> int:
         runner_problem = problem(config)
         if runner_problem:
             raise ConfigError(runner_problem)
+        if config.runner == "ray":   # before the checks below run JAX here: starting Ray forks
+            from experiments.launchers import init_ray
+
+            init_ray(config)
         kl_given = FLAGS["kl_teacher_cost"].present or FLAGS["learner.loss.kl_teacher_weight"].present
         config, start = choose_start(config, FLAGS["init"].present, kl_given)
         check_teacher(config)
@@ -162,9 +167,11 @@ def main(argv) -> int:
         # Held until the league stops: a second league or a surgery on the run is refused.
         lock = run_lock.hold(config.run_dir, f"a league (experiments.league --runner={config.runner})")
     except (ConfigError, run_lock.RunLocked, HistoryError) as e:
+        _stop_ray()
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        _stop_ray()
         print("interrupted before the league started (a supervised start being built is not cached)",
               file=sys.stderr)
         return 130
@@ -191,6 +198,24 @@ def main(argv) -> int:
     finally:
         lock.close()
     return 0
+
+
+def _stop_ray() -> None:
+    """Stops the local Ray instance `init_ray` started, when the run is refused before launching."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
+
+
+def quiet_libraries() -> None:
+    """absl's `app.run` makes INFO the default level of Python's logging, so libraries' INFO
+    lines reach the terminal (JAX's "Unable to initialize backend 'rocm'/'tpu'" probe,
+    matplotlib's "generated new fontManager"): back to WARNING unless --verbosity was given.
+    Warnings and errors still show; the project itself prints, it does not log."""
+    from absl import logging as absl_logging
+
+    if not FLAGS["verbosity"].present:
+        absl_logging.set_verbosity(absl_logging.WARNING)
 
 
 def main_and_exit(argv) -> None:

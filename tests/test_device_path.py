@@ -355,6 +355,32 @@ def test_a_node_that_fails_stops_the_run_with_a_message(tmp_path, runner):
     assert checkpoint.read_params(run_dir, "any_main_agent_0") is not None
 
 
+NOISE = ("os.fork() was called", "Unable to initialize backend", "constructor arguments in the object store",
+         "Submoduled environments", "generated new fontManager")
+
+
+def test_the_first_screen_is_quiet(tmp_path):
+    """Issue 31: a Ray league whose driver runs JAX before launching (a --teacher's parameters
+    are loaded and checked) prints none of the known harmless lines: no fork after JAX started
+    (Ray starts first), no JAX platform probe, no Ray error line about restartable actors'
+    arguments; and SMAX's import prints nothing."""
+    from agents.storage import params_to_npz_bytes
+    from experiments import build
+
+    config = RunConfig.make(game="kuhn_poker")
+    spec = make_batch_game("kuhn_poker", 1).spec
+    teacher = tmp_path / "teacher.npz"
+    teacher.write_bytes(params_to_npz_bytes(build.initial_params(build.make_network(config, spec), spec, 0, 0), 0))
+    result = league_cli("--game=kuhn_poker", "--runner=ray", f"--run_dir={tmp_path / 'run'}", "--dashboard_port=-1",
+                        f"--teacher={teacher}", "--kl_teacher_cost=0.1", "--minutes=0.3", "--progress_every_seconds=2")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out
+    assert "players" in result.stdout and "checkpoints written" in result.stdout, out
+    assert not [line for line in NOISE if line in out], out
+    smax = subprocess.run([sys.executable, "-c", "import actors.games.smax_races"], capture_output=True, text=True)
+    assert smax.returncode == 0 and not [line for line in NOISE if line in smax.stdout + smax.stderr], smax
+
+
 def test_the_dashboard_counts_counted_games_like_games(tmp_path):
     """The dashboard's payoff counts and headline from `games` rows and `game_counts` rows
     (device path) together, against the sums read with SQL."""

@@ -13,7 +13,28 @@ structures in `agents.specs`. Game modules are imported lazily: SMAX pulls in ja
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+
 from actors.games.base import DRAW, LOSS, WIN, BatchGame, TimeStep, random_legal_actions
+
+
+def _register_jaxmarl_packages() -> None:
+    """jaxmarl's package `__init__`s import every environment it has (~4 s, matplotlib, a JAX
+    computation), print "Submoduled environments not found" from every process and reset
+    sys.stdout/stderr (mabrax); SMAX needs none of it. The two packages are registered
+    unexecuted, so `jaxmarl.environments.smax` imports alone (a process that imported jaxmarl
+    itself keeps it; `jaxmarl.make` is not used here)."""
+    for name in ("jaxmarl", "jaxmarl.environments"):
+        if name in sys.modules:
+            return
+        spec = importlib.util.find_spec(name)
+        if spec is None:
+            return
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+
+
+_register_jaxmarl_packages()
 
 __all__ = ["DRAW", "LOSS", "WIN", "BatchGame", "TimeStep", "make_batch_game", "random_legal_actions"]
 
