@@ -13,6 +13,7 @@ or a runner's proxy to one). No JAX here.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
@@ -56,6 +57,9 @@ class CoordinatorConfig:
     # An online copy of league.db (`<run_dir>/league.db.backup`) this often; 0: none.
     backup_every_seconds: float = 300.0
 
+
+RATE_WINDOW_SECONDS = 60.0
+"""Learners' updates/s (`record_learners`) are over the readings of the last minute at least."""
 
 EXACT_GAMES = 32.0
 """The weight, in games, of an exact payoff in the Elo fit."""
@@ -169,7 +173,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._events: list[dict] = []
         self._learner_metrics: dict[str, dict] = {}
-        self._updates_seen: dict[str, tuple[float, float]] = {}
+        self._updates_seen: dict[str, collections.deque] = {}   # agent -> (time, updates) readings
         self._watched: dict[str, dict] = {}   # `_watch_learner`'s last reading of each learner
         self._tensorboard = None
 
@@ -552,13 +556,18 @@ class Coordinator:
             if id(group) not in of_group:
                 of_group[id(group)] = group.metrics()
             metrics[agent] = dict(of_group[id(group)].get(agent, {}))
-        now = time.time()
+        now = self._clock()
         for agent, m in metrics.items():
             updates = m.get("updates_dispatched", 0.0)
-            if agent in self._updates_seen:
-                t0, u0 = self._updates_seen[agent]
+            seen = self._updates_seen.setdefault(agent, collections.deque())
+            seen.append((now, updates))
+            # over the readings of the last RATE_WINDOW_SECONDS at least: a device learner's
+            # updates come a chunk at a time, so one 10 s window often holds none of them
+            while len(seen) > 2 and now - seen[1][0] >= RATE_WINDOW_SECONDS:
+                seen.popleft()
+            if len(seen) > 1:
+                t0, u0 = seen[0]
                 m["updates_per_second"] = (updates - u0) / max(now - t0, 1e-9)
-            self._updates_seen[agent] = (now, updates)
             self.history.add_learner_metrics(agent, per_learner_summary(m), self._clock())
             self._watch_learner(agent, m)
         self._write_tensorboard(metrics, int(now - self._started))
