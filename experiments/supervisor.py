@@ -109,22 +109,43 @@ def supervise(program: Program, handles: dict, out, stop_event, on_launch, check
         print(f"dashboard: {serve(config.run_dir, config.dashboard_port)[1]}", file=out, flush=True)
     if on_launch is not None:
         on_launch(handles)
+    stopping = None
+    timings: list[tuple[float, str]] = []
+
+    def timed(what: str, step: Callable[[], None]) -> None:
+        started = time.time()
+        try:
+            step()
+        except Exception as e:
+            print(f"warning: {what} failed ({type(e).__name__}: {e})", file=out, flush=True)
+        finally:
+            timings.append((time.time() - started, what))
+
     try:
         reason = supervisor.loop(lambda: check_nodes(supervisor))
+        stopping = time.time()
         print(f"finishing: {reason}", file=out, flush=True)
         supervisor.report(fresh=True)
     finally:
-        steps = [(f"stopping {n.name}", lambda n=n: stop_node(n)) for n in reversed(program.nodes) if n.runs]
-        steps += [(f"closing {n.name}", lambda n=n: close_node(n)) for n in reversed(program.nodes)
-                  if hasattr(n.cls, "close")]
-        for what, step in steps:
-            try:
-                step()
-            except Exception as e:
-                print(f"warning: {what} failed ({type(e).__name__}: {e})", file=out, flush=True)
+        stopping = stopping or time.time()
+        # Every running node is told to stop at once, so each finishes the work it has in
+        # flight (a learner's chunk, an evaluator's games) beside the others, not after them;
+        # then each is closed (checkpoints written) in reverse order.
+        threads = [threading.Thread(target=timed, args=(f"stopping {n.name}", lambda n=n: stop_node(n)), daemon=True)
+                   for n in reversed(program.nodes) if n.runs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for n in reversed(program.nodes):
+            if hasattr(n.cls, "close"):
+                timed(f"closing {n.name}", lambda n=n: close_node(n))
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
-    print(f"checkpoints written to {config.run_dir}; rerun the same command to resume", file=out, flush=True)
+    longest = max(timings, default=(0.0, ""))
+    print(f"checkpoints written to {config.run_dir} (stopped in {time.time() - stopping:.1f} s"
+          + (f"; the longest step: {longest[1]}, {longest[0]:.1f} s" if longest[0] >= 1.0 else "")
+          + "); rerun the same command to resume", file=out, flush=True)
     return supervisor
 
 
