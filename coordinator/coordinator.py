@@ -58,8 +58,9 @@ class CoordinatorConfig:
     backup_every_seconds: float = 300.0
 
 
-RATE_WINDOW_SECONDS = 60.0
-"""Learners' updates/s (`record_learners`) are over the readings of the last minute at least."""
+RATE_WINDOW_SECONDS = 120.0
+"""Learners' updates/s (`record_learners`) are over the readings of the last two minutes at least
+(a SMAX device learner group's round, one chunk per agent, takes about a minute here)."""
 
 EXACT_GAMES = 32.0
 """The weight, in games, of an exact payoff in the Elo fit."""
