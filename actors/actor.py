@@ -363,6 +363,8 @@ class _UnrollWriter:
             try:
                 n = batch_size(batch)
                 for b in range(n):
+                    if self._closing.is_set():   # stopping: the learners take no more; items written
+                        return                   # past here piled up unflushed ("pending items is alarmingly high")
                     self._write_unroll(self._writer, self._table, take(batch, b))
                 self.items_written += n
                 self._wait_until_sent(pending=0)
