@@ -272,7 +272,7 @@ def test_damaged_frozen_players_are_withdrawn_and_the_league_goes_on(tmp_path):
     db = os.path.join(run_dir, "league.db")
     args = ["--game=kuhn_poker", f"--run_dir={run_dir}", "--dashboard_port=-1", "--progress_every_seconds=2",
             "--checkpoint_every_seconds=3", "--meta_game_every_seconds=2"]
-    result = league_cli(*args, "--runner=inprocess", "--minutes=0.3")
+    result = league_cli(*args, "--runner=inprocess", "--minutes=0.2")
     assert result.returncode == 0, result.stdout + result.stderr
     for runner, seed in (("inprocess", 1), ("ray", 2)):
         before = {e["player_id"] for e in LeagueHistory(db, readonly=True).events() if e["kind"] == "withdrawn"}
@@ -280,7 +280,7 @@ def test_damaged_frozen_players_are_withdrawn_and_the_league_goes_on(tmp_path):
         assert damaged, "the run before stored no new frozen player"
         history = LeagueHistory(db, readonly=True)
         games, version = history.game_count(), checkpoint.read_params(run_dir, "any_main_agent_0")[0]
-        result = league_cli(*args, f"--runner={runner}", "--minutes=0.35")
+        result = league_cli(*args, f"--runner={runner}", "--minutes=0.3")
         out = result.stdout + result.stderr
         assert result.returncode == 0, out
         history = LeagueHistory(db, readonly=True)
