@@ -336,6 +336,10 @@ class _ParamsRefresher:
         self._thread.join(timeout=5.0)
 
 
+# Items a closing writer lets wait for the server's confirmation (Reverb warns beyond ~50).
+CLOSING_UNCONFIRMED = 16
+
+
 class _UnrollWriter:
     """Writes batches of unrolls to Reverb on a thread (one item per game, whole unrolls)."""
 
@@ -363,14 +367,27 @@ class _UnrollWriter:
             try:
                 n = batch_size(batch)
                 for b in range(n):
-                    if self._closing.is_set():   # stopping: the learners take no more; items written
-                        return                   # past here piled up unflushed ("pending items is alarmingly high")
+                    if self._closing.is_set() and not self._accepts_more():
+                        return
                     self._write_unroll(self._writer, self._table, take(batch, b))
                 self.items_written += n
                 self._wait_until_sent(pending=0)
             except BaseException as e:  # surfaced by put()
                 self.error = e
                 return
+
+    def _accepts_more(self) -> bool:
+        """Closing: whether the table still takes items (what is queued is written while it
+        does). When its rate limiter holds them back (the learners have stopped), the items
+        written from here on would pile up unconfirmed, one Reverb warning each ("The number
+        of pending items is alarmingly high"): the writer stops instead."""
+        try:
+            self._writer.flush(block_until_num_items=CLOSING_UNCONFIRMED, timeout_ms=500)
+            return True
+        except Exception as e:  # reverb's DeadlineExceededError: the table takes no more
+            if "Deadline" not in type(e).__name__:
+                raise
+            return False
 
     def _wait_until_sent(self, pending: int) -> None:
         """Blocks until at most `pending` items wait to be confirmed by the server: when the
@@ -398,11 +415,14 @@ class _UnrollWriter:
     def close(self, timeout: float = 2.0):
         """Stops writing; what the rate limiter still holds back after `timeout` is dropped."""
         self._closing.set()
-        try:
-            self._queue.put(None, timeout=timeout)
-        except queue.Full:
-            pass
-        self._thread.join(timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:   # the end marker, once there is room
+            try:
+                self._queue.put(None, timeout=0.1)
+                break
+            except queue.Full:
+                continue
+        self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
         try:
             self._writer.flush(timeout_ms=int(timeout * 1000))
         except Exception:  # noqa: BLE001 -- a blocked table (rate limiter) at shutdown

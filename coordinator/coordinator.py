@@ -91,9 +91,11 @@ at most this many games per outcome, in the order win, draw, loss, repeated. The
 take every game."""
 
 
-def _trueskill_games(home: str, away: str, wins: int, draws: int, losses: int) -> list[tuple[str, str, str]]:
-    """The games of a counted batch that TrueSkill sees (`TRUESKILL_GAMES_PER_COUNT`)."""
-    left = {o: min(int(n), TRUESKILL_GAMES_PER_COUNT)
+def _trueskill_games(home: str, away: str, wins: int, draws: int, losses: int,
+                     cap: int | None = TRUESKILL_GAMES_PER_COUNT) -> list[tuple[str, str, str]]:
+    """The games of a counted batch that TrueSkill sees (`TRUESKILL_GAMES_PER_COUNT`; `cap`
+    None: every game, as TrueSkill saw an actor's or evaluator's single games live)."""
+    left = {o: int(n) if cap is None else min(int(n), cap)
             for o, n in (("win", wins), ("draw", draws), ("loss", losses))}
     games = []
     while any(left.values()):
@@ -159,7 +161,10 @@ class Coordinator:
         self._trueskill = meta.trueskill_ratings(
             [(g["home"], g["away"], g["outcome"]) for g in self.history.games()]
             + [game for r in self.history.game_counts()
-               for game in _trueskill_games(r["home"], r["away"], r["wins"], r["draws"], r["losses"])],
+               # rows of single games reported together (an actor's, an evaluator's): every
+               # game, as live; a device learner's chunk: capped, as live
+               for game in _trueskill_games(r["home"], r["away"], r["wins"], r["draws"], r["losses"],
+                                            cap=TRUESKILL_GAMES_PER_COUNT if r["source"] == "device" else None)],
             list(self.league.players))
         # TrueSkill is sequential in the games: reports queue them, the meta-game publisher
         # replays them, so the ~0.2 ms per game is not spent while actors wait on the lock.
@@ -176,6 +181,14 @@ class Coordinator:
         self._learner_metrics: dict[str, dict] = {}
         self._updates_seen: dict[str, collections.deque] = {}   # agent -> (time, updates) readings
         self._watched: dict[str, dict] = {}   # `_watch_learner`'s last reading of each learner
+        # learners league.db still says are stalled (a run stopped while they were): watched as
+        # stalled, so that "recovered" is recorded once they learn
+        self._stalled_before: set[str] = set()
+        for event in self.history.events():
+            if event["kind"] == "stalled":
+                self._stalled_before.add(event["agent_id"])
+            elif event["kind"] == "recovered":
+                self._stalled_before.discard(event["agent_id"])
         self._tensorboard = None
 
     # -- resuming --------------------------------------------------------------
@@ -559,16 +572,19 @@ class Coordinator:
             metrics[agent] = dict(of_group[id(group)].get(agent, {}))
         now = self._clock()
         for agent, m in metrics.items():
-            updates = m.get("updates_dispatched", 0.0)
-            seen = self._updates_seen.setdefault(agent, collections.deque())
-            seen.append((now, updates))
-            # over the readings of the last RATE_WINDOW_SECONDS at least: a device learner's
-            # updates come a chunk at a time, so one 10 s window often holds none of them
-            while len(seen) > 2 and now - seen[1][0] >= RATE_WINDOW_SECONDS:
-                seen.popleft()
-            if len(seen) > 1:
-                t0, u0 = seen[0]
-                m["updates_per_second"] = (updates - u0) / max(now - t0, 1e-9)
+            if not m:   # a group without this agent's metrics (yet): no reading of 0 updates
+                continue
+            if "updates_dispatched" in m:
+                updates = m["updates_dispatched"]
+                seen = self._updates_seen.setdefault(agent, collections.deque())
+                seen.append((now, updates))
+                # over the readings of the last RATE_WINDOW_SECONDS at least: a device learner's
+                # updates come a chunk at a time, so one 10 s window often holds none of them
+                while len(seen) > 2 and now - seen[1][0] >= RATE_WINDOW_SECONDS:
+                    seen.popleft()
+                if len(seen) > 1:
+                    t0, u0 = seen[0]
+                    m["updates_per_second"] = (updates - u0) / max(now - t0, 1e-9)
             self.history.add_learner_metrics(agent, per_learner_summary(m), self._clock())
             self._watch_learner(agent, m)
         self._write_tensorboard(metrics, int(now - self._started))
@@ -589,7 +605,7 @@ class Coordinator:
         seen = self._watched.get(agent)
         if seen is None:
             self._watched[agent] = {"version": version, "skipped": skipped, "dispatched": dispatched,
-                                    "in_a_row": 0, "experience": now, "stalled": False}
+                                    "in_a_row": 0, "experience": now, "stalled": agent in self._stalled_before}
             return
         if version > seen["version"]:
             seen["in_a_row"] = 0

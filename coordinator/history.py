@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pathlib
 import sqlite3
 import threading
 import time
@@ -128,6 +129,11 @@ def _from_jsonable(value):
 BACKUP_NAME = DB_NAME + ".backup"
 
 
+def _read_only(path: str) -> str:
+    """The URI that opens `path` read-only (any character in the path quoted)."""
+    return pathlib.Path(path).absolute().as_uri() + "?mode=ro"
+
+
 def check_file(path: str) -> None:
     """HistoryError with one paragraph naming the file, what is wrong and the fix, when the
     SQLite file at `path` is damaged (SQLite's quick_check: page structure, record formats);
@@ -135,7 +141,7 @@ def check_file(path: str) -> None:
     if not os.path.exists(path):
         return
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+        db = sqlite3.connect(_read_only(path), uri=True, timeout=30)
         try:
             problems = [row[0] for row in db.execute("PRAGMA quick_check(5)").fetchall()]
             db.execute("SELECT count(*) FROM players").fetchone()
@@ -202,24 +208,30 @@ class LeagueHistory:
         with self._lock:
             self._db.close()
 
-    def backup(self, destination: str, pages: int = 1024) -> str:
-        """An online copy of the history at `destination` (SQLite's backup API, `pages` at a
-        time so writers wait at most one step), written beside it and renamed into place: a
-        backup interrupted half-way never replaces the last good one. Returns `destination`."""
+    def backup(self, destination: str) -> str:
+        """An online copy of the history at `destination` (SQLite's backup API), written beside
+        it and renamed into place: a backup interrupted half-way never replaces the last good
+        one. It reads through a connection of its own in one step: in WAL mode its read
+        transaction holds no writer back (this instance's writes go on meanwhile; a backup in
+        several steps would restart after each of them). Returns `destination`."""
         partial = destination + ".partial"
-        if os.path.exists(partial):
-            os.remove(partial)
+        for leftover in (partial, partial + "-wal", partial + "-shm"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+        source = sqlite3.connect(_read_only(self.path), uri=True, timeout=30)
         target = sqlite3.connect(partial)
         try:
-            with self._lock:
-                self._db.backup(target, pages=pages)
+            source.backup(target)
+            target.execute("PRAGMA journal_mode=DELETE")   # a plain file: no -wal/-shm beside it
             target.close()
             check_file(partial)
             os.replace(partial, destination)
         finally:
+            source.close()
             target.close()
-            if os.path.exists(partial):
-                os.remove(partial)
+            for leftover in (partial, partial + "-wal", partial + "-shm"):
+                if os.path.exists(leftover):
+                    os.remove(leftover)
         return destination
 
     def result_rows(self) -> list[dict]:

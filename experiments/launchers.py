@@ -243,15 +243,12 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
             node = running.pop(ref)
             try:
                 ray.get(ref)
-            except ray.exceptions.RayTaskError as e:   # its run() raised: a bug or a bad input, not a lost process
-                cause = e.cause if e.cause is not None else e
-                raise NodeFailed(f"{node.name}: {_describe(cause)}\n{RESUME}") from None
-            except died:
+            except died:   # first: Ray's errors of a lost actor are RayTaskErrors too
                 was_on = hosts.known(node.name)
                 gone = hosts.dead_hosts()
                 if not node.restartable:
-                    raise RuntimeError(f"{node.name} died (on {was_on}{', host lost' if was_on in gone else ''}); "
-                                       "rerun the same command to resume from checkpoints") from None
+                    raise NodeFailed(f"{node.name} died (on {was_on}{', host lost' if was_on in gone else ''}); "
+                                     "rerun the same command to resume from checkpoints") from None
                 why = "its host was lost" if was_on in gone else "its process died"
                 print(f"  {node.name} died on {was_on} ({why}); Ray restarts it and it picks up "
                       "where its learners are", file=out, flush=True)
@@ -261,6 +258,9 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
                 # fails at once with "the actor is restarting").
                 restarting[node.name] = (time.time() + 2.0, None)
                 continue
+            except ray.exceptions.RayTaskError as e:   # its run() raised: a bug or a bad input, not a lost process
+                cause = e.cause if e.cause is not None else e
+                raise NodeFailed(f"{node.name}: {_describe(cause)}\n{RESUME}") from None
             if not supervisor.stop_event.is_set():
                 running[handles[node.name].handle.run.remote()] = node
         for name, (when, probe) in list(restarting.items()):

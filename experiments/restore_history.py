@@ -7,7 +7,9 @@ The coordinator copies league.db to `<run_dir>/league.db.backup` every
 writes). This command checks the backup, sets the damaged league.db (and its -wal/-shm files)
 aside as `league.db.damaged-<time>`, and copies the backup into its place; the same league
 command then resumes from it. What the league recorded after the backup is lost; learners keep
-their own checkpoints. Refused while a league or surgery holds the run directory.
+their own checkpoints. Frozen players made after the backup are set aside
+(`params.after-backup-<time>/`): the resumed league snapshots again under their ids. Refused
+while a league or surgery holds the run directory.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 
 from absl import app, flags
 
-from coordinator.history import BACKUP_NAME, DB_NAME, HistoryError, check_file
+from coordinator.history import BACKUP_NAME, DB_NAME, HistoryError, LeagueHistory, check_file
 from experiments import run_lock
 
 FLAGS = flags.FLAGS
@@ -46,10 +48,30 @@ def restore(run_dir: str) -> str:
     partial = db + ".restoring"
     shutil.copyfile(backup, partial)
     os.replace(partial, db)
+    later = _set_aside_later_players(run_dir, stamp)
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(backup)))
     return (f"restored {db} from the backup of {when}" +
             (f"; the damaged file is kept as {moved[0]}" if moved else "") +
-            ". Rerun the league command to resume.")
+            (f"; {len(later)} frozen players made after the backup are set aside in {os.path.dirname(later[0])}"
+             if later else "") + ". Rerun the league command to resume.")
+
+
+def _set_aside_later_players(run_dir: str, stamp: str) -> list[str]:
+    """Moves the parameter files of frozen players the restored history does not know (made
+    after the backup) out of `params/`: the resumed league makes its snapshots again under the
+    same ids, and the store never overwrites a file (it would hand out the old parameters)."""
+    known = {p["player_id"] for p in LeagueHistory(run_dir, readonly=True).players()}
+    store = os.path.join(run_dir, "params")
+    aside = os.path.join(run_dir, f"params.after-backup-{stamp}")
+    moved = []
+    for name in sorted(os.listdir(store)) if os.path.isdir(store) else []:
+        player = name[:-len(".npz")] if name.endswith(".npz") else None
+        if player is None or "@" in player or player in known:   # `<agent>@initial`: resets' parameters
+            continue
+        os.makedirs(aside, exist_ok=True)
+        os.replace(os.path.join(store, name), os.path.join(aside, name))
+        moved.append(os.path.join(aside, name))
+    return moved
 
 
 def main(argv) -> int:

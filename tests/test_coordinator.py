@@ -460,6 +460,17 @@ def test_a_learner_whose_updates_are_all_skipped_or_that_gets_no_experience_is_n
     assert sorted(reading(10, **back)) == sorted([("recovered", nan), ("recovered", idle)])
     assert [e["kind"] for e in coordinator.history.events()][-2:] == ["recovered", "recovered"]
 
+    # a run stopped while a learner was stalled: the next run records its recovery
+    assert reading(10, **skip5) == [] and reading(10, **skip5) == [("stalled", nan)]
+    coordinator.close()
+    coordinator = Coordinator(config, str(tmp_path), seed=3, clock=lambda: now[0],
+                              config=CoordinatorConfig(meta_game_every_seconds=float("inf"),
+                                                       checkpoint_every_seconds=float("inf"),
+                                                       stall_skipped_updates=10, stall_seconds=60.0))
+    coordinator.set_learners(learners)
+    assert reading(0) == []
+    assert reading(10, **{nan: lambda m: {"version": m["version"] + 1}}) == [("recovered", nan)]
+
 
 def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_names_the_slowest(tmp_path):
     """A device learner's updates come a chunk at a time (here 320 every 30 s): over single

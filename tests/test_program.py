@@ -278,6 +278,10 @@ def test_a_damaged_league_db_is_refused_untouched_and_restored_from_its_backup(t
     assert restored.returncode == 0, restored.stderr
     assert "restored" in restored.stdout and list(run_dir.glob("league.db.damaged-*"))
     assert LeagueHistory(str(db), readonly=True).game_count() == backed_up
+    assert not list(run_dir.glob("league.db.backup*-*"))   # a plain file: no -wal/-shm, no .partial
+    # frozen players made after the backup leave params/: their ids are made again on resume
+    known = {p["player_id"] for p in LeagueHistory(str(db), readonly=True).players()}
+    assert {f.stem for f in (run_dir / "params").glob("*.npz") if "@" not in f.stem} <= known
     result = league_cli(*args, "--minutes=0.2", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "resuming" in result.stdout
