@@ -169,7 +169,10 @@ def run(config: MatrixLeagueConfig, report=None, run_dir: str | None = None) -> 
     space = StrategySpace(config.game, rng)
     coordinator = Coordinator(
         league_config(config), run_dir, seed=config.seed,
-        config=CoordinatorConfig(meta_game_every_seconds=float("inf"), checkpoint_every_seconds=float("inf")),
+        # a row per game: a demonstration of a few thousand games, whose history the
+        # dashboard's tests read game by game
+        config=CoordinatorConfig(meta_game_every_seconds=float("inf"), checkpoint_every_seconds=float("inf"),
+                                 per_game_rows=True),
     )
     agents = coordinator.agent_ids()
     learners = {agent: StrategyLearner(space.initial) for agent in agents}
