@@ -35,9 +35,9 @@ quick one tests use. Needs root (network namespaces).
 
 from __future__ import annotations
 
+import collections
 import os
 import re
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -164,11 +164,6 @@ def victim(cluster: NamespaceCluster, node_hosts: dict[str, str]) -> int:
     return max(counts, key=lambda h: (counts[h], h))
 
 
-RESULTS = ("(SELECT time, home_race, away_race, 1 AS n FROM games UNION ALL "
-           "SELECT time, home_race, away_race, wins + draws + losses FROM game_counts)")
-"""Every recorded game, single games and counted ones, as (time, races, number of games)."""
-
-
 def figures(progress: list[tuple[float, int, float]], kill_time: float | None,
             games_before_kill: int, db: str) -> dict:
     result: dict = {"games_per_s_before": 0.0, "games_per_s_after": 0.0,
@@ -184,20 +179,22 @@ def figures(progress: list[tuple[float, int, float]], kill_time: float | None,
             result["games_per_s_after"] = (after[-1][1] - before[-1][1]) / (after[-1][0] - before[-1][0])
             result["updates_per_s_after"] = sum(p[2] for p in after) / len(after)
     if os.path.exists(db):
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            result["games_total"] = con.execute(f"SELECT coalesce(sum(n), 0) FROM {RESULTS}").fetchone()[0]
-            if kill_time is not None:
-                upto = con.execute(f"SELECT coalesce(sum(n), 0) FROM {RESULTS} WHERE time <= ?",
-                                   (kill_time,)).fetchone()[0]
-                result["lost_games"] = max(0, games_before_kill - upto)
-                result["games_after_kill"] = con.execute(
-                    f"SELECT coalesce(sum(n), 0) FROM {RESULTS} WHERE time > ?", (kill_time,)).fetchone()[0]
-            pairs = con.execute(f"SELECT home_race, away_race, sum(n) FROM {RESULTS} GROUP BY 1, 2").fetchall()
-            result["race_pairs"] = {f"{min(a or '-', b or '-')}-{max(a or '-', b or '-')}": 0 for a, b, _ in pairs}
-            for a, b, n in pairs:
-                result["race_pairs"][f"{min(a or '-', b or '-')}-{max(a or '-', b or '-')}"] += n
-            events = con.execute("SELECT kind, count(*) FROM events GROUP BY kind").fetchall()
-            result["events"] = dict(events)
+        from coordinator.history import LeagueHistory
+
+        history = LeagueHistory(db, readonly=True)
+        rows = history.result_rows()   # single games and counted ones alike
+        result["games_total"] = sum(r["games"] for r in rows)
+        if kill_time is not None:
+            upto = sum(r["games"] for r in rows if r["time"] <= kill_time)
+            result["lost_games"] = max(0, games_before_kill - upto)
+            result["games_after_kill"] = result["games_total"] - upto
+        result["race_pairs"] = {}
+        for r in rows:
+            a, b = r["home_race"] or "-", r["away_race"] or "-"
+            key = f"{min(a, b)}-{max(a, b)}"
+            result["race_pairs"][key] = result["race_pairs"].get(key, 0) + r["games"]
+        result["events"] = dict(collections.Counter(e["kind"] for e in history.events()))
+        history.close()
     return result
 
 

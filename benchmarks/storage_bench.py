@@ -22,6 +22,8 @@ import time
 
 from absl import app, flags
 
+from coordinator.history import LeagueHistory
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("game", "kuhn_poker", "kuhn_poker, leduc_poker or a matrix game")
 flags.DEFINE_float("seconds", 60.0, "seconds per arm")
@@ -35,8 +37,7 @@ def game_bytes(db: str) -> tuple[int, int]:
     con = sqlite3.connect(db)
     try:
         con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        games = con.execute("SELECT (SELECT count(*) FROM games) + (SELECT coalesce(sum(wins + draws + losses), 0) "
-                            "FROM game_counts)").fetchone()[0]
+        games = LeagueHistory(db, readonly=True).game_count()
         try:
             size = con.execute("SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name IN "
                                "('games', 'game_counts', 'games_pair')").fetchone()[0]
