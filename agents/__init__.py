@@ -30,7 +30,8 @@ def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | N
     `config` is a full config object, or a dict of overrides of the small defaults (sizes
     and head counts are taken from the spec). `hidden_size` / `core_size` are the two sizes a
     run config usually sets: the embedding (unit network: unit embedding and policy replica;
-    reference network: its MLP) and the recurrent core. `z` = (z's length, pseudo-reward
+    reference network: its MLP) and the recurrent core (reference network: 0 is no
+    LSTM, an MLP of two layers of `hidden_size` in its place). `z` = (z's length, pseudo-reward
     count): the unit network takes the statistic z as an input (`obs["z"]`,
     `actors.replays.encode_z`: `Z_SIZE`) and has a value head per pseudo-reward for following
     it (`actors.replays.PSEUDO_REWARDS`); ignored for other games. The caller passes the sizes
@@ -53,8 +54,11 @@ def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | N
     values = dict(SMALL_REFERENCE, heads=side_spec.network_heads(), value_uses_opponent=True)
     if hidden_size:
         values.update(mlp_sizes=(hidden_size,))
-    if core_size:
+    if core_size is not None:
         values.update(lstm_size=core_size)
+        if not core_size:
+            # Without a recurrent core the MLP takes the LSTM's place: two layers of its width.
+            values.update(mlp_sizes=values["mlp_sizes"] * 2)
     values.update(config or {})
     return ReferenceNetwork(NetworkConfig(**values))
 

@@ -57,14 +57,17 @@ class NetworkConfig:
 
     heads: Mapping[str, int] = dataclasses.field(default_factory=lambda: {"action": 4})
     mlp_sizes: tuple[int, ...] = (256,)
+    # 0: no recurrent core, a feed-forward MLP (for games whose observation is the whole
+    # information state, like poker's information-state tensor); the core state is then an
+    # LSTMState of width 1 that stays as it is, so every caller keeps one interface.
     lstm_size: int = 256
     value_uses_opponent: bool = False
 
     def __post_init__(self):
         if not self.heads or any(int(n) < 1 for n in self.heads.values()):
             raise ValueError(f"heads must map names to positive action counts, got {self.heads}")
-        if not self.mlp_sizes or self.lstm_size < 1:
-            raise ValueError("mlp_sizes must be non-empty and lstm_size positive")
+        if not self.mlp_sizes or self.lstm_size < 0:
+            raise ValueError("mlp_sizes must be non-empty and lstm_size >= 0 (0: no LSTM)")
 
 
 def split_observation(obs: PyTree, batch_ndim: int) -> tuple[Array, dict[str, Array] | None]:
@@ -94,7 +97,7 @@ class _ReferenceModule(hk.Module):
         super().__init__(name="agent")
         self._config = config
         self._torso = hk.nets.MLP(config.mlp_sizes, activate_final=True, name="torso")
-        self._core = hk.ResetCore(hk.LSTM(config.lstm_size, name="lstm"))
+        self._core = hk.ResetCore(hk.LSTM(config.lstm_size, name="lstm")) if config.lstm_size else None
         self._heads = {h: hk.Linear(int(n), name=f"policy_{h}") for h, n in config.heads.items()}
         self._value = hk.Linear(1, name="value")
         if config.value_uses_opponent:
@@ -116,13 +119,16 @@ class _ReferenceModule(hk.Module):
         features, mask = split_observation(obs, 1)
         if first is None:
             first = jnp.zeros(features.shape[:1], bool)
-        core_out, state = self._core((self._torso(features), first), state)
+        core_out = self._torso(features)
+        if self._core is not None:
+            core_out, state = self._core((core_out, first), state)
         return self._outputs(core_out, mask, opponent_obs, 1), state
 
     def unroll(self, obs_seq, first_seq, state, opponent_obs_seq):
         features, mask = split_observation(obs_seq, 2)
-        embedding = hk.BatchApply(self._torso)(features)
-        core_out, state = hk.dynamic_unroll(self._core, (embedding, first_seq), state)
+        core_out = hk.BatchApply(self._torso)(features)
+        if self._core is not None:
+            core_out, state = hk.dynamic_unroll(self._core, (core_out, first_seq), state)
         return self._outputs(core_out, mask, opponent_obs_seq, 2), state
 
 
@@ -167,6 +173,7 @@ class RecurrentNetwork:
 
 class ReferenceNetwork(RecurrentNetwork):
     """MLP -> LSTM -> policy logits per head + value; see the module docstring for the API.
+    With `lstm_size=0` there is no LSTM: MLP -> heads, and the core state (width 1) is unused.
 
     All methods are pure functions of their arguments (safe to `jax.jit`); the object only
     holds the configuration.
@@ -187,7 +194,9 @@ class ReferenceNetwork(RecurrentNetwork):
 
     @property
     def core_size(self) -> int:
-        return self.config.lstm_size
+        # Without an LSTM the state is one zero per game, passed through unchanged (a zero
+        # width would break reshapes with -1 along the way: the rollout's opponent slots).
+        return self.config.lstm_size or 1
 
     @property
     def head_shapes(self) -> dict[str, tuple[int, ...]]:

@@ -121,7 +121,7 @@ class ConfigError(ValueError):
 @dataclass(frozen=True)
 class NetworkSettings:
     hidden_size: int = 64  # network width (encoder / MLP)
-    core_size: int = 64  # recurrent core (LSTM) size
+    core_size: int = 64  # recurrent core (LSTM) size; 0: no LSTM, a two-layer MLP (poker, matrix games)
     # SMAX: the unit network takes the statistic z as an input (and has a value head per
     # pseudo-reward for following it; AlphaStar); ignored for other games.
     z: bool = True
@@ -311,11 +311,16 @@ class RunConfig:
             if getattr(self, name) not in COLOCATIONS:
                 raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
         for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
-                     "network.hidden_size", "network.core_size", "evaluator.games", "evaluator.heuristic_games",
+                     "network.hidden_size", "evaluator.games", "evaluator.heuristic_games",
                      "supervised.games", "supervised.steps", "supervised.batch_size",
                      "device.updates_per_chunk", "device.opponent_slots", "device.evaluation_pairs"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
+        if self.network.core_size < (1 if self.game == "smax_races" else 0):
+            raise ConfigError(f"--network.core_size must be at least {1 if self.game == 'smax_races' else 0} "
+                              f"on --game={self.game}; got {self.network.core_size}"
+                              + (" (0, no LSTM, is for the reference network of poker and matrix games)"
+                                 if self.game == "smax_races" else ""))
         for name in ("actor.team_spirit_start", "actor.team_spirit_end",
                      "actor.z_pseudo_reward_probability"):
             if not 0.0 <= self.get(name) <= 1.0:

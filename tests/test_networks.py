@@ -113,3 +113,41 @@ def test_trajectory_helpers():
         trajectory.validate_unroll(bad)
     sig = trajectory.reverb_signature(example)
     assert tuple(sig.steps.observation["features"].shape) == (5, 6)
+
+
+def test_without_a_core_the_network_is_a_feed_forward_mlp():
+    """`lstm_size=0` (poker's `--network.core_size=0`): no LSTM parameters, a core state of
+    width 1 passed through unchanged, outputs that depend on the current step only, and step
+    equal to unroll."""
+    from actors.games import poker, poker_policy
+    from agents import make_network
+
+    game = poker.load_game("leduc_poker")
+    spec = poker.make_spec(game)
+    net = make_network(spec, hidden_size=16, core_size=0)
+    assert net.config.lstm_size == 0 and net.config.mlp_sizes == (16, 16)
+    obs = spec.side(0).zero_observation()
+    params = net.init(jax.random.PRNGKey(0), obs, opponent_observation=obs)
+    assert not any("lstm" in name for name in params), sorted(params)
+    assert any("torso/~/linear_1" in name for name in params), sorted(params)
+    state = net.initial_state(3)
+    assert all(x.shape == (3, 1) for x in jax.tree_util.tree_leaves(state))
+    # One game's decisions, through the real pool's observations, as the exact converter sees them.
+    walk = poker_policy.PolicyWalk(game, net)
+    level = walk.levels[1]
+    n = len(level["index"])
+    held = jax.tree_util.tree_map(lambda x: x + 0.5, net.initial_state(n))
+    out, new_state = net.step(params, level["obs"][0], held, np.zeros(n, bool))
+    for a, b in zip(jax.tree_util.tree_leaves(new_state), jax.tree_util.tree_leaves(held)):
+        np.testing.assert_array_equal(a, b)
+    # The same step with `first` set gives the same outputs: there is no memory to reset.
+    out_first, _ = net.step(params, level["obs"][0], net.initial_state(n), np.ones(n, bool))
+    np.testing.assert_allclose(out.logits["action"], out_first.logits["action"], atol=1e-6)
+    seq = jax.tree_util.tree_map(lambda x: np.stack([x, x[::-1]]), level["obs"][0])
+    unrolled, _ = net.unroll(params, seq, np.zeros((2, n), bool), net.initial_state(n))
+    np.testing.assert_allclose(unrolled.logits["action"][0], out.logits["action"], atol=1e-5)
+    np.testing.assert_allclose(unrolled.logits["action"][1], out.logits["action"][::-1], atol=1e-5)
+    report = {}
+    table = poker_policy.network_policy(game, net, params, walk=walk, report=report)
+    assert report["max_infostate_spread"] < 1e-6
+    np.testing.assert_allclose(table.action_probability_array.sum(-1), 1.0, atol=1e-6)
