@@ -33,6 +33,11 @@ class LossConfig:
     kl_teacher_weight: float = 0.0       # KL(teacher || policy), AlphaStar's supervised penalty
     # 1/eta of magnetic mirror descent: KL(pi || behaviour policy), `kl_to_behaviour_loss`.
     kl_behaviour_weight: float = 0.0
+    # A moving magnet (MMD / R-NaD's regularisation policy): alpha of KL(pi || magnet), the
+    # magnet being the learner's own parameters, replaced by the current ones every
+    # magnet_every updates (`kl_to_magnet_loss`; 0: off).
+    magnet_weight: float = 0.0           # alpha of KL(pi || magnet) (0: no magnet)
+    magnet_every: int = 1000             # learner updates between replacements of the magnet
     vtrace_lambda: float = 1.0           # lambda of the V-trace traces c_t
     clip_rho_threshold: float = 1.0      # rho-bar of the V-trace targets
     clip_pg_rho_threshold: float = 1.0   # rho-bar of the policy-gradient advantage
@@ -59,9 +64,12 @@ class LossConfig:
                 raise ValueError(f"{name} must be in [0, 1]")
         for name in ("policy_weight", "upgo_weight", "value_weight", "entropy_weight",
                      "kl_teacher_weight", "kl_behaviour_weight", "clip_rho_threshold", "clip_pg_rho_threshold",
-                     "ppo_clip_epsilon", "pseudo_policy_weight", "pseudo_value_weight"):
+                     "ppo_clip_epsilon", "pseudo_policy_weight", "pseudo_value_weight",
+                     "magnet_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.magnet_every < 1:
+            raise ValueError(f"magnet_every must be >= 1 (learner updates); got {self.magnet_every}")
         if self.entropy_weight_end is not None:
             if not 0 < self.entropy_weight_end <= self.entropy_weight or self.entropy_anneal_updates < 1:
                 raise ValueError("entropy annealing needs 0 < entropy_weight_end <= entropy_weight "

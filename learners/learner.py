@@ -112,7 +112,9 @@ class Learner:
             self._state = update.TrainingState(
                 params=params, opt_state=jax.device_put(opt_state, self._replicated),
                 version=jax.device_put(jnp.asarray(version, jnp.int32), self._replicated),
-                num_skipped=jax.device_put(jnp.asarray(skipped, jnp.int32), self._replicated))
+                num_skipped=jax.device_put(jnp.asarray(skipped, jnp.int32), self._replicated),
+                # a new magnet at every start, restore and reset: the parameters installed
+                magnet=params if self._config.loss.magnet_weight else None)
             # steps = base_steps + (version - base_version) * frames per applied update
             self._base_version, self._base_steps = int(version), int(steps)
 

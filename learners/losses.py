@@ -343,6 +343,39 @@ def kl_to_teacher_loss(logits: Logits, teacher_logits: Logits) -> Array:
     return jnp.mean(total)
 
 
+def kl_to_magnet_loss(logits: Logits, magnet_logits: Logits) -> Array:
+    """The moving magnet's term: exact KL from the policy to the magnet at every step,
+
+        L = mean_{t,b} sum_h KL(pi_h || rho_h) = sum_a pi(a) (log pi(a) - log rho(a))
+
+    (summed over units for unit heads), rho constant. Magnetic mirror descent (Sokota et al.
+    2023, "A Unified Approach to Reinforcement Learning, Quantal Response Equilibria, and
+    Two-Player Zero-Sum Games", ICLR; eq. 3):
+
+        pi_{k+1} = argmax_pi  E_pi[q_k] - alpha KL(pi || rho) - (1/eta) KL(pi || pi_k);
+
+    with a fixed magnet rho its fixed point is the regularised (quantal response) equilibrium,
+    alpha away from a Nash equilibrium. Replacing the magnet by the current policy every so
+    many updates is R-NaD's outer loop (Perolat et al. 2022, "Mastering the Game of Stratego
+    with Model-Free Multiagent Reinforcement Learning", Science, Sec. "R-NaD": the regularisation
+    policy pi_reg := the fixed point of the last iteration; Perolat et al. 2021, ICML, Thm. 3:
+    the sequence of fixed points converges to a Nash equilibrium in two-player zero-sum games),
+    here as a loss term (MMD's form) rather than R-NaD's reward transformation
+    r - eta log(pi/pi_reg). Unlike the entropy bonus (the uniform magnet) its floor moves with
+    the policy, so the last iterate need not stay alpha away from a Nash equilibrium.
+    Heads whose step has one legal action (poker's other player's turn) contribute 0.
+    """
+    if set(logits) != set(magnet_logits):
+        raise ValueError("the policy and its magnet must have the same heads")
+    total = 0.0
+    for head in sorted(logits):
+        chex.assert_equal_shape([logits[head], magnet_logits[head]])
+        log_pi = jax.nn.log_softmax(logits[head])
+        log_rho = jax.nn.log_softmax(jax.lax.stop_gradient(magnet_logits[head]))
+        total = total + _sum_beyond_time_and_batch(jnp.sum(jnp.exp(log_pi) * (log_pi - log_rho), axis=-1))
+    return jnp.mean(total)
+
+
 def kl_to_behaviour_loss(target_log_probs: Logits, behaviour_log_probs: Logits
                          ) -> tuple[Array, dict[str, Array]]:
     """Magnetic mirror descent's proximal term toward the previous policy, estimated from the
@@ -484,16 +517,18 @@ def pseudo_reward_losses(target_log_probs: Logits, behaviour_log_probs: Logits, 
 def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_value: Array,
                actions: dict[str, Array], behaviour_log_probs: Logits, rewards: Array,
                discounts: Array, teacher_logits: Logits | None = None,
-               entropy_weight: Array | None = None, pseudo: dict | None = None
-               ) -> tuple[Array, dict[str, Array]]:
+               entropy_weight: Array | None = None, pseudo: dict | None = None,
+               magnet_logits: Logits | None = None) -> tuple[Array, dict[str, Array]]:
     """The weighted sum of the terms above, every weight from `config`:
 
         L = w_pi L_pi + w_upgo L_upgo + w_V L_TD(lambda) + w_H L_entropy + w_KL L_KL
-            + w_mu L_KL(pi || mu)
+            + w_mu L_KL(pi || mu) + alpha_rho L_KL(pi || rho)
 
     where L_pi is V-trace (`config.policy_loss == "vtrace"`) or PPO-clip on GAE advantages,
     and the value loss is TD(lambda) or, with `config.value_target == "vtrace"`, V-trace;
-    L_KL(pi || mu) (`kl_to_behaviour_loss`, MMD's proximal term) only when its weight > 0.
+    L_KL(pi || mu) (`kl_to_behaviour_loss`, MMD's proximal term) only when its weight > 0;
+    L_KL(pi || rho) (`kl_to_magnet_loss`, the moving magnet) when `magnet_logits` are given and
+    `config.magnet_weight` > 0.
     All inputs time-major over the `T` learning steps: `values`, `rewards` [T, B, *U] (one per
     unit, or [T, B]), `bootstrap_value` [B, *U], `discounts` [T, B] (the data's; multiplied by
     `config.discount`), unit heads' logits [T, B, *U, A] and team heads' [T, B, A] (module
@@ -540,6 +575,8 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
         kl_mu, km = kl_to_behaviour_loss(target_log_probs, behaviour_log_probs)
         terms["kl_behaviour"] = (config.kl_behaviour_weight, kl_mu)
         metrics.update(km)
+    if config.magnet_weight and magnet_logits is not None:
+        terms["kl_magnet"] = (config.magnet_weight, kl_to_magnet_loss(logits, magnet_logits))
     if pseudo is not None and (config.pseudo_policy_weight or config.pseudo_value_weight):
         z_policy, z_value = pseudo_reward_losses(
             target_log_probs, behaviour_log_probs, pseudo["reward"], pseudo["active"], discounts,

@@ -40,6 +40,10 @@ class TrainingState(NamedTuple):
     opt_state: PyTree
     version: jax.Array       # int32 scalar
     num_skipped: jax.Array   # int32 scalar: non-finite updates skipped
+    # The moving magnet's parameters (`LossConfig.magnet_weight` > 0; else None): the learner's
+    # own parameters as they were at the last multiple of `magnet_every` updates. Not in
+    # checkpoints: a restored learner starts a new magnet from its restored parameters.
+    magnet: PyTree = None
 
 
 def make_optimizer(config: LearnerConfig, flat: bool = True) -> optax.GradientTransformation:
@@ -69,6 +73,12 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
     With a teacher, each unroll's core state is the pair (policy's, teacher's) that the actor
     stored (`actors.actor.example_unroll(..., teacher=True)`).
 
+    With a magnet (`state.magnet`), its logits on the same steps enter the loss
+    (`losses.kl_to_magnet_loss`), computed from the policy's own core state at the unroll's
+    start (exact for networks without a recurrent core, an approximation for an LSTM), and the
+    magnet becomes the new parameters whenever the version reaches a multiple of
+    `config.loss.magnet_every`.
+
     Learns on steps 0..T-2 of each unroll and bootstraps from V(s_{T-1}). The update is applied
     only if the loss, every gradient and every new parameter are finite. Networks with one
     value per unit (the unit network) learn each unit from its own reward, value and advantage
@@ -79,7 +89,7 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         raise ValueError("the learner needs the unit heads' unit axis (each unit learns from its "
                          "own value and advantage): use UnitNetworkConfig(split_units=False)")
 
-    def loss_fn(params, unroll: Unroll, teacher_params, version):
+    def loss_fn(params, unroll: Unroll, teacher_params, version, magnet):
         steps = unroll.steps
         # Autoregressive heads (the unit network's pointer target depends on the action type)
         # are evaluated on the actions the behaviour policy took (teacher forcing).
@@ -99,6 +109,12 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         def learn(x):
             return jax.tree_util.tree_map(lambda y: y[:-1], x)
 
+        magnet_logits = None
+        if magnet is not None:
+            magnet_out, _ = network.unroll(magnet, steps.observation, steps.first, core_state,
+                                           **taken)
+            magnet_logits = learn(magnet_out.logits)
+
         pseudo = None
         if steps.pseudo_reward and out.pseudo_value is not None:
             # z's pseudo-rewards, each with its own value head (losses.pseudo_reward_losses).
@@ -108,11 +124,11 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         return losses.total_loss(
             config.loss, learn(out.logits), out.value[:-1], out.value[-1], learn(steps.action),
             learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
-            teacher_logits, losses.entropy_schedule(config.loss, version), pseudo)
+            teacher_logits, losses.entropy_schedule(config.loss, version), pseudo, magnet_logits)
 
     def update(state: TrainingState, unroll: Unroll, teacher_params):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, unroll, teacher_params, state.version)
+            state.params, unroll, teacher_params, state.version, state.magnet)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(params)
@@ -123,10 +139,15 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         staleness = (state.version - unroll.steps.policy_version[:-1]).astype(jnp.float32)
         metrics.update(finite=finite, grad_norm=optax.global_norm(grads),
                        staleness_mean=jnp.mean(staleness), staleness_max=jnp.max(staleness))
+        version = state.version + finite.astype(jnp.int32)
+        new_params = choose(params, state.params)
+        magnet = state.magnet
+        if magnet is not None:
+            replace = finite & (version % config.loss.magnet_every == 0)
+            magnet = jax.tree_util.tree_map(lambda p, m: jnp.where(replace, p, m), new_params, magnet)
         new_state = TrainingState(
-            params=choose(params, state.params), opt_state=choose(opt_state, state.opt_state),
-            version=state.version + finite.astype(jnp.int32),
-            num_skipped=state.num_skipped + (~finite).astype(jnp.int32))
+            params=new_params, opt_state=choose(opt_state, state.opt_state), version=version,
+            num_skipped=state.num_skipped + (~finite).astype(jnp.int32), magnet=magnet)
         return new_state, metrics
 
     return update

@@ -541,6 +541,46 @@ def test_the_learner_anneals_the_entropy_weight_with_its_version():
         (0.001 - 0.1) * entropy_term, rel=1e-4)
 
 
+def test_the_magnet_is_replaced_by_the_parameters_every_magnet_every_updates():
+    """With `magnet_weight` the update carries a magnet: the parameters it started from until
+    the version reaches `magnet_every` (here 3), then the parameters of that update. The loss's
+    KL to the magnet is 0 while they are equal and > 0 once the parameters have moved."""
+    from learners.update import TrainingState, make_optimizer, make_update_fn
+
+    T, B = 5, 3
+    net = small_net(3, num_actions=3, size=8)
+    rng = np.random.default_rng(5)
+    obs = rng.normal(size=(B, T, 3)).astype(np.float32)
+    steps = Step(observation=obs, opponent_observation=obs,
+                 action={"action": rng.integers(0, 3, (B, T)).astype(np.int32)},
+                 behaviour_log_prob={"action": np.full((B, T), np.log(1 / 3), np.float32)},
+                 reward=rng.normal(size=(B, T)).astype(np.float32),
+                 discount=np.ones((B, T), np.float32), first=np.zeros((B, T), bool),
+                 policy_version=np.zeros((B, T), np.int32))
+    config = LearnerConfig(batch_size=B, unroll_length=T, learning_rate=1e-2,
+                           loss=losses.LossConfig(magnet_weight=0.5, magnet_every=3))
+    optimizer = make_optimizer(config)
+    update = jax.jit(make_update_fn(net, config, optimizer))
+    params = net.init(jax.random.PRNGKey(0), obs[0, 0])
+    state = TrainingState(params, optimizer.init(params), np.int32(0), np.int32(0), magnet=params)
+    batch = time_major(Unroll(steps, net.initial_state(B)))
+    kls, magnets, params_seen = [], [], []
+    for _ in range(4):
+        state, metrics = update(state, batch, None)
+        kls.append(float(metrics["loss/kl_magnet"]))
+        magnets.append(state.magnet)
+        params_seen.append(state.params)
+
+    def same(a, b):
+        return all(np.allclose(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+
+    assert kls[0] == pytest.approx(0.0, abs=1e-7) and kls[1] > 1e-6 and kls[2] > kls[1]
+    assert same(magnets[0], params) and same(magnets[1], params)       # versions 1, 2: unchanged
+    assert same(magnets[2], params_seen[2]) and not same(magnets[2], params)  # version 3: replaced
+    assert same(magnets[3], params_seen[2])                              # version 4: kept
+    assert kls[3] < kls[2]   # measured against the new magnet, one update away
+
+
 def test_a_checkpoint_with_per_parameter_adam_state_resumes_with_the_same_state(tmp_path):
     """Checkpoints written before the optimiser ran on the flattened parameters (optax.flatten)
     hold Adam's moments per parameter: restoring flattens them in optax.flatten's order, so the

@@ -396,6 +396,47 @@ def test_total_loss_adds_kl_to_behaviour_only_with_weight():
 
 
 
+def test_kl_to_magnet_hand_worked_value_and_gradient():
+    # Step 1: pi = (0.5, 0.5), rho = (0.25, 0.75): 0.5 ln 2 + 0.5 ln(2/3) = 0.143841.
+    # Step 2: pi = (0.9, 0.1), rho = (0.5, 0.5): 0.9 ln 1.8 + 0.1 ln 0.2 = 0.368064.
+    # Step 3: one legal action (the other is masked): pi = rho = (1, 0): 0. Mean over 3 steps.
+    masked = -1e9
+    logits = {"a": f32(np.log([[[0.5, 0.5]], [[0.9, 0.1]], [[1.0, 1.0]]]))}
+    logits["a"][2, 0, 1] = masked
+    magnet = {"a": f32(np.log([[[0.25, 0.75]], [[0.5, 0.5]], [[1.0, 1.0]]]))}
+    magnet["a"][2, 0, 1] = masked
+    got = losses.kl_to_magnet_loss(logits, magnet)
+    np.testing.assert_allclose(got, (0.143841 + 0.368064) / 3, rtol=1e-5)
+    # d KL(pi || rho) / d z_j = pi_j (log(pi_j / rho_j) - KL) at each step, / 3 for the mean;
+    # the magnet gets no gradient.
+    g_pi, g_rho = jax.grad(losses.kl_to_magnet_loss, argnums=(0, 1))(logits, magnet)
+    pi, rho = np.array([0.5, 0.5]), np.array([0.25, 0.75])
+    kl = float(np.sum(pi * np.log(pi / rho)))
+    np.testing.assert_allclose(g_pi["a"][0, 0], pi * (np.log(pi / rho) - kl) / 3, rtol=1e-4)
+    np.testing.assert_allclose(g_pi["a"][2, 0], 0.0, atol=1e-7)
+    np.testing.assert_allclose(g_rho["a"], 0.0)
+
+
+def test_total_loss_adds_the_magnet_only_with_weight_and_logits():
+    c = random_case(12)
+    args = (c["logits"], c["v"], c["boot"], c["actions"], c["log_mu"], c["r"], c["g"])
+    magnet = {h: x[::-1] for h, x in c["logits"].items()}
+    base, m0 = losses.total_loss(losses.LossConfig(), *args, magnet_logits=magnet)
+    got, m1 = losses.total_loss(losses.LossConfig(magnet_weight=0.2), *args, magnet_logits=magnet)
+    want = 0.0  # sum over heads of the mean over [T, B] of sum_a pi (log pi - log rho), in numpy
+    for h in c["logits"]:
+        lp = np.asarray(jax.nn.log_softmax(c["logits"][h]), np.float64)
+        lr = np.asarray(jax.nn.log_softmax(magnet[h]), np.float64)
+        want += np.mean(np.sum(np.exp(lp) * (lp - lr), -1).reshape(lp.shape[0], lp.shape[1], -1).sum(-1))
+    assert "loss/kl_magnet" not in m0
+    np.testing.assert_allclose(m1["loss/kl_magnet"], want, rtol=1e-4)
+    np.testing.assert_allclose(got - base, 0.2 * want, rtol=1e-3, atol=1e-5)
+    same, _ = losses.total_loss(losses.LossConfig(magnet_weight=0.2), *args)  # no magnet given
+    np.testing.assert_allclose(same, base, rtol=1e-6)
+    with pytest.raises(ValueError):
+        losses.LossConfig(magnet_every=0)
+
+
 def test_entropy_schedule_hand_worked_and_total_loss_uses_it():
     """alpha_k = 0.1 (0.001 / 0.1) ** min(k / 100, 1): 0.1, 0.01 at k = 50, 0.001 from k = 100
     on (worked by hand); without an end the weight stays 0.1. total_loss's entropy term is
