@@ -39,6 +39,10 @@ class League:
         self._learning: dict[str, list[str]] = {role: [] for role in LEARNING_ROLES}
         self.last_snapshot_step: dict[str, int] = {}
         self.snapshot_count: dict[str, int] = {}
+        # Exploiters' progress against their targets (`exploiter_plateau_steps`): the best
+        # lowest win rate since their last copy or reset, and the step it was reached at.
+        self.best_target_rate: dict[str, float] = {}
+        self.best_target_step: dict[str, int] = {}
         # OpenAI Five quality scores of each agent's past selves, aligned with snapshots_of.
         self._quality: dict[str, list[float]] = {}
         # The latest meta-game Nash weights the coordinator published (`set_nash_weights`); not
@@ -196,7 +200,10 @@ class League:
         else:
             targets = self.historical_ids()
         rates = self.payoff.win_rates(agent_id, targets) if targets else np.zeros(0)
-        reason = rules.snapshot_reason(player.role, since, rates, config)
+        without_gain = 0.0
+        if config.exploiter_plateau_steps > 0 and player.role != MAIN_AGENT:
+            without_gain = self._steps_without_gain(agent_id, rates, agent_steps)
+        reason = rules.snapshot_reason(player.role, since, rates, config, without_gain)
         if reason is None:
             return []
         new_id = snapshot_id(agent_id, self.snapshot_count[agent_id])
@@ -206,6 +213,16 @@ class League:
         if self.rng.random() < rules.reset_probability(player.role, config):
             decisions.append(ResetAgent(agent_id, int(agent_steps)))
         return decisions
+
+    def _steps_without_gain(self, agent_id: str, rates: np.ndarray, agent_steps: int) -> float:
+        """Steps since the exploiter's lowest win rate against its targets last rose by
+        `exploiter_plateau_gain` over its best since its last copy or reset."""
+        lowest = float(rates.min()) if rates.size else 0.0
+        best = self.best_target_rate.get(agent_id)
+        if best is None or lowest > best + self.config.snapshots.exploiter_plateau_gain:
+            self.best_target_rate[agent_id] = lowest
+            self.best_target_step[agent_id] = agent_steps
+        return agent_steps - self.best_target_step[agent_id]
 
     def apply(self, decision: AddSnapshot | ResetAgent) -> Player | None:
         """Records a decision the coordinator has carried out."""
@@ -218,12 +235,19 @@ class League:
             self._add(snapshot)
             self.last_snapshot_step[parent.player_id] = decision.step
             self.snapshot_count[parent.player_id] += 1
+            self._forget_progress(parent.player_id, decision.step)
             return snapshot
         if isinstance(decision, ResetAgent):
             self.player(decision.agent_id)
             self.last_snapshot_step[decision.agent_id] = decision.step
+            self._forget_progress(decision.agent_id, decision.step)
             return None
         raise ValueError(f"unknown decision {decision!r}; expected AddSnapshot or ResetAgent")
+
+    def _forget_progress(self, agent_id: str, step: int) -> None:
+        """After a copy or a reset the exploiter's progress is measured afresh from `step`."""
+        self.best_target_rate.pop(agent_id, None)
+        self.best_target_step[agent_id] = step
 
     # -- persistence (plain data) ----------------------------------------------
 
@@ -237,6 +261,8 @@ class League:
             "quality": {k: list(v) for k, v in self._quality.items()},
             "rng": self.rng.bit_generator.state,
             "withdrawn": dict(self.withdrawn),
+            "best_target_rate": dict(self.best_target_rate),
+            "best_target_step": dict(self.best_target_step),
         }
 
     @classmethod
@@ -254,6 +280,8 @@ class League:
             raise ValueError("league state is inconsistent: payoff players differ from league players")
         league.last_snapshot_step.update(state["last_snapshot_step"])
         league.snapshot_count.update(state["snapshot_count"])
+        league.best_target_rate.update(state.get("best_target_rate", {}))
+        league.best_target_step.update(state.get("best_target_step", {}))
         # The saved quality scores are already without the withdrawn players' entries.
         for player_id, reason in state.get("withdrawn", {}).items():
             league._leave_pools(league.players[player_id])

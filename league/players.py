@@ -104,6 +104,10 @@ class SnapshotConfig:
     exploiter_win_rate: float = 0.7  # an exploiter adds a copy once it beats all its targets above this
     main_exploiter_timeout_steps: float = 4e9  # ... or after this many steps (then resets)
     league_exploiter_timeout_steps: float = 2e9  # ... or after this many steps (league exploiters)
+    # Train until beaten no more: an exploiter also adds a copy once its lowest win rate against
+    # its targets has not risen by exploiter_plateau_gain for this many steps (0: off).
+    exploiter_plateau_steps: float = 0.0  # steps without progress after which an exploiter adds a copy (0: off)
+    exploiter_plateau_gain: float = 0.02  # the rise in win rate that counts as progress
     main_exploiter_reset_probability: float = 1.0  # main exploiters reset after every copy
     league_exploiter_reset_probability: float = 0.25  # league exploiters reset after 25% of copies
 

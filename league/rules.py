@@ -7,7 +7,11 @@ AlphaStar (Methods, "Populating the league", and the Supplementary pseudocode):
 - league exploiters add a copy when they beat every player in the league > 70%, or
   after a 2e9-step timeout, and are then reset with probability 25%.
 The pseudocode also requires 2e9 steps since the last copy before an exploiter may
-add one (`exploiter_min_steps`). The league only decides; the coordinator acts.
+add one (`exploiter_min_steps`). Beyond AlphaStar, an exploiter may also add a copy when it
+has stopped improving against its targets (`exploiter_plateau_steps`: its lowest win rate
+against them has not risen by `exploiter_plateau_gain` for that many steps), so that at a
+high learning speed it trains until it is as good as it gets, not for a fixed step count.
+The league only decides; the coordinator acts.
 """
 
 from __future__ import annotations
@@ -39,12 +43,16 @@ class ResetAgent:
 
 
 def snapshot_reason(
-    role: str, steps_since_snapshot: float, target_win_rates: np.ndarray, config: SnapshotConfig
+    role: str, steps_since_snapshot: float, target_win_rates: np.ndarray, config: SnapshotConfig,
+    steps_without_gain: float = 0.0,
 ) -> str | None:
-    """Why the agent should add a copy of itself now ("steps", "beats_all", "timeout"), or None.
+    """Why the agent should add a copy of itself now ("steps", "beats_all", "plateau",
+    "timeout"), or None.
 
     `target_win_rates` are the agent's win rates against its targets: the current main
     agents for a main exploiter, all historical players for a league exploiter.
+    `steps_without_gain`: steps since the lowest of those rates last rose by
+    `exploiter_plateau_gain` (`League` keeps it), read when `exploiter_plateau_steps` > 0.
     """
     if role == MAIN_AGENT:
         return "steps" if steps_since_snapshot >= config.main_agent_snapshot_steps else None
@@ -62,6 +70,8 @@ def snapshot_reason(
     rates = np.asarray(target_win_rates, dtype=np.float64)
     if rates.size and rates.min() > config.exploiter_win_rate:
         return "beats_all"
+    if config.exploiter_plateau_steps > 0 and steps_without_gain >= config.exploiter_plateau_steps:
+        return "plateau"
     if steps_since_snapshot >= timeout:
         return "timeout"
     return None

@@ -606,6 +606,48 @@ def test_snapshot_reasons_follow_the_paper():
         snapshot_reason("historical", 1, [], cfg)
 
 
+def test_an_exploiter_that_stops_improving_adds_a_copy():
+    """Train until beaten no more: with `exploiter_plateau_steps` = 300 a main exploiter whose
+    win rate against the main agent rises by more than 0.02 keeps training past the point of
+    its last gain; once it has gained nothing for 300 steps it adds a copy ("plateau"), before
+    its 10,000-step timeout. After the copy (and reset) its progress is measured afresh."""
+    assert snapshot_reason("main_exploiter", 60, [0.5], SnapshotConfig(
+        exploiter_min_steps=50, exploiter_plateau_steps=100), steps_without_gain=100) == "plateau"
+    assert snapshot_reason("main_exploiter", 60, [0.5], SnapshotConfig(
+        exploiter_min_steps=50, exploiter_plateau_steps=0), steps_without_gain=10**6) is None  # off
+    assert snapshot_reason("main_agent", 60, [0.5], SnapshotConfig(
+        main_agent_snapshot_steps=100, exploiter_plateau_steps=10), steps_without_gain=99) is None
+    config = LeagueConfig(initial_snapshots=False, races=("t",), league_exploiters_per_race=0,
+                          snapshots=SnapshotConfig(main_agent_snapshot_steps=10**9,
+                                                   exploiter_min_steps=100,
+                                                   main_exploiter_timeout_steps=10_000,
+                                                   exploiter_plateau_steps=300,
+                                                   exploiter_plateau_gain=0.02))
+    league = League(config, rng=3)
+    exploiter, main = "t_main_exploiter_0", "t_main_agent_0"
+    # Its win rate against the main agent at steps 100, 200, ...: it gains more than 0.02 at
+    # every reading up to step 400 (0.40), then 0.41, 0.415, 0.42 are no gain over 0.40 + 0.02;
+    # 300 steps after step 400 it adds a copy.
+    rates = [0.1, 0.2, 0.3, 0.4, 0.41, 0.415, 0.42, 0.42, 0.42, 0.42]
+    decided = {}
+    for i, rate in enumerate(rates):
+        step = 100 * (i + 1)
+        league.payoff.set_exact(exploiter, main, rate, 0.0)
+        decisions = league.decide(exploiter, step, float(step))
+        if decisions:
+            decided[step] = decisions
+            break
+    (when, decisions), = decided.items()
+    assert decisions[0].reason == "plateau"
+    assert when == 700
+    league.apply(decisions[0])
+    assert league.decide(exploiter, when + 100, 0.0) == []  # progress measured afresh from 800
+    assert league.decide(exploiter, when + 350, 0.0) == []
+    assert league.decide(exploiter, when + 400, 0.0)[0].reason == "plateau"
+    state = League.from_state(league.state())
+    assert state.best_target_step == league.best_target_step
+
+
 def test_resets_main_exploiter_always_league_exploiter_a_quarter_main_never():
     config = LeagueConfig(initial_snapshots=False, races=("t",), league_exploiters_per_race=1, snapshots=tiny_snapshots())
     league = League(config, rng=9)
