@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Mapping
 
 import jax
 import numpy as np
@@ -122,7 +123,8 @@ class ExactEvaluator:
     on every information state, as the actor plays it), then its own reach of every terminal
     history (`poker_policy.TerminalPaths.reaches`, cached: frozen players never change); a new
     player's win rates and mean chips against K others are one matrix product
-    (`TerminalPaths.payoffs`). `metrics()` has the time spent per player in each part."""
+    (`TerminalPaths.payoffs`). An exploiter snapshot's gap to a best response against its
+    target is `exploiter_gap`. `metrics()` has the time spent per player in each part."""
 
     def __init__(self, game_name: str, network, params_source):
         from actors.games import poker, poker_policy
@@ -133,7 +135,7 @@ class ExactEvaluator:
         self._walk = poker_policy.PolicyWalk(self.game, network)
         self._reaches: dict[str, np.ndarray] = {}
         self._tables: dict = {}
-        self._m = dict(players=0, tabular_seconds=0.0, payoff_seconds=0.0, pairs=0)
+        self._m = dict(players=0, tabular_seconds=0.0, payoff_seconds=0.0, pairs=0, gaps=0, gap_seconds=0.0)
 
     def table(self, player_id: str, cache: bool = True):
         """The player's exact tabular policy (cached for frozen players: `cache`)."""
@@ -163,16 +165,42 @@ class ExactEvaluator:
         """Exact NashConv (OpenSpiel) of the mixture `weights` of frozen and learning players
         ("nash"; mixed per information state by reach, `poker_policy.mix_policies`) and of
         each main agent's current policy. Only `frozen` players' tables are cached."""
-        from actors.games import poker, poker_policy
+        from actors.games import poker
 
         out = {}
-        support = [(p, w) for p, w in weights.items() if w > 0]
-        if support:
-            tables = [self.table(p, cache=p in frozen) for p, _ in support]
-            mixed = poker_policy.mix_policies(self.game, tables, [w for _, w in support])
+        mixed = self.mixture(weights, frozen)
+        if mixed is not None:
             out["nash"] = poker.nash_conv(self.game, mixed)
         for agent in main_agents:
             out[agent] = poker.nash_conv(self.game, self.table(agent, cache=False))
+        return out
+
+    def mixture(self, weights: Mapping[str, float], frozen: set[str]):
+        """The tabular policy of the mixture `weights` of players (one player per game, mixed
+        per information state by reach: `poker_policy.mix_policies`), or None for no support.
+        Only `frozen` players' tables are cached."""
+        from actors.games import poker_policy
+
+        support = [(p, w) for p, w in weights.items() if w > 0]
+        if not support:
+            return None
+        tables = [self.table(p, cache=p in frozen) for p, _ in support]
+        return poker_policy.mix_policies(self.game, tables, [w for _, w in support])
+
+    def exploiter_gap(self, player_id: str, target: str, weights: Mapping[str, float],
+                      frozen: set[str]) -> dict | None:
+        """How far the frozen exploiter `player_id` is from a best response to its target, the
+        mixture `weights` of players (a main exploiter's: {main agent: 1}, current parameters;
+        a league exploiter's: the league's Nash weights) named `target`:
+        `best_response_gap` of the two tabular policies, as {"target", "br_value",
+        "exploiter_value", "gap"}; None when `weights` has no support."""
+        target_policy = self.mixture(weights, frozen)
+        if target_policy is None:
+            return None
+        started = time.monotonic()
+        out = {"target": target, **best_response_gap(self.game, self.table(player_id), target_policy, self.paths)}
+        self._m["gaps"] += 1
+        self._m["gap_seconds"] += time.monotonic() - started
         return out
 
     def payoffs(self, player_id: str, against: list[str]) -> dict[str, tuple[float, float]]:
@@ -189,6 +217,29 @@ class ExactEvaluator:
 
     def metrics(self) -> dict:
         return dict(self._m)
+
+
+def best_response_gap(game, exploiter, target, paths=None) -> dict[str, float]:
+    """An exploiter's distance from a best response to its target, in the game's chips, seats
+    averaged (the pool deals seats at random):
+
+        br_value        = 1/2 sum_p max_sigma u_p(sigma, target)     (`poker.best_response_value`:
+                                                                      OpenSpiel's BestResponsePolicy)
+        exploiter_value = 1/2 (u_0(exploiter, target) + u_1(target, exploiter))
+                                                                     (`TerminalPaths.payoffs`, exact)
+        gap             = br_value - exploiter_value  >= 0
+
+    `exploiter` and `target` are tabular policies of `game`; `paths` a `TerminalPaths` of the
+    game (built here if None). Gap 0: the exploiter exploits its target as much as anything
+    can; a large gap with a small NashConv of the target says the exploiter, not the target,
+    holds the league back."""
+    from actors.games import poker, poker_policy
+
+    paths = paths or poker_policy.TerminalPaths(game)
+    _, chips = paths.payoffs(paths.reaches(exploiter), paths.reaches(target)[None])
+    br_value = poker.best_response_value(game, target)
+    exploiter_value = float(chips[0])
+    return {"br_value": br_value, "exploiter_value": exploiter_value, "gap": br_value - exploiter_value}
 
 
 def summarize(results: list[GameResult]) -> dict:

@@ -30,7 +30,14 @@ from coordinator.param_store import ParamStore
 from league import meta
 from league.league import League
 from league.matchmaking import Match
-from league.players import HISTORICAL, MAIN_AGENT, LeagueConfig, initial_snapshot_id
+from league.players import (
+    HISTORICAL,
+    LEAGUE_EXPLOITER,
+    MAIN_AGENT,
+    MAIN_EXPLOITER,
+    LeagueConfig,
+    initial_snapshot_id,
+)
 from league.results import GameResult, aggregate
 from league.results import check as check_results
 from league.rules import AddSnapshot, ResetAgent
@@ -173,6 +180,7 @@ class Coordinator:
         self._last_meta_game = 0.0
         self._last_checkpoint = clock()
         self._last_backup = clock()
+        self._gaps_in: set[str] = set()  # exploiter snapshots whose gaps are recorded
         self._started = clock()
         self._games_since_start = 0
         self.run_dir = run_dir
@@ -431,6 +439,23 @@ class Coordinator:
     def record_exploitability(self, values: Mapping[str, float]) -> None:
         """Exact NashConv of the Nash mixture ("nash") and of main agents, from an evaluator."""
         self.history.add_exploitability(values, self._clock())
+
+    def record_exploiter_gaps(self, player_id: str, gaps: Sequence[Mapping]) -> int:
+        """The frozen exploiter snapshot `player_id`'s gaps to a best response against its
+        targets, from an evaluator (`actors.evaluator.ExactEvaluator.exploiter_gap`: dicts with
+        target, br_value, exploiter_value, gap), recorded in league.db (`exploiter_gaps`) with
+        the snapshot's parent and the parent's role as the league knows them. Returns the
+        number of rows recorded (0 for a player that is no exploiter's snapshot, or whose gaps
+        are in: two evaluators may measure the same snapshot)."""
+        with self._lock:
+            player = self.league.players.get(player_id)
+            parent = self.league.players.get(player.parent) if player is not None and player.parent else None
+            if parent is None or parent.role not in (MAIN_EXPLOITER, LEAGUE_EXPLOITER) or player_id in self._gaps_in:
+                return 0
+            self._gaps_in.add(player_id)
+        self.history.add_exploiter_gaps([{**g, "player_id": player_id, "parent": parent.player_id,
+                                          "role": parent.role} for g in gaps], self._clock())
+        return len(gaps)
 
     def record_heuristic(self, rows: Sequence[Mapping]) -> None:
         """Main agents' win rates against the scripted heuristic (SMAX), from evaluator_0: one

@@ -31,6 +31,15 @@ readers work while the league writes. Schema (times are Unix seconds):
     exploitability(id INTEGER PRIMARY KEY, time, subject, nash_conv)
         exact NashConv over time in games that have it (poker), by OpenSpiel: subject "nash"
         (the league's Nash mixture) or a main agent's id
+    exploiter_gaps(id INTEGER PRIMARY KEY, time, player_id, parent, role, target, br_value,
+                   exploiter_value, gap)
+        poker: each exploiter snapshot's distance from a best response to its target, measured
+        once when the snapshot's exact payoffs are computed. player_id = the frozen snapshot,
+        parent = the exploiter it was copied from, role = the parent's role ("main_exploiter" |
+        "league_exploiter"), target = a main agent's id (its current parameters then) or "nash"
+        (the league's Nash mixture then); br_value = the exact value of OpenSpiel's best response
+        to the target, exploiter_value = the snapshot's exact chips against it (both seats
+        averaged), gap = br_value - exploiter_value (>= 0)
     heuristic(id INTEGER PRIMARY KEY, time, player_id, version, race, opponent_race, win_rate,
               games, wins, draws, losses)
         SMAX main agents against jaxmarl's scripted heuristic over time: player_id (race
@@ -81,6 +90,9 @@ CREATE TABLE IF NOT EXISTS learner_metrics(id INTEGER PRIMARY KEY, time REAL NOT
     agent_id TEXT NOT NULL, name TEXT NOT NULL, value REAL);
 CREATE TABLE IF NOT EXISTS exploitability(id INTEGER PRIMARY KEY, time REAL NOT NULL,
     subject TEXT NOT NULL, nash_conv REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS exploiter_gaps(id INTEGER PRIMARY KEY, time REAL NOT NULL,
+    player_id TEXT NOT NULL, parent TEXT, role TEXT, target TEXT NOT NULL, br_value REAL NOT NULL,
+    exploiter_value REAL NOT NULL, gap REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS heuristic(id INTEGER PRIMARY KEY, time REAL NOT NULL,
     player_id TEXT NOT NULL, version INTEGER, race TEXT NOT NULL, opponent_race TEXT NOT NULL,
     win_rate REAL NOT NULL, games INTEGER NOT NULL, wins INTEGER NOT NULL, draws INTEGER NOT NULL,
@@ -363,6 +375,17 @@ class LeagueHistory:
         self._write("INSERT INTO exploitability(time, subject, nash_conv) VALUES (?, ?, ?)",
                     [(when, s, float(v)) for s, v in values.items()])
 
+    def add_exploiter_gaps(self, rows: Iterable[Mapping], when: float | None = None) -> None:
+        """Exploiter snapshots' gaps to a best response: dicts with the columns of
+        `exploiter_gaps` (player_id, parent, role, target, br_value, exploiter_value, gap)."""
+        when = when or time.time()
+        self._write(
+            "INSERT INTO exploiter_gaps(time, player_id, parent, role, target, br_value, exploiter_value, gap)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(when, r["player_id"], r.get("parent"), r.get("role"), r["target"], float(r["br_value"]),
+              float(r["exploiter_value"]), float(r["gap"])) for r in rows],
+        )
+
     def add_heuristic(self, rows: Iterable[Mapping], when: float | None = None) -> None:
         """Win rates against the scripted heuristic: dicts with the columns of `heuristic`
         (player_id, version, race, opponent_race, win_rate, games, wins, draws, losses)."""
@@ -469,6 +492,15 @@ class LeagueHistory:
             return []
         return self._read("SELECT time, subject, nash_conv FROM exploitability ORDER BY id")
 
+    def exploiter_gaps(self) -> list[dict]:
+        """The `exploiter_gaps` rows in order, as dicts of its columns (without id); none for
+        histories from before the table."""
+        if not self._has_table("exploiter_gaps"):
+            return []
+        keys = ("time", "player_id", "parent", "role", "target", "br_value", "exploiter_value", "gap")
+        rows = self._read(f"SELECT {', '.join(keys)} FROM exploiter_gaps ORDER BY id")
+        return [dict(zip(keys, r)) for r in rows]
+
     def heuristic_history(self) -> list[dict]:
         """The `heuristic` rows in order, as dicts of its columns (without id); none for
         histories from before the table."""
@@ -502,15 +534,17 @@ class LeagueHistory:
     def data_version(self) -> tuple[int, ...]:
         """Changes whenever a row is added to any table but league_state: the number of
         players and the largest id of games, events, payoff snapshots, Nash, ratings and
-        learner metrics, and the sum of the largest ids of exploitability and heuristic (each
-        only grows; one number keeps the tuple's length) (0 for an empty or missing table)."""
+        learner metrics, and the sum of the largest ids of exploitability, heuristic, counted
+        games and exploiter gaps (each only grows; one number keeps the tuple's length) (0 for
+        an empty or missing table)."""
         row = self._read(
             "SELECT (SELECT count(*) FROM players), (SELECT max(id) FROM games), (SELECT max(id) FROM events),"
             " (SELECT max(id) FROM payoff_snapshots), (SELECT max(id) FROM nash), (SELECT max(id) FROM ratings),"
             " (SELECT max(id) FROM learner_metrics)"
         )[0]
         measured = sum(self._read(f"SELECT coalesce(max(id), 0) FROM {table}")[0][0]
-                       for table in ("exploitability", "heuristic", "game_counts") if self._has_table(table))
+                       for table in ("exploitability", "heuristic", "game_counts", "exploiter_gaps")
+                       if self._has_table(table))
         return (*(v or 0 for v in row), measured)
 
     def game_columns(self, after_id: int = 0, upto_id: int | None = None) -> tuple[list[str], list[str], list[str]]:

@@ -444,7 +444,8 @@ class EvaluatorNode:
     """Keeps the payoff matrix honest: plays the pairs with the fewest games between them.
 
     Besides, off the actors' path: in poker the exact NashConv of the Nash mixture and of each
-    main agent every `nash_conv_every_seconds`; in SMAX (evaluator_0 only) each main agent's
+    main agent every `nash_conv_every_seconds`, and each exploiter snapshot's gap to a best
+    response against its target once (`measure_exploiter_gap`); in SMAX (evaluator_0 only) each main agent's
     win rate against jaxmarl's scripted heuristic every `heuristic_every_seconds`, as OpenAI
     Five tracked TrueSkill against fixed reference agents."""
 
@@ -514,8 +515,32 @@ class EvaluatorNode:
         if not work:
             return 0
         payoffs = self._exact.payoffs(work["player"], work["against"])
+        self.measure_exploiter_gap(work["player"])
         self._coordinator.report_exact(work["player"], payoffs)
         return len(payoffs) + 1
+
+    def measure_exploiter_gap(self, player_id: str) -> list[dict]:
+        """For an exploiter's snapshot: its gap to a best response against its target now
+        (`ExactEvaluator.exploiter_gap`), recorded in league.db (`exploiter_gaps`). A main
+        exploiter's target is each main agent's current parameters, a league exploiter's the
+        league's latest Nash mixture (none before the first Nash). Returns the gaps ([]: not an
+        exploiter's snapshot). Called before the snapshot's exact payoffs are reported, so a
+        snapshot whose measurement was cut short is named again by `exact_work`."""
+        players = {p["player_id"]: p for p in self._coordinator.players()}
+        parent = players.get(players.get(player_id, {}).get("parent"))
+        role = parent and parent["role"]
+        if role not in ("main_exploiter", "league_exploiter"):
+            return []
+        frozen = {p for p, q in players.items() if q["role"] == "historical"}
+        if role == "main_exploiter":
+            targets = [(p, {p: 1.0}) for p, q in players.items() if q["role"] == "main_agent"]
+        else:
+            targets = [("nash", self._coordinator.nash_weights())]
+        gaps = [g for name, weights in targets
+                if (g := self._exact.exploiter_gap(player_id, name, weights, frozen)) is not None]
+        if gaps:
+            self._coordinator.record_exploiter_gaps(player_id, gaps)
+        return gaps
 
     def _device_evaluation(self, game, network):
         """(rollout, jitted `actors.rollout.evaluate_pairs`) of `evaluation_games` games per pair."""

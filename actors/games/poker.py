@@ -208,3 +208,18 @@ def uniform_policy_fn(obs: Mapping[str, np.ndarray]) -> np.ndarray:
 def nash_conv(game: pyspiel.Game, policy: os_policy.Policy) -> float:
     """OpenSpiel's exact NashConv (sum over players of best-response improvements)."""
     return float(exploitability.nash_conv(game, policy))
+
+
+def best_response_value(game: pyspiel.Game, policy: os_policy.Policy) -> float:
+    """The exact value (chips) of a best response to `policy`, averaged over the two seats
+    (the pool deals seats at random):
+
+        BR(pi) = 1/2 sum_p max_{sigma_p} u_p(sigma_p, pi_{-p})
+
+    each term by OpenSpiel's `best_response.BestResponsePolicy(game, p, policy).value(root)`
+    (a full walk of the tree). In a zero-sum game sum_p u_p(pi) = 0, so OpenSpiel's
+    NashConv(pi) = sum_p (max u_p - u_p(pi)) = 2 BR(pi)."""
+    from open_spiel.python.algorithms import best_response
+
+    root = game.new_initial_state()
+    return 0.5 * sum(float(best_response.BestResponsePolicy(game, p, policy).value(root)) for p in range(2))
