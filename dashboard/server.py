@@ -10,7 +10,8 @@ changes, and redraws. The figures follow AlphaStar's: the payoff matrix by agent
 (Extended Data Fig. 8), ratings of every player over training (Fig. 4a), the Nash
 distribution over players as training progresses (Fig. 4c); plus OpenAI Five's
 data-quality metrics per learner and, as OpenAI Five tracked TrueSkill against fixed reference
-agents, each SMAX main agent's win rate against the scripted heuristic over time. A notice at
+agents, each SMAX main agent's win rate against the scripted heuristic over time; in poker, the
+exact NashConv over time and each exploiter snapshot's gap to a best response. A notice at
 the top lists the frozen players withdrawn from matchmaking and the learners stalled now
 (`league_notices`, from the history's events); withdrawn players are marked "✕ " in the charts.
 
@@ -209,6 +210,7 @@ class DashboardData:
             "ratings": self._ratings(history, index),
             "exploitability": self._exploitability(history),
             "heuristic": self._heuristic(history),
+            "exploiter_gaps": self._exploiter_gaps(history),
             "events": {k: [e[c] for e in events] for k, c in (("time", "time"), ("kind", "kind"), ("agent", "agent_id"),
                                                                ("player", "player_id"), ("step", "step"), ("reason", "reason"))},
             "learners": self._learner_metrics(history),
@@ -305,6 +307,20 @@ class DashboardData:
             series = out.setdefault(subject, {"time": [], "nash_conv": []})
             series["time"].append(when)
             series["nash_conv"].append(value)
+        return out
+
+    @staticmethod
+    def _exploiter_gaps(history: LeagueHistory) -> dict:
+        """{exploiter role: {"time", "gap", "player", "target", "br_value", "exploiter_value": [...]}}:
+        poker, each exploiter snapshot's gap to a best response against its target (the
+        `exploiter_gaps` rows in order, one series per role); {} before the first."""
+        out: dict = {}
+        for row in history.exploiter_gaps():
+            series = out.setdefault(row["role"], {k: [] for k in ("time", "gap", "player", "target", "br_value",
+                                                                  "exploiter_value")})
+            series["player"].append(row["player_id"])
+            for key in ("time", "gap", "target", "br_value", "exploiter_value"):
+                series[key].append(row[key])
         return out
 
     @staticmethod

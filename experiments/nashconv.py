@@ -5,6 +5,7 @@
     python -m experiments.nashconv --run_dir=runs/kuhn --mixture=nash --weights=exact
     python -m experiments.nashconv --game=leduc_poker --policy=uniform
     python -m experiments.nashconv --game=kuhn_poker --params=policy.npz
+    python -m experiments.nashconv --run_dir=runs/kuhn --gaps         # exploiters' gaps to a best response
 
 The last line printed is the NashConv (OpenSpiel: uniform 4.7472 on Leduc, 11/12 on Kuhn).
 
@@ -206,6 +207,36 @@ def measure_run(run_dir: str, mixture: str = "nash", weights: str = "league",
     return RunReader(run_dir).measure(mixture, weights, agent)
 
 
+def gap_summary(rows: list[dict]) -> dict[str, dict[str, float]]:
+    """{exploiter role: {"count", "mean", "min", "max"}} of the gaps in league.db's
+    `exploiter_gaps` rows (`LeagueHistory.exploiter_gaps`)."""
+    out = {}
+    for role in sorted({r["role"] for r in rows}):
+        gaps = np.asarray([r["gap"] for r in rows if r["role"] == role], np.float64)
+        out[role] = {"count": len(gaps), "mean": float(gaps.mean()), "min": float(gaps.min()),
+                     "max": float(gaps.max())}
+    return out
+
+
+def print_gaps(run_dir: str) -> None:
+    """The run's exploiter snapshots' gaps to a best response (league.db), one line each, and
+    their count, mean, min and max per role."""
+    from coordinator.history import LeagueHistory
+
+    history = LeagueHistory(run_dir, readonly=True)
+    try:
+        rows = history.exploiter_gaps()
+    finally:
+        history.close()
+    print(f"{'player':32} {'target':20} {'br_value':>9} {'exploiter':>9} {'gap':>9}")
+    for r in rows:
+        print(f"{r['player_id']:32} {r['target']:20} {r['br_value']:9.4f} {r['exploiter_value']:9.4f} {r['gap']:9.4f}")
+    for role, s in gap_summary(rows).items():
+        print(f"{role}: {s['count']} snapshots, gap mean {s['mean']:.4f} min {s['min']:.4f} max {s['max']:.4f}")
+    if not rows:
+        print("no exploiter gaps recorded (not a poker run, or no exploiter snapshot measured yet)")
+
+
 def define_flags() -> None:
     """Defines the command-line flags (only when run as a program)."""
     flags.DEFINE_string("run_dir", None, "A league run directory: measure its players "
@@ -217,6 +248,8 @@ def define_flags() -> None:
     flags.DEFINE_string("agent", None, "With --mixture=main: which main agent (default: the first).")
     flags.DEFINE_string("player", None, "With --run_dir: measure this one player (any frozen player "
                         "or learning agent of the run) instead of --mixture.")
+    flags.DEFINE_bool("gaps", False, "With --run_dir: print the exploiter snapshots' gaps to a best "
+                      "response against their targets (league.db's exploiter_gaps) instead of a NashConv.")
     flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker "
                         "(without --run_dir).")
     flags.DEFINE_enum("policy", "uniform", ["uniform"], "Built-in policy to measure (without --params).")
@@ -227,6 +260,9 @@ def define_flags() -> None:
 
 def main(argv):
     del argv
+    if FLAGS.run_dir and FLAGS.gaps:
+        print_gaps(FLAGS.run_dir)
+        return
     if FLAGS.run_dir:
         result = (RunReader(FLAGS.run_dir).measure_player(FLAGS.player) if FLAGS.player
                   else measure_run(FLAGS.run_dir, FLAGS.mixture, FLAGS.weights, FLAGS.agent))

@@ -49,8 +49,17 @@ def run_dir(tmp_path_factory):
             history.add_learner_metrics(agent, {name: value * (1 + 0.1 * k) for name, value in LEARNER_METRICS.items()},
                                         when=start + k)
         history.add_exploitability({"nash": 0.5 / (k + 1), "any_main_agent_0": 0.9 - 0.1 * k}, when=start + k)
+    history.add_exploiter_gaps(GAPS, when=start + 2)
     history.close()
     return path
+
+
+# Exploiter snapshots' gaps to a best response (poker), written into the run above.
+GAPS = [{"player_id": f"any_{role}_0#{k}", "parent": f"any_{role}_0", "role": role, "target": target,
+         "br_value": 0.4, "exploiter_value": 0.4 - gap, "gap": gap}
+        for k, (role, target, gap) in enumerate((("main_exploiter", "any_main_agent_0", 0.3),
+                                                 ("league_exploiter", "nash", 0.2),
+                                                 ("main_exploiter", "any_main_agent_0", 0.1)))]
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +126,52 @@ def test_page_draws_every_chart_without_console_errors(tab, dashboard):
     assert sorted(a for a in asked if a != "data.json") == ["", "dashboard.css", "dashboard.js", "plotly.min.js"]
     assert "data.json" in asked
     assert tab.console_errors == []
+
+
+def test_exploiter_gaps_chart_shows_league_dbs_rows_and_is_hidden_without_them(tab, dashboard, run_dir, tmp_path):
+    tab.load(dashboard)
+    assert tab.page.evaluate("getComputedStyle(document.getElementById('exploiter-gaps-card')).display") != "none"
+    shown = tab.page.evaluate("Object.fromEntries(document.getElementById('chart-exploiter-gaps').data"
+                              ".map((t) => [t.name, t.y]))")
+    assert shown == {"main exploiters (target: the main agent)": [g for _, g in sql(
+                         run_dir, "SELECT id, gap FROM exploiter_gaps WHERE role = 'main_exploiter' ORDER BY id")],
+                     "league exploiters (target: the Nash mixture)": [0.2]}
+    assert tab.console_errors == []
+    # The same run without gap rows (a non-poker run, or before the first exploiter snapshot).
+    shutil.copy(os.path.join(run_dir, "league.db"), tmp_path / "league.db")
+    db = sqlite3.connect(tmp_path / "league.db")
+    db.execute("DELETE FROM exploiter_gaps")
+    db.commit()
+    db.close()
+    server, url = serve(str(tmp_path), 0)
+    try:
+        tab.load(url)
+        assert tab.page.evaluate("getComputedStyle(document.getElementById('exploiter-gaps-card')).display") == "none"
+        assert tab.page.evaluate("(document.getElementById('chart-exploiter-gaps').data || []).length") == 0
+        assert tab.console_errors == []
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_data_json_has_the_exploiter_gaps_by_role(run_dir, tmp_path):
+    data = DashboardData(run_dir).data()["exploiter_gaps"]
+    times = [t for (t,) in sql(run_dir, "SELECT time FROM exploiter_gaps ORDER BY id")]
+    assert data == {
+        "main_exploiter": {"time": [times[0], times[2]], "gap": [0.3, 0.1],
+                           "player": ["any_main_exploiter_0#0", "any_main_exploiter_0#2"],
+                           "target": ["any_main_agent_0"] * 2, "br_value": [0.4, 0.4],
+                           "exploiter_value": [0.4 - 0.3, 0.4 - 0.1]},
+        "league_exploiter": {"time": [times[1]], "gap": [0.2], "player": ["any_league_exploiter_0#1"],
+                             "target": ["nash"], "br_value": [0.4], "exploiter_value": [0.4 - 0.2]},
+    }
+    # A league.db from before the table (or a run without exploiter gaps): no entry to draw.
+    shutil.copy(os.path.join(run_dir, "league.db"), tmp_path / "league.db")
+    db = sqlite3.connect(tmp_path / "league.db")
+    db.execute("DROP TABLE exploiter_gaps")
+    db.commit()
+    db.close()
+    assert DashboardData(str(tmp_path)).data()["exploiter_gaps"] == {}
 
 
 def test_headline_numbers_equal_the_database(tab, dashboard, run_dir):

@@ -253,6 +253,23 @@ function drawExploitability() {
   return Plotly.react("chart-exploitability", traces, layout, PLOT_CONFIG);
 }
 
+// -- poker: each exploiter snapshot's gap to a best response against its target ------------
+
+function drawExploiterGaps() {
+  // Shown once measured: a point per exploiter snapshot, one series per exploiter role.
+  const series = Object.entries(current.exploiter_gaps || {});
+  $("exploiter-gaps-card").style.display = series.length ? "" : "none";
+  if (!series.length) return Plotly.purge("chart-exploiter-gaps");
+  const names = {main_exploiter: "main exploiters (target: the main agent)", league_exploiter: "league exploiters (target: the Nash mixture)"};
+  const traces = series.map(([role, s]) => ({
+    type: "scatter", mode: "markers", name: names[role] || role, x: s.time.map(ms), y: s.gap,
+    customdata: s.time.map((_, k) => [s.player[k], s.target[k], s.br_value[k], s.exploiter_value[k]]), marker: {size: 8},
+    hovertemplate: "%{customdata[0]} against %{customdata[1]}<br>gap %{y:.4f} = best response %{customdata[2]:.4f} − exploiter %{customdata[3]:.4f}<extra></extra>",
+  }));
+  const layout = {margin: MARGIN, xaxis: timeAxis(...series.map(([, s]) => s.time)), yaxis: {title: {text: "gap (chips)"}, rangemode: "tozero"}, showlegend: true, legend: {font: {size: 10}}};
+  return Plotly.react("chart-exploiter-gaps", traces, layout, PLOT_CONFIG);
+}
+
 // -- SMAX: each main agent against the scripted heuristic (shown once measured) ------------
 function drawHeuristic() {
   const series = Object.entries(current.heuristic || {});
@@ -383,7 +400,7 @@ async function render(d) {
   drawNotices(d);
   fillRaceFilter(d);
   const timings = {decode_ms: performance.now() - t0};
-  for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["exploitability", drawExploitability], ["heuristic", drawHeuristic], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
+  for (const [name, draw] of [["payoff", drawPayoff], ["nash", drawNash], ["exploitability", drawExploitability], ["exploiter_gaps", drawExploiterGaps], ["heuristic", drawHeuristic], ["ratings", drawRatings], ["composition", drawComposition], ["learners", drawLearners]]) {
     const t = performance.now();
     await draw();
     timings[name + "_ms"] = performance.now() - t;
