@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from experiments.build import (
+    agent_learner_configs,
     agent_races,
     agent_z_banks,
     initial_params,
@@ -131,12 +132,12 @@ class LearnerGroup(_Learners):
         teachers = any(t is not None for t in self._teachers.values())
         run = config.learner
         example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers)
-        learner_configs, tables = {}, []
+        learner_configs, tables = agent_learner_configs(config, agent_ids), []
         for agent in agent_ids:
             # One table per agent, named after it; sampling starts once a batch is there.
             replay = dataclasses.replace(run.replay, table=agent, min_size_to_sample=max(
                 run.replay.min_size_to_sample, run.batch_size))
-            learner_configs[agent] = dataclasses.replace(run, replay=replay)
+            learner_configs[agent] = dataclasses.replace(learner_configs[agent], replay=replay)
             tables.append(make_table(replay, reverb_signature(example), run.batch_size))
         self._server = reverb.Server(tables, port=None)
         self._address = f"localhost:{self._server.port}"
@@ -229,8 +230,9 @@ class DeviceLearnerGroup(_Learners):
                      for a in agent_ids}
         teachers = any(t is not None for t in self._teachers.values())
         example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers)
+        learner_configs = agent_learner_configs(config, agent_ids)
         self.learners = {
-            agent: DeviceLearner(self.network, self._initial[agent], run, example, rollout,
+            agent: DeviceLearner(self.network, self._initial[agent], learner_configs[agent], example, rollout,
                                  updates_per_chunk=config.device.updates_per_chunk,
                                  seed=config.seed * 1009 + agent_indices[agent],
                                  checkpoint_dir=checkpoint.directory(config.run_dir, agent),

@@ -38,6 +38,9 @@ class LossConfig:
     # magnet_every updates (`kl_to_magnet_loss`; 0: off).
     magnet_weight: float = 0.0           # alpha of KL(pi || magnet) (0: no magnet)
     magnet_every: int = 1000             # learner updates between replacements of the magnet
+    # Exploiters learn best responses, not a regularised equilibrium (`for_role`): their
+    # entropy weight (None: entropy_weight), and neither the magnet nor entropy annealing.
+    exploiter_entropy_weight: float | None = None  # the exploiters' entropy weight (None: entropy_weight)
     vtrace_lambda: float = 1.0           # lambda of the V-trace traces c_t
     clip_rho_threshold: float = 1.0      # rho-bar of the V-trace targets
     clip_pg_rho_threshold: float = 1.0   # rho-bar of the policy-gradient advantage
@@ -68,12 +71,26 @@ class LossConfig:
                      "magnet_weight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.exploiter_entropy_weight is not None and self.exploiter_entropy_weight < 0:
+            raise ValueError(f"exploiter_entropy_weight must be >= 0; got {self.exploiter_entropy_weight}")
         if self.magnet_every < 1:
             raise ValueError(f"magnet_every must be >= 1 (learner updates); got {self.magnet_every}")
         if self.entropy_weight_end is not None:
             if not 0 < self.entropy_weight_end <= self.entropy_weight or self.entropy_anneal_updates < 1:
                 raise ValueError("entropy annealing needs 0 < entropy_weight_end <= entropy_weight "
                                  "and entropy_anneal_updates >= 1 (or entropy_weight_end unset)")
+
+    def for_role(self, main_agent: bool) -> LossConfig:
+        """The loss of one learning agent: main agents take this one; exploiters (main and
+        league exploiters) learn best responses to their targets, so the terms that keep a
+        main agent's last iterate near an equilibrium (the magnet, entropy annealing) are off
+        for them and their entropy weight is `exploiter_entropy_weight` when set."""
+        if main_agent:
+            return self
+        return dataclasses.replace(
+            self, magnet_weight=0.0, entropy_weight_end=None, entropy_anneal_updates=0,
+            entropy_weight=(self.entropy_weight if self.exploiter_entropy_weight is None
+                            else self.exploiter_entropy_weight))
 
     @classmethod
     def ppo(cls, **overrides) -> LossConfig:

@@ -661,3 +661,27 @@ def _params_after(net, params, config, example, T, B, updates):
     for i in range(updates):
         learner.learn_from_batch(direct_batch(example, T, B, seed=i))
     return learner._state.params
+
+
+def test_exploiters_learn_best_responses_and_main_agents_keep_the_regularised_loss():
+    """`LossConfig.for_role` through the run's per-agent learner configs: a Kuhn league's main
+    agent keeps the magnet and the entropy annealing; its main and league exploiters get
+    neither, and `exploiter_entropy_weight` as their entropy weight."""
+    from experiments.build import agent_learner_configs
+    from experiments.config import RunConfig
+
+    config = RunConfig.make(game="kuhn_poker", **{
+        "learner.loss.magnet_weight": 0.2, "learner.loss.entropy_weight": 0.1,
+        "learner.loss.entropy_weight_end": 0.01, "learner.loss.entropy_anneal_updates": 100,
+        "learner.loss.exploiter_entropy_weight": 0.005})
+    agents = ["any_main_agent_0", "any_main_exploiter_0", "any_league_exploiter_0", "any_league_exploiter_1"]
+    configs = agent_learner_configs(config, agents)
+    main = configs["any_main_agent_0"].loss
+    assert (main.magnet_weight, main.entropy_weight, main.entropy_weight_end) == (0.2, 0.1, 0.01)
+    for agent in agents[1:]:
+        loss = configs[agent].loss
+        assert (loss.magnet_weight, loss.entropy_weight, loss.entropy_weight_end) == (0.0, 0.005, None)
+        assert configs[agent].learning_rate == config.learner.learning_rate
+    plain = RunConfig.make(game="kuhn_poker")   # without exploiter_entropy_weight: the run's
+    assert agent_learner_configs(plain, agents[1:2])["any_main_exploiter_0"].loss.entropy_weight == \
+        plain.learner.loss.entropy_weight
