@@ -507,15 +507,11 @@ def test_a_ppo_run_optimises_the_clipped_objective():
 
 
 
-def test_the_learner_anneals_the_entropy_weight_with_its_version():
-    """The update reads the entropy weight from the schedule at the state's version: at
-    version 0 the loss's entropy term has weight 0.1, at version 30 of a 30-update anneal to
-    0.001 it has 0.001 (same batch, same parameters: only the weight differs)."""
-    from learners.update import TrainingState, make_optimizer, make_update_fn
-
-    T, B = 5, 3
+def uniform_behaviour_batch(seed, T, B):
+    """(a small network, observations [B, T, 3], a batch of B unrolls of T steps with random
+    observations, actions and rewards, played by a uniform behaviour policy)."""
     net = small_net(3, num_actions=3, size=8)
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(seed)
     obs = rng.normal(size=(B, T, 3)).astype(np.float32)
     steps = Step(observation=obs, opponent_observation=obs,
                  action={"action": rng.integers(0, 3, (B, T)).astype(np.int32)},
@@ -523,6 +519,17 @@ def test_the_learner_anneals_the_entropy_weight_with_its_version():
                  reward=rng.normal(size=(B, T)).astype(np.float32),
                  discount=np.ones((B, T), np.float32), first=np.zeros((B, T), bool),
                  policy_version=np.zeros((B, T), np.int32))
+    return net, obs, steps
+
+
+def test_the_learner_anneals_the_entropy_weight_with_its_version():
+    """The update reads the entropy weight from the schedule at the state's version: at
+    version 0 the loss's entropy term has weight 0.1, at version 30 of a 30-update anneal to
+    0.001 it has 0.001 (same batch, same parameters: only the weight differs)."""
+    from learners.update import TrainingState, make_optimizer, make_update_fn
+
+    T, B = 5, 3
+    net, obs, steps = uniform_behaviour_batch(4, T, B)
     loss = losses.LossConfig(entropy_weight=0.1, entropy_weight_end=0.001, entropy_anneal_updates=30)
     config = LearnerConfig(batch_size=B, unroll_length=T, loss=loss)
     optimizer = make_optimizer(config)
@@ -548,15 +555,7 @@ def test_the_magnet_is_replaced_by_the_parameters_every_magnet_every_updates():
     from learners.update import TrainingState, make_optimizer, make_update_fn
 
     T, B = 5, 3
-    net = small_net(3, num_actions=3, size=8)
-    rng = np.random.default_rng(5)
-    obs = rng.normal(size=(B, T, 3)).astype(np.float32)
-    steps = Step(observation=obs, opponent_observation=obs,
-                 action={"action": rng.integers(0, 3, (B, T)).astype(np.int32)},
-                 behaviour_log_prob={"action": np.full((B, T), np.log(1 / 3), np.float32)},
-                 reward=rng.normal(size=(B, T)).astype(np.float32),
-                 discount=np.ones((B, T), np.float32), first=np.zeros((B, T), bool),
-                 policy_version=np.zeros((B, T), np.int32))
+    net, obs, steps = uniform_behaviour_batch(5, T, B)
     config = LearnerConfig(batch_size=B, unroll_length=T, learning_rate=1e-2,
                            loss=losses.LossConfig(magnet_weight=0.5, magnet_every=3))
     optimizer = make_optimizer(config)
