@@ -369,7 +369,6 @@ def test_a_node_that_fails_stops_the_run_with_a_message(tmp_path, runner):
         file = tmp_path / "teacher.npz"
         file.write_bytes(params_to_npz_bytes(build.initial_params(build.make_network(config, spec), spec, 0, 0), 0))
         teacher = [f"--teacher={file}", "--kl_teacher_cost=0.1"]
-    started = time.time()
     result = league_cli("--game=kuhn_poker", f"--runner={runner}", "--experience=replay", f"--run_dir={run_dir}",
                         "--dashboard_port=-1", "--evaluators=0", f"--reward_plugin={plugin}", "--minutes=3",
                         *teacher)
@@ -380,7 +379,11 @@ def test_a_node_that_fails_stops_the_run_with_a_message(tmp_path, runner):
     assert "the reward server went away" in result.stderr, out
     assert re.search(r"error: actors\S*: actor_any_\w+ failed: RewardPluginError", result.stderr), out
     assert "rerun the same command to resume" in result.stderr and "Traceback" not in result.stderr, out
-    assert time.time() - started < 150, out     # not the 3 minutes asked for
+    # Stopped by the failure, not by the 3 minutes asked for: read on the league's own clock
+    # (its progress lines), since under CI's load starting Ray and the nodes alone can take
+    # a minute or more of wall-clock.
+    minutes = [float(m) for m in re.findall(r"\[\s*([\d.]+) min\]", out)]
+    assert max(minutes, default=0.0) < 2.5, out   # (none: it stopped before the first line)
     assert checkpoint.read_params(run_dir, "any_main_agent_0") is not None
 
 
