@@ -195,6 +195,9 @@ def _linear(inputs, outputs, **extra) -> dict[str, Rule]:
 def reference_rules(config: NetworkConfig) -> dict[str, dict[str, Rule]]:
     """Rules for `agents.networks.ReferenceNetwork` (one MLP layer of width H, an LSTM of C):
     dims F (observation features), H, C."""
+    if not config.lstm_size:
+        raise SurgeryError("surgery knows the reference network with an LSTM; this one has none "
+                           "(--network.core_size=0, Leduc's default): widening it is not built yet")
     if len(config.mlp_sizes) != 1:
         raise SurgeryError("surgery knows the reference network with one MLP layer (the run "
                            f"config's hidden_size); this one has {config.mlp_sizes}")

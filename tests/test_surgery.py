@@ -108,6 +108,9 @@ def test_shrinking_and_other_changes_are_refused():
     other_heads = ReferenceNetwork(NetworkConfig(heads={"a": 4}, mlp_sizes=(8,), lstm_size=8))
     with pytest.raises(surgery.SurgeryError, match="action heads"):
         surgery.plan(_reference(8, 8).config, other_heads.config, old_features=5)
+    no_lstm = NetworkConfig(heads={"action": 3}, mlp_sizes=(8, 8), lstm_size=0)
+    with pytest.raises(surgery.SurgeryError, match="core_size=0"):
+        surgery.plan(no_lstm, dataclasses.replace(no_lstm, mlp_sizes=(16, 16)), old_features=5)
     plan = surgery.plan(_reference(8, 8).config, _reference(8, 8).config, old_features=5)
     params = _np(_reference(8, 8).init(jax.random.PRNGKey(1), {"x": jnp.zeros(5)}))
     wrong = _np(_reference(8, 8).init(jax.random.PRNGKey(1), {"x": jnp.zeros(6)}))
