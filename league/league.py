@@ -235,19 +235,20 @@ class League:
             self._add(snapshot)
             self.last_snapshot_step[parent.player_id] = decision.step
             self.snapshot_count[parent.player_id] += 1
-            self._forget_progress(parent.player_id, decision.step)
+            self._forget_progress(parent.player_id)
             return snapshot
         if isinstance(decision, ResetAgent):
             self.player(decision.agent_id)
             self.last_snapshot_step[decision.agent_id] = decision.step
-            self._forget_progress(decision.agent_id, decision.step)
+            self._forget_progress(decision.agent_id)
             return None
         raise ValueError(f"unknown decision {decision!r}; expected AddSnapshot or ResetAgent")
 
-    def _forget_progress(self, agent_id: str, step: int) -> None:
-        """After a copy or a reset the exploiter's progress is measured afresh from `step`."""
+    def _forget_progress(self, agent_id: str) -> None:
+        """After a copy or a reset the exploiter's progress is measured afresh (from the next
+        `decide`, whose reading becomes its best)."""
         self.best_target_rate.pop(agent_id, None)
-        self.best_target_step[agent_id] = step
+        self.best_target_step.pop(agent_id, None)
 
     # -- persistence (plain data) ----------------------------------------------
 
