@@ -193,12 +193,15 @@ class ExactEvaluator:
         mixture `weights` of players (a main exploiter's: {main agent: 1}, current parameters;
         a league exploiter's: the league's Nash weights) named `target`:
         `best_response_gap` of the two tabular policies, as {"target", "br_value",
-        "exploiter_value", "gap"}; None when `weights` has no support."""
+        "exploiter_value", "gap"}; None when `weights` has no support, or when a value is not
+        finite (a player whose parameters are NaN: its learner is named "stalled" elsewhere)."""
         target_policy = self.mixture(weights, frozen)
         if target_policy is None:
             return None
         started = time.monotonic()
         out = {"target": target, **best_response_gap(self.game, self.table(player_id), target_policy, self.paths)}
+        if not all(np.isfinite(out[k]) for k in ("br_value", "exploiter_value")):
+            return None
         self._m["gaps"] += 1
         self._m["gap_seconds"] += time.monotonic() - started
         return out

@@ -174,6 +174,22 @@ def check_file(path: str) -> None:
             f"To go on, {fix}.")
 
 
+def _create(path: str) -> None:
+    """A new history with its schema, written beside `path` and renamed into place: a reader
+    that finds the file (the dashboard, a test waiting for the run) always finds its tables."""
+    partial = path + ".new"
+    for leftover in (partial, partial + "-wal", partial + "-shm"):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+    db = sqlite3.connect(partial)
+    try:
+        db.executescript(SCHEMA)
+        db.commit()
+    finally:
+        db.close()
+    os.replace(partial, path)
+
+
 class LeagueHistory:
     """Writes and reads one run's `league.db`. Thread-safe; one connection per instance."""
 
@@ -195,6 +211,8 @@ class LeagueHistory:
                 raise HistoryError(f"{path} is not a league history ({e}); pass a run directory made by a league run") from None
         else:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            if not os.path.exists(path):
+                _create(path)
             self._db = sqlite3.connect(path, check_same_thread=False, timeout=30)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")

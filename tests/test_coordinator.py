@@ -1,5 +1,6 @@
 """The coordinator node over a real SQLite history and parameter store."""
 
+import os
 import sqlite3
 
 import numpy as np
@@ -223,6 +224,28 @@ def test_corrupt_league_checkpoint_is_reported_and_left_alone(tmp_path):
 def test_missing_history_is_a_clear_error(tmp_path):
     with pytest.raises(HistoryError, match="no league history"):
         LeagueHistory(str(tmp_path / "nothing"), readonly=True)
+
+
+def test_a_new_history_appears_with_its_tables_and_ignores_a_half_made_one(tmp_path, monkeypatch):
+    """league.db is made beside its path and renamed into place: a reader that finds the file
+    finds its tables (CI once caught the dashboard's reader between the file and its schema),
+    and the leftover of a start killed half-way is replaced."""
+    import coordinator.history as history_module
+
+    db = tmp_path / "league.db"
+    (tmp_path / "league.db.new").write_bytes(b"half")
+    seen = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        seen.append((os.path.exists(dst), LeagueHistory(src, readonly=True).game_count()))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(history_module.os, "replace", replace)
+    LeagueHistory(str(db)).close()
+    assert seen == [(False, 0)]
+    assert LeagueHistory(str(db), readonly=True).game_count() == 0
+    assert not (tmp_path / "league.db.new").exists()
 
 
 def test_initial_params_are_kept_for_resets(tmp_path):
