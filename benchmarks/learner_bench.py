@@ -55,7 +55,6 @@ from agents.trajectory import (  # noqa: E402
     zeros_unroll,
 )
 from learners.learner import Learner, LearnerConfig, ReplayConfig  # noqa: E402
-from learners.replay import make_table  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("updates", 30, "Updates timed per mode and round.")
@@ -119,7 +118,9 @@ def compiled_cost(learner: Learner, batch) -> tuple[float, float, float]:
 
 
 def reference_part(peak: float) -> dict:
-    import reverb
+    import reverb  # the replay path's (the [replay] extra): --parts=smax runs without it
+
+    from learners.replay import make_table
 
     B, T = FLAGS.batch_size, FLAGS.unroll_length
     net = ReferenceNetwork(NetworkConfig(heads={"action": FLAGS.num_actions}, mlp_sizes=(256,),

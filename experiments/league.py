@@ -146,7 +146,10 @@ def main(argv) -> int:
             print(build_program(config))
             return 0
         from experiments.launchers import problem
+        from experiments.program import experience_path, replay_problem
 
+        if config.experience == "replay" and (missing := replay_problem()):
+            raise ConfigError(f"--experience=replay: {missing}")
         runner_problem = problem(config)
         if runner_problem:
             raise ConfigError(runner_problem)
@@ -158,9 +161,9 @@ def main(argv) -> int:
         config, start = choose_start(config, FLAGS["init"].present, kl_given)
         check_teacher(config)
         z_line = check_z(config)
-        from experiments.program import experience_path
-
         path, why = experience_path(config)  # --experience=device that cannot be: refused here
+        if path == "replay" and (missing := replay_problem()):
+            raise ConfigError(f"experience: replay ({why}): {missing}")
         experience_line = f"experience: {path} ({why})"
         check_file(os.path.join(config.run_dir, DB_NAME))   # a damaged league.db: exit 2, untouched
         resuming = prepare_run_dir(config)

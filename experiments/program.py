@@ -188,10 +188,28 @@ def device_problem(config: RunConfig) -> str | None:
     return None
 
 
+REPLAY_INSTALL = "pip install -c constraints-replay.txt -e '.[replay]'"
+"""The replay path's environment (README, "The replay path"): Reverb and TensorFlow 2.15."""
+
+
+def replay_problem() -> str | None:
+    """Why this environment cannot run the replay path (None: it can): Reverb is the `replay`
+    extra, installed apart from the base stack."""
+    import importlib.util
+
+    if importlib.util.find_spec("reverb") is None:
+        return ("the replay path needs Reverb and TensorFlow, the [replay] extra, which this "
+                "environment lacks (they hold numpy < 2 and JAX 0.4.34, so they live in an "
+                f"environment of their own): python3.11 -m venv .venv-replay && "
+                f". .venv-replay/bin/activate && {REPLAY_INSTALL}")
+    return None
+
+
 def experience_path(config: RunConfig) -> tuple[str, str]:
     """("device" | "replay", why) of a run: `--experience=replay` or `device` as asked (device
     refused with ConfigError naming what it cannot do), `auto` the device path wherever
-    `device_problem` finds nothing in the way, else replay."""
+    `device_problem` finds nothing in the way, else replay. Whether this environment has
+    the replay path's packages is `replay_problem`'s to say."""
     if config.experience == "replay":
         return "replay", "--experience=replay"
     problem = device_problem(config)

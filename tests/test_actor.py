@@ -6,7 +6,6 @@ import time
 import jax
 import numpy as np
 import pytest
-import reverb
 
 from actors.actor import Actor, ActorConfig, example_unroll
 from actors.games import make_batch_game
@@ -15,7 +14,13 @@ from agents import make_network
 from agents.specs import MASK_KEY
 from agents.trajectory import reverb_signature, unflatten_like
 from learners.learner import Learner, LearnerConfig, ReplayConfig
-from learners.replay import make_table
+
+try:  # the replay path (the [replay] extra); its tests are marked `replay` (tests/conftest.py)
+    import reverb
+
+    from learners.replay import make_table
+except ImportError:
+    reverb = make_table = None
 
 B, T = 8, 6
 TINY = dict(embed_size=16, core_size=16, replica_size=16, pointer_size=8, value_size=16,
@@ -127,6 +132,7 @@ def drain(server, example, table="queue"):
     return items
 
 
+@pytest.mark.replay
 def test_actor_feeds_the_learner_end_to_end(smax):
     game, network, params = smax
     example = example_unroll(game.spec, network, T)
@@ -157,6 +163,7 @@ def test_actor_feeds_the_learner_end_to_end(smax):
         server.stop()
 
 
+@pytest.mark.replay
 def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
     game, network, params = smax
     example = example_unroll(game.spec, network, T)
@@ -200,6 +207,7 @@ def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
     np.testing.assert_array_equal(items[0].core_state.hidden, 0)
 
 
+@pytest.mark.replay
 def test_every_finished_game_is_reported_once_and_matches_change(smax):
     game, network, params = smax
     checked = CheckedGame(game)
@@ -238,6 +246,7 @@ class PerUnitReward:
         return (np.arange(len(batch["done"]))[:, None] + np.arange(n)[None] / 10).astype(np.float32)
 
 
+@pytest.mark.replay
 def test_each_unit_keeps_its_own_reward_and_the_plugin_sees_the_acting_version(smax):
     """Per-unit rewards reach the trajectory unit by unit (not averaged over the side), in the
     plug-in's [B, T'] row-major order, and the plug-in is told the version that played."""
@@ -281,6 +290,7 @@ def test_training_reward_shapes():
         training_reward(per_unit, present, (4,))
 
 
+@pytest.mark.replay
 def test_actor_on_an_openspiel_pool_with_the_reference_network():
     game = make_batch_game("kuhn_poker", 16)
     network = make_network(game.spec, dict(mlp_sizes=(16,), lstm_size=8))
@@ -304,6 +314,7 @@ def test_actor_on_an_openspiel_pool_with_the_reference_network():
     assert all(r.length in (2, 3) for r in source.results)  # Kuhn: 2 or 3 moves
 
 
+@pytest.mark.replay
 def test_teacher_follows_the_stream_with_its_own_state(smax):
     """With a teacher, each unroll stores (policy state, teacher state) before its step 0; the
     teacher's is what stepping the teacher one step at a time through the previous unroll's

@@ -96,6 +96,7 @@ def our_namespaces() -> set[str]:
             if line.startswith(f"{PREFIX}{os.getpid()}-")}
 
 
+@pytest.mark.replay
 def test_league_survives_losing_a_worker_host(tmp_path):
     require_cluster()
     from benchmarks.cluster import run_cluster

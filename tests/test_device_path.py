@@ -339,6 +339,7 @@ def test_importing_smax_prints_nothing():
     assert smax.returncode == 0 and not smax.stdout and not [n for n in NOISE if n in smax.stderr], smax
 
 
+@pytest.mark.replay
 @pytest.mark.parametrize("runner", ["inprocess", "ray"])
 def test_a_node_that_fails_stops_the_run_with_a_message(tmp_path, runner):
     """Issue 31, "no silent stall": an actor whose reward plug-in starts failing (the replay
@@ -387,6 +388,7 @@ def test_a_node_that_fails_stops_the_run_with_a_message(tmp_path, runner):
     assert checkpoint.read_params(run_dir, "any_main_agent_0") is not None
 
 
+@pytest.mark.replay
 def test_ctrl_c_stops_a_ray_league_quickly_with_every_checkpoint_and_no_reverb_warnings(tmp_path):
     """Issue 31: Ctrl-C of a Ray league (the replay path: actors writing to Reverb) stops it
     well within a generous bound (BENCHMARKS.md has the default league's figure: ~10 s), every

@@ -8,6 +8,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from agents.storage import params_to_npz_bytes
 from experiments.config import RunConfig
@@ -27,7 +28,7 @@ def supervised_file(path, races, hidden=16, core=16, seed=5):
 
 
 def test_learning_agents_start_from_their_races_supervised_parameters(tmp_path):
-    from experiments.nodes import LearnerGroup
+    from experiments.nodes import DeviceLearnerGroup
     from experiments.program import agent_indices
 
     file = str(tmp_path / "supervised.npz")
@@ -35,7 +36,7 @@ def test_learning_agents_start_from_their_races_supervised_parameters(tmp_path):
     config = RunConfig.make(game="smax_races", races=2, hidden_size=16, core_size=16, init=file,
                             run_dir=str(tmp_path / "run"))
     indices = agent_indices(config)
-    group = LearnerGroup(config, list(indices), indices)
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator=None)
     try:
         for agent in indices:
             race = agent.split("_")[0]
@@ -84,6 +85,7 @@ class SelfPlay:
         pass
 
 
+@pytest.mark.replay
 def test_each_agents_kl_teacher_is_its_own_races_supervised_policy(tmp_path):
     """--init=FILE with a KL weight and no --teacher: each learner's teacher is its own race's
     supervised parameters. Every agent also starts from them, so the first update's KL is zero

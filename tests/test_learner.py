@@ -9,7 +9,6 @@ import textwrap
 import jax
 import numpy as np
 import pytest
-import reverb
 
 from agents.networks import NetworkConfig, ReferenceNetwork
 from agents.trajectory import (
@@ -23,7 +22,13 @@ from agents.trajectory import (
 )
 from learners import losses
 from learners.learner import CheckpointError, Learner, LearnerConfig, ReplayConfig
-from learners.replay import make_table
+
+try:  # the replay path (the [replay] extra); its tests are marked `replay` (tests/conftest.py)
+    import reverb
+
+    from learners.replay import make_table
+except ImportError:
+    reverb = make_table = None
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -113,6 +118,7 @@ def train_bandit(loss_config, updates=300, seed=0):
     return probs, metrics
 
 
+@pytest.mark.replay
 def test_bandit_stale_data_vtrace_learns_and_uncorrected_is_worse():
     base = losses.LossConfig(entropy_weight=0.0, upgo_weight=0.0, clip_pg_rho_threshold=20.0)
     probs, metrics = train_bandit(base)
@@ -193,6 +199,7 @@ def chain_success_probability(net, params):
     return total
 
 
+@pytest.mark.replay
 def test_chain_mdp_delayed_reward_learned_from_stale_versions():
     T, B, n_envs, refresh_every = 6, 16, 16, 2
     net = small_net(CHAIN_L, num_actions=2)
@@ -247,6 +254,7 @@ def with_core(unrolls, example):
     return [u._replace(core_state=example.core_state) for u in unrolls]
 
 
+@pytest.mark.replay
 def test_staleness_and_sample_reuse_match_what_was_inserted_and_sampled():
     T, B = 3, 4
     net, example, params = tiny_learner_setup(T, B)

@@ -111,6 +111,13 @@ def test_trajectory_helpers():
     bad = example._replace(steps=example.steps._replace(reward=example.steps.reward.astype(np.float64)))
     with pytest.raises(ValueError, match="reward"):
         trajectory.validate_unroll(bad)
+
+
+@pytest.mark.replay
+def test_reverb_signature_has_the_unrolls_shapes():
+    net, obs, _ = make()
+    core = jax.tree_util.tree_map(lambda x: np.asarray(x[0]), net.initial_state(1))
+    example = trajectory.zeros_unroll(obs, obs, ["kind", "target"], core, 5)
     sig = trajectory.reverb_signature(example)
     assert tuple(sig.steps.observation["features"].shape) == (5, 6)
 

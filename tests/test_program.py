@@ -45,6 +45,7 @@ def run(cfg, runner=None, **kwargs):
     return supervisor, out.getvalue()
 
 
+@pytest.mark.replay
 def test_inprocess_league_learns_snapshots_resets_and_resumes(tmp_path):
     cfg = config(tmp_path, minutes=0.6)
     supervisor, out = run(cfg)
@@ -79,6 +80,7 @@ def test_inprocess_league_learns_snapshots_resets_and_resumes(tmp_path):
     assert state_players >= len(players)
 
 
+@pytest.mark.replay
 def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     cfg = config(tmp_path, game="kuhn_poker", minutes=0.4)
     _, out = run(cfg)
@@ -113,6 +115,7 @@ def kill_after(seconds, node, log):
     return on_launch
 
 
+@pytest.mark.replay
 def test_ray_runner_survives_a_killed_actor_process(tmp_path):
     cfg = config(tmp_path, runner="ray", minutes=1.0, evaluators=0)
     killed = []
@@ -170,6 +173,7 @@ def test_unwritable_run_dir_is_refused(tmp_path):
     assert result.returncode != 0 and "cannot write to the run directory" in result.stderr
 
 
+@pytest.mark.replay
 def test_corrupt_learner_checkpoint_stops_the_run_and_is_kept(tmp_path):
     cfg = config(tmp_path)
     prepare_run_dir(cfg)

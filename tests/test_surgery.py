@@ -221,7 +221,7 @@ def _surgery_cli(*args):
 def kuhn_run(tmp_path_factory):
     from tests.test_program import config, run
 
-    cfg = config(tmp_path_factory.mktemp("surgery"), game="kuhn_poker", minutes=0.4,
+    cfg = config(tmp_path_factory.mktemp("surgery"), game="kuhn_poker", minutes=0.4, experience="device",
                  main_agent_snapshot_steps=100, league_exploiter_timeout_steps=100, exploiter_min_steps=100)
     run(cfg)
     return cfg
@@ -258,7 +258,7 @@ def test_surgery_on_a_kuhn_league_keeps_every_players_nashconv_and_the_league_re
     assert any(e["kind"] == "surgery" for e in after_reader.history().events())
 
     # the league resumes with the wider network and keeps learning
-    wider = dataclasses.replace(cfg, network=NetworkSettings(hidden_size=24, core_size=20), minutes=0.25)
+    wider = dataclasses.replace(cfg, network=NetworkSettings(hidden_size=24, core_size=20), minutes=0.5)
     run(wider)
     resumed = learner_versions(run_dir)
     assert all(resumed[a] > versions[a] for a in versions), (versions, resumed)

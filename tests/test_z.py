@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import reverb
 
 from actors import replays
 from actors.actor import Actor, ActorConfig, example_unroll
@@ -19,7 +18,13 @@ from experiments import supervised
 from learners import losses
 from learners.config import LossConfig
 from learners.learner import Learner, LearnerConfig, ReplayConfig
-from learners.replay import make_table
+
+try:  # the replay path (the [replay] extra); its tests are marked `replay` (tests/conftest.py)
+    import reverb
+
+    from learners.replay import make_table
+except ImportError:
+    reverb = make_table = None
 
 B, T = 8, 6
 TINY = dict(embed_size=16, core_size=16, replica_size=16, pointer_size=8, value_size=16,
@@ -296,6 +301,7 @@ def one_bank():
     return replays.ZBank(table, counts, "test")
 
 
+@pytest.mark.replay
 def test_z_plan_activates_each_pseudo_reward_a_quarter_of_the_time(smax):
     game, network, params = smax
     actor = Actor("a", "main", game, network, Races(("protoss", "zerg")), Frozen(params), None,
@@ -309,6 +315,7 @@ def test_z_plan_activates_each_pseudo_reward_a_quarter_of_the_time(smax):
 
 
 @pytest.mark.parametrize("role", ["main_agent", "exploiter"])
+@pytest.mark.replay
 def test_actor_conditions_main_agents_on_their_races_z(smax, role):
     game, network, params = smax
     example = example_unroll(game.spec, network, T)
@@ -345,6 +352,7 @@ def test_actor_conditions_main_agents_on_their_races_z(smax, role):
     assert (pseudo[done] <= 0).all() and (pseudo[done] >= -1).all() and (pseudo[done] < 0).any()
 
 
+@pytest.mark.replay
 def test_learner_learns_the_pseudo_rewards(smax):
     game, network, params = smax
     example = example_unroll(game.spec, network, T)
