@@ -174,13 +174,18 @@ def check_file(path: str) -> None:
             f"To go on, {fix}.")
 
 
+def _remove_partial(partial: str) -> None:
+    """A half-written database beside the real one, and its WAL files, from a write cut short."""
+    for leftover in (partial, partial + "-wal", partial + "-shm"):
+        if os.path.exists(leftover):
+            os.remove(leftover)
+
+
 def _create(path: str) -> None:
     """A new history with its schema, written beside `path` and renamed into place: a reader
     that finds the file (the dashboard, a test waiting for the run) always finds its tables."""
     partial = path + ".new"
-    for leftover in (partial, partial + "-wal", partial + "-shm"):
-        if os.path.exists(leftover):
-            os.remove(leftover)
+    _remove_partial(partial)
     db = sqlite3.connect(partial)
     try:
         db.executescript(SCHEMA)
@@ -245,9 +250,7 @@ class LeagueHistory:
         transaction holds no writer back (this instance's writes go on meanwhile; a backup in
         several steps would restart after each of them). Returns `destination`."""
         partial = destination + ".partial"
-        for leftover in (partial, partial + "-wal", partial + "-shm"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
+        _remove_partial(partial)
         source = sqlite3.connect(_read_only(self.path), uri=True, timeout=30)
         target = sqlite3.connect(partial)
         try:
@@ -259,9 +262,7 @@ class LeagueHistory:
         finally:
             source.close()
             target.close()
-            for leftover in (partial, partial + "-wal", partial + "-shm"):
-                if os.path.exists(leftover):
-                    os.remove(leftover)
+            _remove_partial(partial)
         return destination
 
     def result_rows(self) -> list[dict]:

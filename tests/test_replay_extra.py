@@ -9,15 +9,13 @@ import sys
 
 import pytest
 
-from experiments.config import RunConfig
-from experiments.program import REPLAY_INSTALL, experience_path, replay_problem
+from experiments.program import REPLAY_INSTALL, replay_problem
 
 HAS_REVERB = importlib.util.find_spec("reverb") is not None
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_replay_problem_names_the_extra_and_its_command_exactly_when_reverb_is_missing(monkeypatch):
-    assert (replay_problem() is None) == HAS_REVERB
+def test_replay_problem_names_the_extra_and_its_command_when_reverb_is_missing(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "reverb" else real(name, *a))
     problem = replay_problem()
@@ -54,7 +52,3 @@ def test_the_replay_path_without_reverb_exits_2_naming_the_extra_and_writes_noth
     assert why in result.stderr and "[replay] extra" in result.stderr and REPLAY_INSTALL in result.stderr
     assert not run_dir.exists()
 
-
-def test_experience_path_still_names_the_replay_path_without_checking_the_environment():
-    """`--print_program` shows a replay program's graph in any environment."""
-    assert experience_path(RunConfig.make(game="kuhn_poker", experience="replay")) == ("replay", "--experience=replay")
