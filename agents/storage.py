@@ -10,6 +10,8 @@ msgpack (`learners.checkpoint`).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
 import os
@@ -19,17 +21,32 @@ from collections.abc import Mapping
 import numpy as np
 
 
-def write_atomic(path: str, data: bytes) -> str:
+def write_atomic(path: str, data: bytes, previous: str | None = None) -> str:
     """Writes `data` to `path` through a temporary file and `os.replace`: a kill leaves the old
-    file or the new one, never half of one. Returns `path`."""
+    file or the new one, never half of one. `previous`: the file at `path` is moved there, once
+    the new one is written whole (a full disk leaves both as they were). A write that fails
+    (ENOSPC) removes its temporary file and raises. Returns `path`."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if previous is not None and os.path.exists(path):
+            os.replace(path, previous)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     return path
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether `error` says the disk (or the user's quota) is full: a write worth retrying once
+    space returns."""
+    return isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 _VERSION_KEY = "__version__"

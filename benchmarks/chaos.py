@@ -30,8 +30,9 @@ learner updates/s over `--window` seconds before the fault and after its recover
     sudo python -m benchmarks.chaos --minutes=30 --fault_every=90          # the 30-minute run
     sudo python -m benchmarks.chaos --minutes=3 --fault_every=40 --game=kuhn_poker   # short
 
-Last line: `RESULT chaos faults=N recovered=R in_run=I games_lost=G snapshots_lost=S
-ratio=<R/N> target=1.0`.
+Last line: `RESULT chaos faults=N recovered=R in_run=I named=D to_name=T games_lost=G
+snapshots_lost=S ratio=<R/N> target=1.0` (named: faults the terminal named, of the T that fail
+something; a held read transaction on league.db fails nothing).
 """
 
 from __future__ import annotations
@@ -64,12 +65,17 @@ flags.DEFINE_float("full_seconds", 60.0, "how long the disk stays full")
 flags.DEFINE_integer("disk_mb", 1024, "size of the run directory's own filesystem (tmpfs; root only)")
 flags.DEFINE_float("window", 30.0, "seconds of rates before a fault and after its recovery")
 flags.DEFINE_integer("seed", 0, "the draw of faults")
+flags.DEFINE_bool("in_turn", False, "the faults in the order of --faults, round and round, instead of drawn")
 flags.DEFINE_string("run_root", "", "where the run directory goes (default: a new temporary directory)")
 flags.DEFINE_list("league_args", [], "more flags for the league, e.g. --league_args=--checkpoint_every_seconds=30")
 
 NODE_CLASSES = {"learner": ("DeviceLearnerGroup", "LearnerGroup"), "coordinator": ("Coordinator",),
                 "evaluator": ("EvaluatorNode",), "actor": ("ActorGroup",)}
-FAILURE_WORDS = re.compile(r"died|error|lost|stalled|restart|failed|withdrawn|Traceback", re.IGNORECASE)
+FAILURE_WORDS = re.compile(r"died|error|lost|stalled|restart|failed|withdrawn|Traceback|waiting on|"
+                           r"not answered|cannot be written|not written|held in memory|writer stopped",
+                           re.IGNORECASE)
+STALE_SECONDS = 4.0   # league.db's learner readings lag the learners by up to a metrics interval
+HARMLESS = ("lock_db",)   # faults the league should not even notice
 PROGRESS = re.compile(r"^\[\s*[0-9.]+ min\]")   # progress lines: their "lost:" note repeats an old loss
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -296,7 +302,7 @@ def main(argv):
     try:
         while when < started + FLAGS.minutes * 60 - FLAGS.fault_every / 2:
             time.sleep(max(0.0, when - time.time()))
-            kind = random.choice(faults)
+            kind = faults[len(strikes) % len(faults)] if FLAGS.in_turn else random.choice(faults)
             at = time.time()
             target = Faults(run_dir, mount).strike(kind)
             strikes.append((at, kind, target))
@@ -322,12 +328,19 @@ def report(strikes, league: League, probe: Probe, final, started: float) -> list
         upto = strikes[i + 1][0] if i + 1 < len(strikes) else float("inf")
         said = [(t, ANSI.sub("", line)) for t, line in league.lines
                 if at < t < upto and FAILURE_WORDS.search(line) and not PROGRESS.match(line)]
+        # what the league itself said (Ray's raylet line about a dead worker often comes first)
+        own = [x for x in said if "(raylet)" not in x[1]]
         before = probe.at(at)
         recovered = None
         if before is not None:
-            settle = at + (FLAGS.hang_seconds if kind in ("hang", "lock_db") else
-                           FLAGS.full_seconds if kind == "full_disk" else 0.0)
-            growing = [r for r in probe.after(settle) if r[1] > before[1] and r[2] > before[2]]
+            # From when the fault ends (league.db's readings lag a few seconds behind the
+            # nodes): the first reading at which games and learners' steps both grew since the
+            # one before it, above where they were at the fault.
+            settle = at + STALE_SECONDS + (FLAGS.hang_seconds if kind in ("hang", "lock_db") else
+                                           FLAGS.full_seconds if kind == "full_disk" else 0.0)
+            later = probe.after(settle)
+            growing = [r for r, last in zip(later[1:], later) if r[1] > last[1] and r[2] > last[2]
+                       and r[1] > before[1]]
             if growing and growing[0][0] < upto + 60:
                 recovered = growing[0]
         restarted = any(at < t < (recovered[0] if recovered else upto) for t in league.starts)
@@ -340,7 +353,7 @@ def report(strikes, league: League, probe: Probe, final, started: float) -> list
         post = rates(probe, recovered[0], recovered[0] + FLAGS.window) if recovered else (float("nan"),) * 2
         rows.append({
             "at": (at - started) / 60, "fault": kind, "target": target,
-            "detected": said[0][0] - at if said else None, "said": said[0][1].strip()[:90] if said else "",
+            "detected": said[0][0] - at if said else None, "said": (own or said)[0][1].strip()[:90] if said else "",
             "recovered": recovered[0] - at if recovered else None,
             "how": ("restarted" if restarted else "in run") if recovered else "not recovered",
             "games_lost": max(0, before[1] - final[1]) if before else 0,
@@ -364,10 +377,13 @@ def print_table(rows, league: League, final, started: float) -> None:
               f"{r['before'][1]:.0f} -> {r['after'][1]:.0f} |")
     recovered = sum(r["how"] != "not recovered" for r in rows)
     in_run = sum(r["how"] == "in run" for r in rows)
+    # A held read transaction fails nothing in WAL mode: there is nothing to name.
+    to_name = [r for r in rows if r["fault"] not in HARMLESS]
+    named = sum(r["detected"] is not None for r in to_name)
     print(f"\nthe league ran {(time.time() - started) / 60:.1f} min, started {len(league.starts)} time(s) "
           f"(exits: {', '.join(str(c) for _, c in league.exits) or 'none'}); league.db holds "
           f"{final[1]:,} games and {len(final[3])} players at the end")
-    print(f"RESULT chaos faults={len(rows)} recovered={recovered} in_run={in_run} "
+    print(f"RESULT chaos faults={len(rows)} recovered={recovered} in_run={in_run} named={named} to_name={len(to_name)} "
           f"games_lost={sum(r['games_lost'] for r in rows)} snapshots_lost={sum(r['snapshots_lost'] for r in rows)} "
           f"ratio={recovered / max(1, len(rows)):.2f} target=1.0")
 

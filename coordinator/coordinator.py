@@ -14,6 +14,7 @@ or a runner's proxy to one). No JAX here.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import math
 import os
@@ -25,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from coordinator.history import BACKUP_NAME, DB_NAME, LeagueHistory
+from coordinator.history import BACKUP_NAME, DB_NAME, HistoryFull, LeagueHistory
 from coordinator.param_store import ParamStore
 from league import meta
 from league.league import League
@@ -64,6 +65,12 @@ class CoordinatorConfig:
     # An online copy of league.db (`<run_dir>/league.db.backup`) this often; 0: none.
     backup_every_seconds: float = 300.0
 
+
+TENSORBOARD_RETRY_SECONDS = 60.0
+"""After TensorBoard writing failed (a full disk), a new event file is tried this often."""
+
+HANG_SECONDS = 20.0
+"""A call of the control loop to a learner node unanswered this long is named (`waiting`)."""
 
 RATE_WINDOW_SECONDS = 120.0
 """Learners' updates/s (`record_learners`) are over the readings of the last two minutes at least
@@ -198,6 +205,8 @@ class Coordinator:
             elif event["kind"] == "recovered":
                 self._stalled_before.discard(event["agent_id"])
         self._tensorboard = None
+        self._tensorboard_failed = 0.0   # when writing it last failed (0: it did not)
+        self._in_flight: dict[object, tuple[str, float]] = {}
 
     # -- resuming --------------------------------------------------------------
 
@@ -220,11 +229,16 @@ class Coordinator:
 
     def _save_state(self) -> None:
         # Every game up to the newest row is in the payoff (recorded under the same lock);
-        # a restart replays only the rows after it.
+        # a restart replays only the rows after it. On a full disk (writes held in memory:
+        # `LeagueHistory._write`, `ParamStore.write_held`) the checkpoint in league.db stays the
+        # last one whose games and players are all on disk.
+        if self.params.write_held() or self.history.held():
+            return
         self._last_game_id = max(self._last_game_id, self.history.last_game_id())
         self._last_count_id = max(self._last_count_id, self.history.last_count_id())
-        self.history.save_league_state({"league": self.league.state(), "last_game_id": self._last_game_id,
-                                        "last_count_id": self._last_count_id})
+        with contextlib.suppress(HistoryFull):   # said by the history; tried at the next checkpoint
+            self.history.save_league_state({"league": self.league.state(), "last_game_id": self._last_game_id,
+                                            "last_count_id": self._last_count_id})
 
     # -- the RPC surface -------------------------------------------------------
 
@@ -319,7 +333,8 @@ class Coordinator:
             learner = self._learners.get(agent_id)
             if learner is None:
                 continue
-            steps = int(learner.steps())
+            with self._calling(f"{agent_id}'s learner"):
+                steps = int(learner.steps())
             with self._lock:
                 decisions = self.league.decide(agent_id, steps, self._clock())
             for decision in decisions:
@@ -332,7 +347,8 @@ class Coordinator:
 
     def _carry_out(self, learner, decision) -> dict:
         if isinstance(decision, AddSnapshot):
-            version, params = learner.snapshot()
+            with self._calling(f"{decision.agent_id}'s learner"):
+                version, params = learner.snapshot()
             self.params.save(decision.player_id, params, version)
             with self._lock:
                 player = self.league.apply(decision)
@@ -341,7 +357,8 @@ class Coordinator:
             return {"kind": "snapshot", "agent_id": decision.agent_id, "player_id": decision.player_id, "reason": decision.reason}
         if isinstance(decision, ResetAgent):
             _, params = self.params.load(initial_player_id(decision.agent_id))
-            learner.reset(params)
+            with self._calling(f"{decision.agent_id}'s learner"):
+                learner.reset(params)
             with self._lock:
                 self.league.apply(decision)
             self.history.add_event("reset", decision.agent_id, None, decision.step, None)
@@ -528,8 +545,26 @@ class Coordinator:
                   flush=True)
             return ""
 
+    @contextlib.contextmanager
+    def _calling(self, what: str):
+        """Marks a call of the control loop to another node in flight (`waiting`)."""
+        key = object()
+        self._in_flight[key] = (what, time.monotonic())
+        try:
+            yield
+        finally:
+            del self._in_flight[key]
+
+    def waiting(self) -> list[str]:
+        """The control loop's calls to other nodes unanswered for HANG_SECONDS or more, each as
+        "<node> for <s> s" (a node hung, stopped or overloaded: the progress line names it)."""
+        now = time.monotonic()
+        return [f"{what} for {now - since:.0f} s" for what, since in list(self._in_flight.values())
+                if now - since >= HANG_SECONDS]
+
     def summary(self) -> dict:
-        """Figures for the terminal: league size, games, each main agent's win rate vs the league."""
+        """Figures for the terminal: league size, games, each main agent's win rate vs the
+        league, the calls of the control loop waiting on a node (`waiting`)."""
         with self._lock:
             historical = self.league.historical_ids()
             mains = self.league.learning_agent_ids(MAIN_AGENT)
@@ -543,6 +578,7 @@ class Coordinator:
                 "games": self.history.game_count(),
                 "games_per_second": self._games_since_start / max(self._clock() - self._started, 1e-9),
                 "main_win_rate_vs_league": vs_league,
+                "waiting": self.waiting(),
             }
 
     # -- the control loop: a node of the program ---------------------------------
@@ -590,10 +626,12 @@ class Coordinator:
         for agent, handle in learners.items():
             group = getattr(handle, "group", None)
             if group is None:
-                metrics[agent] = dict(handle.metrics())
+                with self._calling(f"{agent}'s learner"):
+                    metrics[agent] = dict(handle.metrics())
                 continue
             if id(group) not in of_group:
-                of_group[id(group)] = group.metrics()
+                with self._calling(f"{agent}'s learner group"):
+                    of_group[id(group)] = group.metrics()
             metrics[agent] = dict(of_group[id(group)].get(agent, {}))
         now = self._clock()
         for agent, m in metrics.items():
@@ -602,6 +640,8 @@ class Coordinator:
             if "updates_dispatched" in m:
                 updates = m["updates_dispatched"]
                 seen = self._updates_seen.setdefault(agent, collections.deque())
+                if seen and updates < seen[-1][1]:   # a restarted learner counts from its checkpoint
+                    seen.clear()
                 seen.append((now, updates))
                 # over the readings of the last RATE_WINDOW_SECONDS at least: a device learner's
                 # updates come a chunk at a time, so one 10 s window often holds none of them
@@ -632,7 +672,9 @@ class Coordinator:
             self._watched[agent] = {"version": version, "skipped": skipped, "dispatched": dispatched,
                                     "in_a_row": 0, "experience": now, "stalled": agent in self._stalled_before}
             return
-        if version > seen["version"]:
+        if dispatched < seen["dispatched"]:   # a restarted learner counts from its checkpoint
+            seen.update(in_a_row=0, experience=now)
+        elif version > seen["version"]:
             seen["in_a_row"] = 0
         elif skipped > seen["skipped"]:
             seen["in_a_row"] += skipped - seen["skipped"]
@@ -656,23 +698,65 @@ class Coordinator:
         self.history.add_event(kind, agent, None, int(m.get("steps", 0)), reason)
 
     def _write_tensorboard(self, metrics: dict, step: int) -> None:
+        """Learner metrics as TensorBoard scalars (tensorboardX). Its writer thread dies on a
+        write error (a full disk), after which adding to its queue would block for ever: a
+        writer whose thread is gone is dropped (one warning) and a new event file tried every
+        TENSORBOARD_RETRY_SECONDS."""
+        if self._tensorboard is not None and not _tensorboard_alive(self._tensorboard):
+            self._tensorboard = None
+            self._tensorboard_failed = time.monotonic()
+            print("warning: TensorBoard's event writer stopped (a full disk?); a new event file is tried "
+                  f"every {TENSORBOARD_RETRY_SECONDS:g} s", flush=True)
+        failed = self._tensorboard_failed
+        if self._tensorboard is None and failed and time.monotonic() - failed < TENSORBOARD_RETRY_SECONDS:
+            return
         try:
             if self._tensorboard is None:
                 from tensorboardX import SummaryWriter
 
-                self._tensorboard = SummaryWriter(os.path.join(self.run_dir, "tensorboard"))
+                _quiet_tensorboard_thread()
+                # a queue no interval's metrics fill: never a put that waits on a dead thread
+                self._tensorboard = SummaryWriter(os.path.join(self.run_dir, "tensorboard"), max_queue=100_000)
             for agent, values in metrics.items():
                 for name, value in values.items():
                     if isinstance(value, int | float) and math.isfinite(value):
                         self._tensorboard.add_scalar(f"{agent}/{name}", value, int(values.get("steps", step)))
             self._tensorboard.flush()
         except Exception as e:  # TensorBoard is a convenience; never stop a league for it
-            print(f"warning: TensorBoard writing failed: {e}", flush=True)
+            if not failed:
+                print(f"warning: TensorBoard writing failed ({e}); tried again every "
+                      f"{TENSORBOARD_RETRY_SECONDS:g} s", flush=True)
+            self._tensorboard_failed = time.monotonic()
+            return
+        self._tensorboard_failed = 0.0
 
     def close(self) -> None:
         self._stop.set()
-        if self._tensorboard is not None:
+        if self._tensorboard is not None and _tensorboard_alive(self._tensorboard):
             self._tensorboard.close()
-            self._tensorboard = None
+        self._tensorboard = None
         self.checkpoint()
         self.history.close()
+
+
+def _quiet_tensorboard_thread() -> None:
+    """tensorboardX's event-writing thread dies with a traceback on a write error; the
+    coordinator says it in one line instead (`_write_tensorboard`). Other threads' errors
+    print as before."""
+    from tensorboardX.event_file_writer import _EventLoggerThread
+
+    previous = threading.excepthook
+    if getattr(previous, "quiets_tensorboard", False):
+        return
+
+    def hook(args):
+        if not (isinstance(args.thread, _EventLoggerThread) and isinstance(args.exc_value, OSError)):
+            previous(args)
+    hook.quiets_tensorboard = True
+    threading.excepthook = hook
+
+
+def _tensorboard_alive(writer) -> bool:
+    """Whether a tensorboardX SummaryWriter's event-writing thread runs (True if not found)."""
+    thread = getattr(getattr(getattr(writer, "file_writer", None), "event_writer", None), "_worker", None)
+    return thread is None or thread.is_alive()

@@ -108,6 +108,24 @@ class HistoryError(RuntimeError):
     """The history database is missing, unreadable or not a league history."""
 
 
+class HistoryFull(HistoryError):
+    """league.db cannot be written now (a full disk, or locked past the timeout): a write that
+    must not wait in memory (the league's checkpoint) was not made."""
+
+
+RETRY_SECONDS = 5.0      # how often held writes are tried again
+HELD_LIMIT = 200_000     # writes held in memory at most; later ones are counted and dropped
+
+
+def _cannot_write_now(error: sqlite3.Error) -> bool:
+    """Whether SQLite refused a write for a reason that passes (a full disk, a lock held past
+    the timeout, an I/O error of the disk), not for a damaged file or a bad statement."""
+    code = getattr(error, "sqlite_errorcode", None)
+    if code is None:
+        return "full" in str(error) or "locked" in str(error)
+    return code & 0xFF in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR)
+
+
 def pack_array(array: np.ndarray) -> bytes:
     return zlib.compress(np.ascontiguousarray(array, dtype=np.float32).tobytes(), 1)
 
@@ -226,6 +244,11 @@ class LeagueHistory:
             self._db.commit()
         self._lock = threading.Lock()
         self.readonly = readonly
+        # Writes SQLite refused for a passing reason (`_cannot_write_now`), oldest first, made
+        # in one transaction once it takes them again; `dropped` counts those past HELD_LIMIT.
+        self._held: list[tuple[str, tuple | list]] = []
+        self._retry_at = 0.0
+        self.dropped = 0
         # Read-only histories written before a column existed lack it (writers add it above).
         self._has_score = self._has_column("games", "score")
         self._has_races = self._has_column("games", "home_race")
@@ -241,6 +264,12 @@ class LeagueHistory:
 
     def close(self) -> None:
         with self._lock:
+            if self._held:
+                self._retry_at = 0.0
+                self._write_held()
+            if self._held or self.dropped:
+                print(f"warning: {len(self._held) + self.dropped} writes to {self.path} could not be made "
+                      "(the disk stayed full or the file locked) and are lost", flush=True)
             self._db.close()
 
     def backup(self, destination: str) -> str:
@@ -281,12 +310,57 @@ class LeagueHistory:
                          "games": c["wins"] + c["draws"] + c["losses"]})
         return rows
 
-    def _write(self, sql: str, rows: Iterable[tuple] | tuple = ()) -> None:
-        with self._lock, self._db:
-            if isinstance(rows, tuple):
-                self._db.execute(sql, rows)
-            else:
-                self._db.executemany(sql, rows)
+    def _write(self, sql: str, rows: Iterable[tuple] | tuple = (), hold: bool = True) -> None:
+        """Makes one write. When SQLite cannot take it now (a full disk, a lock held past the
+        timeout: `_cannot_write_now`) the write is held in memory, in order, with a warning,
+        and the held writes are made in one transaction by a later write once SQLite takes them
+        (tried every RETRY_SECONDS): the league goes on, nothing half-written is read back.
+        `hold=False`: HistoryFull instead (a write that must follow everything before it)."""
+        rows = rows if isinstance(rows, tuple) else list(rows)
+        with self._lock:
+            if self._held and time.monotonic() >= self._retry_at:
+                self._write_held()
+            if not self._held:
+                try:
+                    self._execute([(sql, rows)])
+                    return
+                except sqlite3.OperationalError as e:
+                    if not _cannot_write_now(e):
+                        raise
+                    self._retry_at = time.monotonic() + RETRY_SECONDS
+                    print(f"warning: {self.path} cannot be written now ({e}); the league goes on and "
+                          f"holds its writes in memory, trying again every {RETRY_SECONDS:g} s", flush=True)
+            if not hold:
+                raise HistoryFull(f"{self.path} cannot be written now; {len(self._held)} writes are held")
+            if len(self._held) >= HELD_LIMIT:
+                self.dropped += 1
+                return
+            self._held.append((sql, rows))
+
+    def _execute(self, writes: list[tuple[str, tuple | list]]) -> None:
+        with self._db:   # one transaction: all of them or none
+            for sql, rows in writes:
+                if isinstance(rows, tuple):
+                    self._db.execute(sql, rows)
+                else:
+                    self._db.executemany(sql, rows)
+
+    def _write_held(self) -> None:
+        try:
+            self._execute(self._held)
+        except sqlite3.OperationalError as e:
+            if not _cannot_write_now(e):
+                raise
+            self._retry_at = time.monotonic() + RETRY_SECONDS
+            return
+        print(f"{self.path}: written again ({len(self._held)} held writes made"
+              + (f"; {self.dropped} past the {HELD_LIMIT} held are lost" if self.dropped else "") + ")", flush=True)
+        self._held = []
+
+    def held(self) -> int:
+        """How many writes are held in memory (0: everything written is in the file)."""
+        with self._lock:
+            return len(self._held)
 
     def _read(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
@@ -425,8 +499,11 @@ class LeagueHistory:
         )
 
     def save_league_state(self, state: dict, when: float | None = None) -> None:
+        """The league's checkpoint (one row). Never held: it counts the games recorded before
+        it, so HistoryFull while any write is held or when SQLite cannot take it now (the one
+        in the file stays)."""
         blob = zlib.compress(json.dumps(_jsonable(state)).encode(), 1)
-        self._write("INSERT OR REPLACE INTO league_state VALUES (1, ?, ?)", (when or time.time(), blob))
+        self._write("INSERT OR REPLACE INTO league_state VALUES (1, ?, ?)", (when or time.time(), blob), hold=False)
 
     # -- reading ---------------------------------------------------------------
 

@@ -12,16 +12,20 @@ import os
 import threading
 from collections.abc import Mapping
 
-from agents.storage import params_from_npz_bytes, params_to_npz_bytes, write_atomic
+from agents.storage import disk_full, params_from_npz_bytes, params_to_npz_bytes, write_atomic
 
 
 class ParamStore:
-    """Frozen parameters by player id, on disk, with an in-memory cache."""
+    """Frozen parameters by player id, on disk, with an in-memory cache. On a full disk a
+    player's parameters are held in memory (`unwritten`) and written by a later `save` or
+    `write_held` once there is space."""
 
     def __init__(self, run_dir: str):
         self.directory = os.path.join(run_dir, "params")
         os.makedirs(self.directory, exist_ok=True)
         self._cache: dict[str, tuple[int, dict]] = {}
+        self._held: dict[str, tuple[int, Mapping]] = {}
+        self._warned = False
         self._lock = threading.Lock()
 
     def path(self, player_id: str) -> str:
@@ -30,18 +34,48 @@ class ParamStore:
         return os.path.join(self.directory, f"{player_id}.npz")
 
     def __contains__(self, player_id: str) -> bool:
-        return os.path.exists(self.path(player_id))
+        return player_id in self._held or os.path.exists(self.path(player_id))
+
+    def unwritten(self) -> list[str]:
+        """Players whose parameters are held in memory, not yet on disk."""
+        with self._lock:
+            return list(self._held)
 
     def save(self, player_id: str, params: Mapping, version: int) -> bool:
-        """Writes a player's parameters once; returns False (writing nothing) if they exist."""
-        path = self.path(player_id)
-        if os.path.exists(path):
+        """Writes a player's parameters once; returns False (writing nothing) if they exist. On
+        a full disk they are held in memory (a warning the first time) and True is returned."""
+        if player_id in self:
             return False
-        write_atomic(path, params_to_npz_bytes(params, version))
+        with self._lock:
+            self._held[player_id] = (int(version), params)
+        self.write_held()
         return True
+
+    def write_held(self) -> int:
+        """Writes the parameters held for a full disk, oldest first, until one fails; returns
+        how many are still held."""
+        with self._lock:
+            for player_id, (version, params) in list(self._held.items()):
+                try:
+                    write_atomic(self.path(player_id), params_to_npz_bytes(params, version))
+                except OSError as e:
+                    if not disk_full(e):
+                        raise
+                    if not self._warned:
+                        print(f"warning: {self.directory}: {e.strerror}; frozen players' parameters are "
+                              "held in memory until there is space", flush=True)
+                    self._warned = True
+                    return len(self._held)
+                del self._held[player_id]
+            if self._warned:
+                print(f"{self.directory}: written again (every held player's parameters are on disk)", flush=True)
+            self._warned = False
+            return 0
 
     def load(self, player_id: str) -> tuple[int, dict]:
         with self._lock:
+            if player_id in self._held:   # not on disk yet (a full disk)
+                return self._held[player_id]
             if player_id in self._cache:
                 return self._cache[player_id]
         path = self.path(player_id)

@@ -149,7 +149,7 @@ def placement(program: Program, cluster: dict, driver_node: str, settings: RaySe
 
     on_driver = NodeAffinitySchedulingStrategy(node_id=driver_node, soft=False)
     groups = program.learner_groups()
-    others = [n.name for n in program.nodes if n.restartable]
+    others = [n.name for n in program.nodes if n.restartable and n.name not in groups and n.name != "coordinator"]
     total_gpus = float(cluster.get("GPU", 0))
     gpus = settings.learner_gpus
     if gpus < 0:  # auto: a GPU per group, or the GPUs shared out when groups outnumber them
@@ -205,11 +205,13 @@ def describe_placement(options: dict) -> str:
 def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sys.stdout,
             on_launch=None) -> Supervisor:
     """Each node a Ray actor, on a local Ray instance (ports on 127.0.0.1) or the cluster at
-    --ray_address, placed by `placement` (RaySettings). Ray restarts a dead actor or evaluator
-    process, also on another host when its host died, and the driver resubmits its work (the
-    progress line says what was lost); a dead learner group or coordinator stops the run
-    (rerun to resume from checkpoints: they are on the driver's host unless learners were
-    placed elsewhere)."""
+    --ray_address, placed by `placement` (RaySettings). Ray restarts a dead restartable node's
+    process (`Node.restartable`: actors and evaluators; on the device path also learner groups,
+    from their checkpoints, and the coordinator, from league.db, its wiring calls made again),
+    also on another host when its host died, and the driver resubmits its work (the progress
+    line says what was lost); a node whose run() failed on a call to a lost node runs again.
+    A dead replay-path learner group or coordinator stops the run (rerun to resume from
+    checkpoints: they are on the driver's host unless learners were placed elsewhere)."""
     import ray
 
     settings = config.ray
@@ -236,14 +238,29 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     lost: list[str] = []
 
     restarting: dict[str, tuple[float, object]] = {}  # node -> (next probe time, probe ref)
+    resubmit: dict[str, float] = {}  # node whose run() failed on a lost node -> when to run it again
+    pings = Pings(hosts, out)
 
     def check_nodes(supervisor):
+        pings.check([n.name for n in program.nodes if n.name not in restarting])
         ready, _ = ray.wait(list(running), timeout=0)
         for ref in ready:
             node = running.pop(ref)
             try:
                 ray.get(ref)
-            except died:   # first: Ray's errors of a lost actor are RayTaskErrors too
+            except ray.exceptions.RayTaskError as e:
+                cause = e.cause if e.cause is not None else e
+                if not isinstance(cause, died):   # its run() raised: a bug or a bad input
+                    raise NodeFailed(f"{node.name}: {_describe(cause)}\n{RESUME}") from None
+                # A call of its run() to a node that was lost (restarting) failed: it runs again
+                # a little later (a RayTaskError that is also an ActorUnavailableError).
+                if not supervisor.stop_event.is_set():
+                    if node.name not in resubmit:
+                        print(f"  {node.name}: a call to a lost node failed ({type(cause).__name__}); "
+                              "it goes on once that node is back", file=out, flush=True)
+                    resubmit[node.name] = time.time() + 2.0
+                continue
+            except died:   # its own process was lost
                 was_on = hosts.known(node.name)
                 gone = hosts.dead_hosts()
                 if not node.restartable:
@@ -251,16 +268,13 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
                                      "rerun the same command to resume from checkpoints") from None
                 why = "its host was lost" if was_on in gone else "its process died"
                 print(f"  {node.name} died on {was_on} ({why}); Ray restarts it and it picks up "
-                      "where its learners are", file=out, flush=True)
+                      "from its checkpoints", file=out, flush=True)
                 lost.append(f"{node.name}@{was_on}")
                 supervisor.restarts += 1
                 # Its run is resubmitted once it answers again (until then every call to it
                 # fails at once with "the actor is restarting").
                 restarting[node.name] = (time.time() + 2.0, None)
                 continue
-            except ray.exceptions.RayTaskError as e:   # its run() raised: a bug or a bad input, not a lost process
-                cause = e.cause if e.cause is not None else e
-                raise NodeFailed(f"{node.name}: {_describe(cause)}\n{RESUME}") from None
             if not supervisor.stop_event.is_set():
                 running[handles[node.name].handle.run.remote()] = node
         for name, (when, probe) in list(restarting.items()):
@@ -277,8 +291,16 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
                 continue
             del restarting[name]
             hosts.set(name, where)
+            # its wiring calls again (a restarted coordinator connects to the learner groups)
+            for call in program.calls:
+                if call.node == name:
+                    getattr(handles[name], call.method)(**resolve(call.kwargs, handles))
             print(f"  {name} restarted on {where}", file=out, flush=True)
             if not supervisor.stop_event.is_set():
+                running[handles[name].handle.run.remote()] = program.node(name)
+        for name, when in list(resubmit.items()):
+            if time.time() >= when and not restarting and not supervisor.stop_event.is_set():
+                del resubmit[name]
                 running[handles[name].handle.run.remote()] = program.node(name)
 
     def lost_note() -> str:
@@ -310,10 +332,50 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
 
     try:
         return supervise(program, handles, out, stop_event, launched, check_nodes, stop, close,
-                          note=lost_note)
+                          note=lost_note, lost=lambda e: isinstance(e, died))
     finally:
         if not config.ray_address:
             ray.shutdown()
+
+
+class Pings:
+    """A hang watch over Ray nodes: each node is asked for its host every PING_EVERY seconds
+    (a call served beside its `run()`); one that has not answered for HANG_SECONDS is named
+    once (a hung, SIGSTOPped or overloaded process; the league goes on without it meanwhile),
+    and again when it answers."""
+
+    PING_EVERY = 5.0
+    HANG_SECONDS = 20.0
+
+    def __init__(self, hosts: NodeHosts, out):
+        self.hosts, self.out = hosts, out
+        self.sent: dict[str, tuple[float, object]] = {}
+        self.next: dict[str, float] = {}
+        self.hung: set[str] = set()
+
+    def check(self, names: list[str]) -> None:
+        import ray
+
+        now = time.time()
+        for name in names:
+            if name not in self.sent:
+                if now >= self.next.get(name, 0.0):
+                    self.sent[name] = (now, self.hosts.probe(name))
+                continue
+            at, ref = self.sent[name]
+            if ray.wait([ref], timeout=0)[0]:
+                del self.sent[name]
+                self.next[name] = now + self.PING_EVERY
+                if name in self.hung:
+                    self.hung.discard(name)
+                    print(f"  {name} answers again (after {now - at:.0f} s)", file=self.out, flush=True)
+            elif now - at >= self.HANG_SECONDS and name not in self.hung:
+                self.hung.add(name)
+                print(f"  {name} has not answered for {now - at:.0f} s: its process hung, stopped or "
+                      "overloaded? The league goes on without it meanwhile", file=self.out, flush=True)
+        for name in set(self.sent) - set(names):   # lost and restarting: asked afresh once back
+            del self.sent[name]
+            self.hung.discard(name)
 
 
 class NodeHosts:

@@ -47,7 +47,11 @@ class Node:
     cls: type
     kwargs: Mapping[str, Any]
     runs: bool = True          # the launcher calls `run()` on a thread / as a Ray task
-    restartable: bool = False  # Ray restarts its process if it dies (actors, evaluators)
+    # Ray restarts its process if it dies: actors and evaluators; on the device path also the
+    # learner groups (their learners restore their checkpoints) and the coordinator (it
+    # restores the league from league.db; the launcher makes its wiring calls again). Other
+    # nodes' calls to it fail meanwhile, and their `run()` is resubmitted.
+    restartable: bool = False
 
     def refs(self) -> list[str]:
         """Names of the nodes this one talks to."""
@@ -257,14 +261,17 @@ def _evaluators(config: RunConfig, coordinator: Ref, learner_of: dict, device: b
         for i in range(config.evaluator.count)]
 
 
-def _coordinator_node(config: RunConfig) -> Node:
+def _coordinator_node(config: RunConfig, restartable: bool = False) -> Node:
+    """The coordinator; `restartable` on the device path, whose restarts inside a run
+    benchmarks/chaos.py and tests/test_chaos.py check (on the replay path its loss stops the
+    run, which the rerun resumes)."""
     return Node("coordinator", Coordinator, dict(
         league_config=config.league, run_dir=config.run_dir, seed=config.seed,
         config=CoordinatorConfig(meta_game_every_seconds=config.meta_game_every_seconds,
                                  checkpoint_every_seconds=config.checkpoint_every_seconds,
                                  metrics_every_seconds=config.progress_every_seconds,
                                  backup_every_seconds=config.backup_every_seconds,
-                                 per_game_rows=config.per_game_rows)))
+                                 per_game_rows=config.per_game_rows)), restartable=restartable)
 
 
 def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:
@@ -272,12 +279,12 @@ def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:
     evaluators; no actors and no Reverb."""
     index = agent_indices(config)
     coordinator = Ref("coordinator")
-    nodes, calls, learner_of = [_coordinator_node(config)], [], {}
+    nodes, calls, learner_of = [_coordinator_node(config, restartable=True)], [], {}
     for name, members in _grouped("learners", config.learner_groups, learning_agents(config.league)).items():
         ids = [a.player_id for a in members]
         nodes.append(Node(name, DeviceLearnerGroup, dict(
             config=config, agent_ids=ids, agent_indices={a: index[a] for a in ids},
-            coordinator=coordinator, name=name)))
+            coordinator=coordinator, name=name), restartable=True))
         calls.append(Call("coordinator", "connect_learners", dict(group=Ref(name), agent_ids=ids)))
         learner_of.update(dict.fromkeys(ids, Ref(name)))
     nodes += _evaluators(config, coordinator, learner_of, device=True)

@@ -21,6 +21,8 @@ class NodeFailed(RuntimeError):
     """A node's process (or thread) ended, or a call to it failed; the message says which and why."""
 
 
+QUIET_SECONDS = 30.0
+
 RESUME = "checkpoints are written on the way out; rerun the same command to resume"
 
 
@@ -29,13 +31,16 @@ class Supervisor:
     the nodes, print progress, stop."""
 
     def __init__(self, config: RunConfig, coordinator, out=sys.stdout,
-                 stop_event: threading.Event | None = None, note: Callable[[], str] | None = None):
+                 stop_event: threading.Event | None = None, note: Callable[[], str] | None = None,
+                 lost: Callable[[BaseException], bool] = lambda e: False):
         self.config, self.coordinator, self.out = config, coordinator, out
         self.note = note  # more for the progress line (Ray: hosts and node processes lost)
+        self.lost = lost  # whether an error of a call says the node's process was lost (Ray)
         self.stop_event = stop_event or threading.Event()
         self.events: list[dict] = []
         self.started = time.time()
         self.restarts = 0
+        self.heartbeat = time.time()   # the loop's last round: `watch_coordinator`
 
     def report(self, fresh: bool = False) -> dict:
         """Prints the progress line from the coordinator's summary and the learners' metrics
@@ -51,7 +56,8 @@ class Supervisor:
         print(
             f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
             f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s{slowest}  "
-            f"main agents' win rate vs league: {vs or '-'}" + (self.note() if self.note else ""),
+            f"main agents' win rate vs league: {vs or '-'}" + (self.note() if self.note else "")
+            + (f"  waiting on {', '.join(summary['waiting'])} (hung?)" if summary.get("waiting") else ""),
             file=self.out, flush=True,
         )
         return {"summary": summary, "learners": metrics}
@@ -70,16 +76,39 @@ class Supervisor:
     def loop(self, check_nodes: Callable[[], None] = lambda: None) -> str:
         last_report, metrics = 0.0, None
         while True:
-            for event in self.coordinator.take_events():
-                self.events.append(event)
-                print(f"  {describe_event(event)}", file=self.out, flush=True)
             check_nodes()
-            if time.time() - last_report >= self.config.progress_every_seconds:
-                metrics, last_report = self.report(), time.time()
+            try:
+                for event in self.coordinator.take_events():
+                    self.events.append(event)
+                    print(f"  {describe_event(event)}", file=self.out, flush=True)
+                if time.time() - last_report >= self.config.progress_every_seconds:
+                    metrics, last_report = self.report(), time.time()
+            except Exception as e:
+                if not self.lost(e):
+                    raise
+                # the coordinator's process was lost and is restarting (check_nodes says so)
             reason = self.done(metrics)
             if reason:
                 return reason
+            self.heartbeat = time.time()
             self.stop_event.wait(0.5)
+
+    def watch_coordinator(self, finished: threading.Event) -> None:
+        """Until `finished`: names a coordinator that has not answered the loop for
+        max(QUIET_SECONDS, 3 progress intervals) (a hung, stopped or overloaded process), once,
+        and says when it answers again. The loop itself waits for it."""
+        quiet = max(QUIET_SECONDS, 3 * self.config.progress_every_seconds)
+        said = None
+        while not finished.wait(1.0):
+            beat = self.heartbeat
+            late = time.time() - beat
+            if said is None and late >= quiet:
+                print(f"  the coordinator has not answered for {late:.0f} s (its process hung, stopped or "
+                      "overloaded?); the run waits for it", file=self.out, flush=True)
+                said = beat
+            elif said is not None and beat != said:
+                print(f"  the coordinator answers again (after {time.time() - said:.0f} s)", file=self.out, flush=True)
+                said = None
 
 
 def describe_event(event: dict) -> str:
@@ -98,10 +127,11 @@ def describe_event(event: dict) -> str:
 
 
 def supervise(program: Program, handles: dict, out, stop_event, on_launch, check_nodes,
-               stop_node, close_node, note: Callable[[], str] | None = None) -> Supervisor:
+               stop_node, close_node, note: Callable[[], str] | None = None,
+               lost: Callable[[BaseException], bool] = lambda e: False) -> Supervisor:
     """What both launchers share once the nodes run: the loop, then an orderly shutdown."""
     config = program.config
-    supervisor = Supervisor(config, handles["coordinator"], out, stop_event, note)
+    supervisor = Supervisor(config, handles["coordinator"], out, stop_event, note, lost)
     previous = _install_sigint(supervisor.stop_event) if stop_event is None else None
     if config.dashboard_port >= 0:
         from dashboard.server import serve
@@ -121,12 +151,20 @@ def supervise(program: Program, handles: dict, out, stop_event, on_launch, check
         finally:
             timings.append((time.time() - started, what))
 
+    finished = threading.Event()
+    threading.Thread(target=supervisor.watch_coordinator, args=(finished,), daemon=True,
+                     name="watch-coordinator").start()
     try:
         reason = supervisor.loop(lambda: check_nodes(supervisor))
         stopping = time.time()
         print(f"finishing: {reason}", file=out, flush=True)
-        supervisor.report(fresh=True)
+        try:
+            supervisor.report(fresh=True)
+        except Exception as e:
+            if not lost(e):
+                raise
     finally:
+        finished.set()
         stopping = stopping or time.time()
         # Every running node is told to stop at once, so each finishes the work it has in
         # flight (a learner's chunk, an evaluator's games) beside the others, not after them;

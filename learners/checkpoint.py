@@ -67,8 +67,9 @@ def previous(file: str) -> str:
 
 
 def save(file: str, checkpoint: Checkpoint) -> str:
-    """Writes `checkpoint` to `file` atomically, with its checksum, after moving the one there
-    to `previous(file)`; returns `file`."""
+    """Writes `checkpoint` to `file` atomically, with its checksum, moving the one there to
+    `previous(file)` once the new one is written whole (a failed write, a full disk, changes
+    neither); returns `file`."""
     payload = {
         "format": FORMAT, "version": int(checkpoint.version), "steps": int(checkpoint.steps),
         "num_skipped": int(checkpoint.num_skipped),
@@ -76,9 +77,7 @@ def save(file: str, checkpoint: Checkpoint) -> str:
         "opt_state": serialization.to_state_dict(jax.device_get(checkpoint.opt_state))}
     body = serialization.msgpack_serialize(payload)
     envelope = {"format": ENVELOPE, "sha256": hashlib.sha256(body).hexdigest(), "body": body}
-    if os.path.exists(file):
-        os.replace(file, previous(file))
-    return write_atomic(file, serialization.msgpack_serialize(envelope))
+    return write_atomic(file, serialization.msgpack_serialize(envelope), previous=previous(file))
 
 
 def read_payload(file: str) -> dict:

@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agents.storage import disk_full
 from agents.trajectory import Unroll, validate_unroll
 from learners import checkpoint, update
 from learners.checkpoint import CheckpointError
@@ -219,13 +220,23 @@ class Learner:
     # ------------------------------------------------------------------ checkpoints
 
     def save_checkpoint(self) -> str | None:
-        """Writes params, optimiser state, version and steps atomically; returns the path."""
+        """Writes params, optimiser state, version and steps atomically; returns the path. On a
+        full disk it writes nothing, says so, and returns None: the checkpoint there stays, and
+        the next one is tried at the next interval (the learner goes on)."""
         if self._checkpoint_path is None:
             return None
         with self._lock:
             state, steps = self._state, self.steps()
-        return checkpoint.save(self._checkpoint_path, checkpoint.Checkpoint(
-            int(state.version), steps, int(state.num_skipped), state.params, state.opt_state))
+        try:
+            return checkpoint.save(self._checkpoint_path, checkpoint.Checkpoint(
+                int(state.version), steps, int(state.num_skipped), state.params, state.opt_state))
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            print(f"warning: learner checkpoint {self._checkpoint_path} not written ({e.strerror}): "
+                  f"the one there stays; version {int(state.version)} ({steps} steps) is tried again "
+                  "at the next checkpoint", flush=True)
+            return None
 
     def close(self) -> None:
         """Stops prefetching and writes a final checkpoint (if there is a run directory)."""
