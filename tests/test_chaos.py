@@ -27,7 +27,7 @@ def test_a_kuhn_league_recovers_from_every_fault_inside_its_run_and_loses_nothin
     command = [sys.executable, "-m", "benchmarks.chaos", "--game=kuhn_poker", f"--minutes={CHAOS_MINUTES}",
                f"--fault_every={CHAOS_EVERY}", "--first_fault=40", "--hang_seconds=30", "--full_seconds=20",
                "--disk_mb=128", f"--faults={FAULTS}", "--in_turn", f"--run_root={tmp_path}",
-               "--league_args=--checkpoint_every_seconds=10"]
+               "--league_args=--checkpoint_every_seconds=10,--device.threads=1"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=CHAOS_MINUTES * 60 + 240,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = done.stdout + done.stderr
