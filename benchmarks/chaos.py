@@ -194,6 +194,7 @@ class Faults:
 
     def __init__(self, run_dir: str, mount: str | None):
         self.run_dir, self.mount = run_dir, mount
+        self.at = time.time()   # when the last fault struck (a torn checkpoint waits for a write)
 
     def _kill(self, kind: str) -> str:
         pids = node_pids(kind)
@@ -204,6 +205,7 @@ class Faults:
         return f"{kind} pid {pid}"
 
     def strike(self, kind: str) -> str:
+        self.at = time.time()
         if kind.startswith("kill_"):
             return self._kill(kind[len("kill_"):])
         if kind == "hang":
@@ -230,7 +232,7 @@ class Faults:
             if not pids:
                 return "no learner process found"
             learners = os.path.join(self.run_dir, "learners")
-            deadline, seen = time.time() + 60.0, None
+            deadline, seen = time.time() + min(60.0, FLAGS.fault_every / 2), None
             while time.time() < deadline and seen is None:
                 for agent in os.listdir(learners) if os.path.isdir(learners) else []:
                     if any(".tmp." in f for f in os.listdir(os.path.join(learners, agent))):
@@ -238,10 +240,11 @@ class Faults:
                         break
                 else:
                     time.sleep(0.002)
-            for pid in pids:
-                os.kill(pid, signal.SIGKILL)
+            self.at = time.time()
+            for pid in node_pids("learner") or pids:
+                _signal(pid, signal.SIGKILL)
             return (f"learners killed while {seen}'s checkpoint was being written" if seen
-                    else "learners killed (no checkpoint write seen within 60 s)")
+                    else f"learners killed (no checkpoint write seen within {min(60.0, FLAGS.fault_every / 2):.0f} s)")
         if kind == "lock_db":
             con = sqlite3.connect(os.path.join(self.run_dir, "league.db"), timeout=30, isolation_level=None,
                                   check_same_thread=False)
@@ -303,8 +306,9 @@ def main(argv):
         while when < started + FLAGS.minutes * 60 - FLAGS.fault_every / 2:
             time.sleep(max(0.0, when - time.time()))
             kind = faults[len(strikes) % len(faults)] if FLAGS.in_turn else random.choice(faults)
-            at = time.time()
-            target = Faults(run_dir, mount).strike(kind)
+            faults_now = Faults(run_dir, mount)
+            target = faults_now.strike(kind)
+            at = faults_now.at
             strikes.append((at, kind, target))
             print(f"[{(at - started) / 60:5.1f} min] fault: {kind}: {target}", flush=True)
             when += FLAGS.fault_every
