@@ -517,6 +517,14 @@ class EvaluatorNode:
         if not work:
             return 0
         payoffs = self._exact.payoffs(work["player"], work["against"])
+        # A player whose parameters are not finite (a learner whose updates were all skipped
+        # snapshotted NaN) has no policy: it is withdrawn, not reported (issue 31, nothing silent).
+        bad = [o for o, values in payoffs.items() if not np.all(np.isfinite(values))]
+        if bad and len(bad) == len(payoffs):
+            self._coordinator.withdraw(work["player"], "its exact payoffs are not finite: its parameters hold NaN "
+                                       "or inf (a learner whose updates were skipped as non-finite?)")
+            return 1
+        payoffs = {o: values for o, values in payoffs.items() if o not in bad}
         self.measure_exploiter_gap(work["player"])
         self._coordinator.report_exact(work["player"], payoffs)
         return len(payoffs) + 1

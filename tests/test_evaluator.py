@@ -104,6 +104,34 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
     assert "protoss" in {r for m in matchups for r in m}
 
 
+def test_a_frozen_player_with_nan_parameters_is_withdrawn_by_the_exact_evaluator(tmp_path):
+    """A snapshot of a learner whose updates were skipped as non-finite holds NaN: its exact
+    payoffs are NaN, so the evaluator withdraws it (an event naming why) instead of reporting
+    them (which stopped the run: the payoff refuses a NaN win rate)."""
+    from coordinator.coordinator import Coordinator
+    from experiments.build import initial_params
+    from experiments.build import make_network as run_network
+    from experiments.config import RunConfig
+    from experiments.nodes import EvaluatorNode
+    from league.rules import AddSnapshot
+
+    config = RunConfig.make(game="kuhn_poker", hidden_size=8, core_size=8, run_dir=str(tmp_path))
+    coordinator = Coordinator(config.league, config.run_dir)
+    node = EvaluatorNode(config, coordinator, {})
+    spec = node._evaluator.game.spec
+    params = initial_params(run_network(config, spec), spec, 0, 3)
+    coordinator.store_initial_params("any_main_agent_0", params)
+    nan = jax.tree_util.tree_map(lambda x: np.full_like(np.asarray(x), np.nan), params)
+    coordinator.params.save("any_main_agent_0#1", nan, 1)
+    coordinator.league.apply(AddSnapshot("any_main_agent_0", "any_main_agent_0#1", 1, 0.0, "test"))
+    while node.exact_next():
+        pass
+    assert "any_main_agent_0#1" in coordinator.league.withdrawn
+    events = coordinator.take_events()
+    assert [(e["kind"], e["player_id"]) for e in events] == [("withdrawn", "any_main_agent_0#1")]
+    assert "not finite" in events[0]["reason"]
+
+
 def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path):
     """Kuhn poker: the evaluator node turns each new frozen player into its exact tabular
     policy and reports its exact payoffs against the frozen players already in; the values
