@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pathlib
 import sqlite3
@@ -463,10 +464,12 @@ class LeagueHistory:
         )
 
     def add_exploitability(self, values: Mapping[str, float], when: float | None = None) -> None:
-        """Exact NashConv per subject ("nash": the Nash mixture; a main agent's id)."""
+        """Exact NashConv per subject ("nash": the Nash mixture; a main agent's id). A value that
+        is not finite (a main agent whose parameters hold NaN) is not recorded: the column is
+        NOT NULL, and SQLite stores NaN as NULL."""
         when = when or time.time()
         self._write("INSERT INTO exploitability(time, subject, nash_conv) VALUES (?, ?, ?)",
-                    [(when, s, float(v)) for s, v in values.items()])
+                    [(when, s, float(v)) for s, v in values.items() if math.isfinite(v)])
 
     def add_exploiter_gaps(self, rows: Iterable[Mapping], when: float | None = None) -> None:
         """Exploiter snapshots' gaps to a best response: dicts with the columns of

@@ -522,3 +522,11 @@ def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_
     out = io.StringIO()
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report()
     assert f"(slowest {chunked} 10.7/s)" in out.getvalue(), out.getvalue()
+
+
+def test_a_nash_conv_that_is_not_finite_is_not_recorded(tmp_path):
+    """A main agent whose parameters hold NaN has a NaN NashConv: it is left out of league.db
+    (whose column is NOT NULL: SQLite stores NaN as NULL), and the evaluator goes on."""
+    coordinator, _ = make(tmp_path)
+    coordinator.record_exploitability({"nash": 0.25, "terran_main_agent_0": float("nan")})
+    assert [(s, v) for _, s, v in coordinator.history.exploitability_history()] == [("nash", 0.25)]
