@@ -62,7 +62,7 @@ class ParamsSource:
         if got is None:
             got = self._coordinator.frozen_params(player_id)
             if got is None:
-                raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read)")
+                raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read or are not finite)")
             with self._lock:
                 self._frozen[player_id] = got
         version, params = got
@@ -272,7 +272,7 @@ class DeviceLearnerGroup(_Learners):
             return self._frozen[player_id]
         got = self._coordinator.frozen_params(player_id)
         if got is None:
-            raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read)")
+            raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read or are not finite)")
         self._frozen[player_id] = jax.device_put(got[1])
         while len(self._frozen) > self.BANK_SIZE:
             self._frozen.popitem(last=False)

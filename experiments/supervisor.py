@@ -118,7 +118,7 @@ def describe_event(event: dict) -> str:
         return f"snapshot: {event['agent_id']} -> {event['player_id']} ({event['reason']})"
     if kind == "withdrawn":
         return (f"withdrawn: frozen player {event['player_id']} leaves matchmaking for the rest of "
-                f"the run, its parameters cannot be read: {event['reason']}")
+                f"the run: {event['reason']}")
     if kind == "stalled":
         return f"stalled: learner {event['agent_id']} is not learning: {event['reason']}"
     if kind == "recovered":
