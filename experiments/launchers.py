@@ -35,8 +35,7 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
     for node in program.nodes:
         print(f"building {node.name} ...", file=out, flush=True)
         handles[node.name] = node.cls(**resolve(node.kwargs, handles))
-    for call in program.calls:
-        getattr(handles[call.node], call.method)(**resolve(call.kwargs, handles))
+    wire(program, handles)
     failures: list[str] = []
 
     def run(name):
@@ -60,6 +59,14 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
 
     return supervise(program, handles, out, stop_event, on_launch, check_nodes, stop,
                       lambda node: handles[node.name].close())
+
+
+def wire(program: Program, handles: dict, only: str | None = None) -> None:
+    """Makes the program's wiring calls on the built nodes (`only`: those of one node, again
+    after Ray restarted it)."""
+    for call in program.calls:
+        if only is None or call.node == only:
+            getattr(handles[call.node], call.method)(**resolve(call.kwargs, handles))
 
 
 def _describe(error: BaseException) -> str:
@@ -229,8 +236,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
         name = f"{node.name}-{run_id}"
         actor = ray.remote(name=name, **options[node.name])(node.cls).remote(**resolve(node.kwargs, handles))
         handles[node.name] = RayProxy(actor, name)
-    for call in program.calls:
-        getattr(handles[call.node], call.method)(**resolve(call.kwargs, handles))
+    wire(program, handles)
     running = {handles[n.name].handle.run.remote(): n for n in program.nodes if n.runs}
     died = (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError,
             ray.exceptions.ActorUnavailableError)
@@ -292,9 +298,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
             del restarting[name]
             hosts.set(name, where)
             # its wiring calls again (a restarted coordinator connects to the learner groups)
-            for call in program.calls:
-                if call.node == name:
-                    getattr(handles[name], call.method)(**resolve(call.kwargs, handles))
+            wire(program, handles, only=name)
             print(f"  {name} restarted on {where}", file=out, flush=True)
             if not supervisor.stop_event.is_set():
                 running[handles[name].handle.run.remote()] = program.node(name)

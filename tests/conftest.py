@@ -27,3 +27,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("replay"):
             item.add_marker(skip)
+
+
+def skip_unless_root(what: str) -> None:
+    """Skips a test that needs root (a filesystem of its own: mount -t tmpfs) when this is not
+    root; with LEAGUE_REQUIRE_ROOT=1 (CI, which runs as root) that fails the test instead."""
+    if os.geteuid() == 0:
+        return
+    if os.environ.get("LEAGUE_REQUIRE_ROOT") == "1":
+        pytest.fail(f"LEAGUE_REQUIRE_ROOT=1 but {what} needs root")
+    pytest.skip(f"{what} needs root (mount -t tmpfs)")

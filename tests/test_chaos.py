@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-import pytest
+from tests.conftest import skip_unless_root
 
 CHAOS_MINUTES = 4.0
 CHAOS_EVERY = 28.0   # seven faults from 40 s, the last (an evaluator: back in seconds) at 208 s
@@ -20,10 +20,7 @@ FAULTS = "kill_learner,kill_coordinator,hang,full_disk,torn_checkpoint,lock_db,k
 
 
 def test_a_kuhn_league_recovers_from_every_fault_inside_its_run_and_loses_nothing(tmp_path):
-    if os.geteuid() != 0:
-        if os.environ.get("LEAGUE_REQUIRE_ROOT") == "1":
-            pytest.fail("LEAGUE_REQUIRE_ROOT=1 but the chaos test needs root (a tmpfs of its own)")
-        pytest.skip("the chaos test needs root (the run directory's own tmpfs)")
+    skip_unless_root("the chaos test (the run directory's own tmpfs)")
     command = [sys.executable, "-m", "benchmarks.chaos", "--game=kuhn_poker", f"--minutes={CHAOS_MINUTES}",
                f"--fault_every={CHAOS_EVERY}", "--first_fault=40", "--hang_seconds=30", "--full_seconds=20",
                "--disk_mb=128", f"--faults={FAULTS}", "--in_turn", f"--run_root={tmp_path}",

@@ -17,20 +17,17 @@ from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.history import HistoryFull, LeagueHistory
 from coordinator.param_store import ParamStore
 from league.players import LeagueConfig, SnapshotConfig
+from tests.conftest import skip_unless_root
 from tests.test_coordinator import _MeteredLearner
 
 
 @pytest.fixture
 def small_disk(tmp_path):
     """A 16 MB tmpfs mounted at tmp_path/disk; unmounted afterwards."""
+    skip_unless_root("a small filesystem of its own")
     where = tmp_path / "disk"
     where.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], capture_output=True).returncode == 0
-    if not mounted:
-        if os.environ.get("LEAGUE_REQUIRE_ROOT") == "1":
-            pytest.fail("LEAGUE_REQUIRE_ROOT=1 but a tmpfs could not be mounted (root needed)")
-        pytest.skip("a small filesystem of its own needs root (mount -t tmpfs)")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], check=True, capture_output=True)
     yield where
     subprocess.run(["umount", "-l", str(where)], check=False)
 
