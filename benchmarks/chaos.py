@@ -57,7 +57,8 @@ flags.DEFINE_integer("races", 3, "the league's --races (SMAX)")
 flags.DEFINE_string("experience", "auto", "the league's --experience")
 flags.DEFINE_float("minutes", 30.0, "the league's total running time, restarts included")
 flags.DEFINE_float("fault_every", 90.0, "seconds between faults")
-flags.DEFINE_float("first_fault", 120.0, "seconds before the first fault (start-up, compiles)")
+flags.DEFINE_float("first_fault", 120.0, "seconds from the start before the first fault, at the earliest "
+                   "(it also waits for the league to play and learn: start-up, compiles)")
 flags.DEFINE_list("faults", ["kill_learner", "kill_coordinator", "kill_evaluator", "kill_actor", "hang",
                              "full_disk", "torn_checkpoint", "lock_db"], "the faults to draw from")
 flags.DEFINE_float("hang_seconds", 60.0, "how long a hang or a held read transaction lasts")
@@ -65,7 +66,7 @@ flags.DEFINE_float("full_seconds", 60.0, "how long the disk stays full")
 flags.DEFINE_integer("disk_mb", 1024, "size of the run directory's own filesystem (tmpfs; root only)")
 flags.DEFINE_float("window", 30.0, "seconds of rates before a fault and after its recovery")
 flags.DEFINE_integer("seed", 0, "the draw of faults")
-flags.DEFINE_bool("in_turn", False, "the faults in the order of --faults, round and round, instead of drawn")
+flags.DEFINE_bool("in_turn", False, "each fault of --faults once, in their order, instead of drawn")
 flags.DEFINE_string("run_root", "", "where the run directory goes (default: a new temporary directory)")
 flags.DEFINE_list("league_args", [], "more flags for the league, e.g. --league_args=--checkpoint_every_seconds=30")
 
@@ -75,12 +76,13 @@ FAILURE_WORDS = re.compile(r"died|error|lost|stalled|restart|failed|withdrawn|Tr
                            r"not answered|cannot be written|not written|held in memory|writer stopped",
                            re.IGNORECASE)
 STALE_SECONDS = 4.0   # league.db's learner readings lag the learners by up to a metrics interval
+TARGET_WAIT = 30.0    # a fault waits this long for its target's process (a node still restarting)
 HARMLESS = ("lock_db",)   # faults the league should not even notice
 PROGRESS = re.compile(r"^\[\s*[0-9.]+ min\]")   # progress lines: their "lost:" note repeats an old loss
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def node_pids(kind: str) -> list[int]:
+def node_pids(kind: str, wait: float = 0.0) -> list[int]:
     """Process ids of Ray workers running a node of `kind` (their title is `ray::<Class>...`)."""
     out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
     pids = []
@@ -89,6 +91,9 @@ def node_pids(kind: str) -> list[int]:
         title = args.strip()
         if any(title.startswith(f"ray::{c}") and not title.startswith(f"ray::{c}X") for c in NODE_CLASSES[kind]):
             pids.append(int(pid))
+    if not pids and wait > 0:   # between a restart and its process title: look again
+        time.sleep(min(1.0, wait))
+        return node_pids(kind, wait - 1.0)
     return pids
 
 
@@ -197,7 +202,7 @@ class Faults:
         self.at = time.time()   # when the last fault struck (a torn checkpoint waits for a write)
 
     def _kill(self, kind: str) -> str:
-        pids = node_pids(kind)
+        pids = node_pids(kind, wait=TARGET_WAIT)
         if not pids:
             return f"no {kind} process found"
         pid = random.choice(pids)
@@ -209,7 +214,8 @@ class Faults:
         if kind.startswith("kill_"):
             return self._kill(kind[len("kill_"):])
         if kind == "hang":
-            candidates = [(k, p) for k in NODE_CLASSES for p in node_pids(k)]
+            candidates = [(k, p) for k in NODE_CLASSES for p in node_pids(k)] or \
+                [("learner", p) for p in node_pids("learner", wait=TARGET_WAIT)]
             if not candidates:
                 return "no node process found"
             node, pid = random.choice(candidates)
@@ -228,7 +234,7 @@ class Faults:
             threading.Timer(FLAGS.full_seconds, lambda: os.path.exists(filler) and os.remove(filler)).start()
             return f"{self.mount} full for {FLAGS.full_seconds:.0f} s"
         if kind == "torn_checkpoint":
-            pids = node_pids("learner")
+            pids = node_pids("learner", wait=TARGET_WAIT)
             if not pids:
                 return "no learner process found"
             learners = os.path.join(self.run_dir, "learners")
@@ -301,9 +307,16 @@ def main(argv):
     league = League(command, started + FLAGS.minutes * 60, os.path.join(root, "league.log"))
     probe = Probe(os.path.join(run_dir, "league.db"))
     strikes = []
-    when = started + FLAGS.first_fault
+    # The first fault strikes once the league plays and learns (league.db has games and learner
+    # steps: past start-up and compiles, which a busy machine slows), and not before --first_fault.
+    while not any(r[1] > 0 and r[2] > 0 for r in probe.rows) and time.time() < started + FLAGS.minutes * 60:
+        time.sleep(1.0)
+    ready = time.time()
+    print(f"[{(ready - started) / 60:5.1f} min] the league plays and learns", flush=True)
+    when = max(started + FLAGS.first_fault, ready + 5.0)
     try:
-        while when < started + FLAGS.minutes * 60 - FLAGS.fault_every / 2:
+        while when < started + FLAGS.minutes * 60 - FLAGS.fault_every / 2 and \
+                not (FLAGS.in_turn and len(strikes) == len(faults)):
             time.sleep(max(0.0, when - time.time()))
             kind = faults[len(strikes) % len(faults)] if FLAGS.in_turn else random.choice(faults)
             faults_now = Faults(run_dir, mount)

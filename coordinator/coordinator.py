@@ -70,7 +70,9 @@ TENSORBOARD_RETRY_SECONDS = 60.0
 """After TensorBoard writing failed (a full disk), a new event file is tried this often."""
 
 HANG_SECONDS = 20.0
-"""A call of the control loop to a learner node unanswered this long is named (`waiting`)."""
+"""A call of the control loop to a learner node unanswered this long is named (`waiting`); so
+is a node that has not answered the driver's pings (experiments/launchers.py: Pings) or a
+coordinator that has not answered the driver's loop (Supervisor.watch_coordinator)."""
 
 RATE_WINDOW_SECONDS = 120.0
 """Learners' updates/s (`record_learners`) are over the readings of the last two minutes at least

@@ -24,7 +24,7 @@ from experiments.config import RaySettings, RunConfig
 from experiments.launchpad_launcher import problem as launchpad_problem
 from experiments.launchpad_launcher import run_launchpad
 from experiments.program import Program, build_program, resolve
-from experiments.supervisor import RESUME, NodeFailed, Supervisor, supervise
+from experiments.supervisor import HANG_SECONDS, RESUME, NodeFailed, Supervisor, supervise
 
 
 def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, out=sys.stdout,
@@ -349,7 +349,6 @@ class Pings:
     and again when it answers."""
 
     PING_EVERY = 5.0
-    HANG_SECONDS = 20.0
 
     def __init__(self, hosts: NodeHosts, out):
         self.hosts, self.out = hosts, out
@@ -373,7 +372,7 @@ class Pings:
                 if name in self.hung:
                     self.hung.discard(name)
                     print(f"  {name} answers again (after {now - at:.0f} s)", file=self.out, flush=True)
-            elif now - at >= self.HANG_SECONDS and name not in self.hung:
+            elif now - at >= HANG_SECONDS and name not in self.hung:
                 self.hung.add(name)
                 print(f"  {name} has not answered for {now - at:.0f} s: its process hung, stopped or "
                       "overloaded? The league goes on without it meanwhile", file=self.out, flush=True)

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from coordinator.coordinator import HANG_SECONDS
 from experiments.config import RunConfig
 from experiments.program import Program
 
@@ -20,8 +21,6 @@ from experiments.program import Program
 class NodeFailed(RuntimeError):
     """A node's process (or thread) ended, or a call to it failed; the message says which and why."""
 
-
-QUIET_SECONDS = 30.0
 
 RESUME = "checkpoints are written on the way out; rerun the same command to resume"
 
@@ -95,9 +94,9 @@ class Supervisor:
 
     def watch_coordinator(self, finished: threading.Event) -> None:
         """Until `finished`: names a coordinator that has not answered the loop for
-        max(QUIET_SECONDS, 3 progress intervals) (a hung, stopped or overloaded process), once,
-        and says when it answers again. The loop itself waits for it."""
-        quiet = max(QUIET_SECONDS, 3 * self.config.progress_every_seconds)
+        HANG_SECONDS (a hung, stopped or overloaded process), once, and says when it answers
+        again. The loop itself waits for it (so the node pings, made from the loop, wait too)."""
+        quiet = HANG_SECONDS
         said = None
         while not finished.wait(1.0):
             beat = self.heartbeat
