@@ -99,34 +99,53 @@ def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     assert all(v > 0 for v in learner_versions(student.run_dir).values())
 
 
-def kill_after(seconds, node, log):
-    """An `on_launch` hook: kill -9 the process of `node` after `seconds`."""
+def kill_when_playing(run_dir, node, killed, stop_event, after_kill=5.0, wait=150.0):
+    """An `on_launch` hook: once league.db holds games, kill -9 the process of `node` (its
+    wall time in `killed`); once a game is recorded `after_kill` seconds after the kill (only a
+    restarted node can have played it), set `stop_event`. Waits on the league, not on a clock:
+    under CI's load a league's first game came 18-40 s after launch, Ray's restart 18-25 s
+    after the kill."""
     import signal
     import threading
+    import time
 
-    def on_launch(handles):
-        def kill():
-            pid = handles[node].pid()
-            log.append(f"killing the actor process {pid}")
-            os.kill(pid, signal.SIGKILL)
+    def games_since(t):
+        if not os.path.exists(os.path.join(run_dir, "league.db")):
+            return False
+        history = LeagueHistory(run_dir, readonly=True)
+        try:
+            return any(g["time"] > t for g in history.result_rows())
+        finally:
+            history.close()
 
-        threading.Timer(seconds, kill).start()
+    def watch(handles):
+        deadline = time.time() + wait
+        while not games_since(0.0) and time.time() < deadline:
+            time.sleep(1.0)
+        pid = handles[node].pid()
+        killed.append(time.time())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.time() + wait
+        while not games_since(killed[0] + after_kill) and time.time() < deadline:
+            time.sleep(1.0)
+        stop_event.set()
 
-    return on_launch
+    return lambda handles: threading.Thread(target=watch, args=(handles,), daemon=True).start()
 
 
 @pytest.mark.replay
 def test_ray_runner_survives_a_killed_actor_process(tmp_path):
-    cfg = config(tmp_path, runner="ray", minutes=1.0, evaluators=0)
-    killed = []
-    supervisor, out = run(cfg, on_launch=kill_after(25.0, "actors", killed))
-    out = "\n".join(killed) + out
-    assert "killing the actor process" in out, out
+    import threading
+
+    cfg = config(tmp_path, runner="ray", minutes=6.0, evaluators=0)   # stopped by the hook
+    killed, stop_event = [], threading.Event()
+    supervisor, out = run(cfg, stop_event=stop_event,
+                          on_launch=kill_when_playing(cfg.run_dir, "actors", killed, stop_event))
+    assert killed, out
     assert supervisor.restarts >= 1, out
     history = LeagueHistory(cfg.run_dir, readonly=True)
-    games = history.result_rows()
-    kill_time = min(g["time"] for g in games) + 20  # games keep arriving after the kill
-    assert any(g["time"] > kill_time + 10 for g in games), out
+    # Games recorded 5 s after the kill: the restarted actor process played them.
+    assert any(g["time"] > killed[0] + 5.0 for g in history.result_rows()), out
     assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
 
 
