@@ -82,19 +82,24 @@ PROGRESS = re.compile(r"^\[\s*[0-9.]+ min\]")   # progress lines: their "lost:" 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def node_pids(kind: str, wait: float = 0.0) -> list[int]:
-    """Process ids of Ray workers running a node of `kind` (their title is `ray::<Class>...`)."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    pids = []
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        title = args.strip()
-        if any(title.startswith(f"ray::{c}") and not title.startswith(f"ray::{c}X") for c in NODE_CLASSES[kind]):
-            pids.append(int(pid))
-    if not pids and wait > 0:   # between a restart and its process title: look again
-        time.sleep(min(1.0, wait))
-        return node_pids(kind, wait - 1.0)
-    return pids
+def node_pids(kinds: str | tuple[str, ...], wait: float = 0.0) -> list[tuple[str, int]]:
+    """(kind, process id) of the Ray workers running a node of one of `kinds` (their title is
+    `ray::<Class>...`); looks again each second for up to `wait` seconds while there is none
+    (between a restart and its process title)."""
+    kinds = (kinds,) if isinstance(kinds, str) else kinds
+    deadline = time.time() + wait
+    while True:
+        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        found = []
+        for line in out.splitlines():
+            pid, _, args = line.strip().partition(" ")
+            title = args.strip()
+            found += [(kind, int(pid)) for kind in kinds
+                      if any(title.startswith(f"ray::{c}") and not title.startswith(f"ray::{c}X")
+                             for c in NODE_CLASSES[kind])]
+        if found or time.time() >= deadline:
+            return found
+        time.sleep(1.0)
 
 
 class League:
@@ -205,7 +210,7 @@ class Faults:
         pids = node_pids(kind, wait=TARGET_WAIT)
         if not pids:
             return f"no {kind} process found"
-        pid = random.choice(pids)
+        _, pid = random.choice(pids)
         os.kill(pid, signal.SIGKILL)
         return f"{kind} pid {pid}"
 
@@ -214,8 +219,7 @@ class Faults:
         if kind.startswith("kill_"):
             return self._kill(kind[len("kill_"):])
         if kind == "hang":
-            candidates = [(k, p) for k in NODE_CLASSES for p in node_pids(k)] or \
-                [("learner", p) for p in node_pids("learner", wait=TARGET_WAIT)]
+            candidates = node_pids(tuple(NODE_CLASSES), wait=TARGET_WAIT)
             if not candidates:
                 return "no node process found"
             node, pid = random.choice(candidates)
@@ -247,7 +251,7 @@ class Faults:
                 else:
                     time.sleep(0.002)
             self.at = time.time()
-            for pid in node_pids("learner") or pids:
+            for _, pid in node_pids("learner") or pids:
                 _signal(pid, signal.SIGKILL)
             return (f"learners killed while {seen}'s checkpoint was being written" if seen
                     else f"learners killed (no checkpoint write seen within {min(60.0, FLAGS.fault_every / 2):.0f} s)")

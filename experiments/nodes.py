@@ -519,11 +519,16 @@ class EvaluatorNode:
         payoffs = self._exact.payoffs(work["player"], work["against"])
         # A player whose parameters are not finite (a learner whose updates were all skipped
         # snapshotted NaN) has no policy: it is withdrawn, not reported (issue 31, nothing silent).
+        # When only some opponents' payoffs are not finite, the player plays finitely against
+        # the others: those opponents' parameters are the bad ones, and they are withdrawn.
         bad = [o for o, values in payoffs.items() if not np.all(np.isfinite(values))]
+        why = ("its exact payoffs are not finite: its parameters hold NaN or inf (a learner whose "
+               "updates were skipped as non-finite?)")
         if bad and len(bad) == len(payoffs):
-            self._coordinator.withdraw(work["player"], "its exact payoffs are not finite: its parameters hold NaN "
-                                       "or inf (a learner whose updates were skipped as non-finite?)")
+            self._coordinator.withdraw(work["player"], why)
             return 1
+        for opponent in bad:
+            self._coordinator.withdraw(opponent, why)
         payoffs = {o: values for o, values in payoffs.items() if o not in bad}
         self.measure_exploiter_gap(work["player"])
         self._coordinator.report_exact(work["player"], payoffs)

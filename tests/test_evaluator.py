@@ -132,6 +132,37 @@ def test_a_frozen_player_with_nan_parameters_is_withdrawn_by_the_exact_evaluator
     assert "not finite" in events[0]["reason"]
 
 
+def test_a_frozen_player_already_in_with_nan_parameters_is_withdrawn_when_the_next_one_meets_it(tmp_path):
+    """A NaN player already in the exact meta-game (its payoffs reported before, e.g. by an
+    older run): the next player's payoffs against it are NaN and against the others finite, so
+    that opponent is withdrawn by name and the rest reported (before: dropped without a word)."""
+    from coordinator.coordinator import Coordinator
+    from experiments.build import initial_params
+    from experiments.build import make_network as run_network
+    from experiments.config import RunConfig
+    from experiments.nodes import EvaluatorNode
+    from league.rules import AddSnapshot
+
+    config = RunConfig.make(game="kuhn_poker", hidden_size=8, core_size=8, run_dir=str(tmp_path))
+    coordinator = Coordinator(config.league, config.run_dir)
+    node = EvaluatorNode(config, coordinator, {})
+    spec = node._evaluator.game.spec
+    params = initial_params(run_network(config, spec), spec, 0, 3)
+    coordinator.store_initial_params("any_main_agent_0", params)
+    nan = jax.tree_util.tree_map(lambda x: np.full_like(np.asarray(x), np.nan), params)
+    coordinator.params.save("any_main_agent_0#1", nan, 1)
+    coordinator.league.apply(AddSnapshot("any_main_agent_0", "any_main_agent_0#1", 1, 0.0, "test"))
+    assert node.exact_next() == 1          # the initial player: nothing to play yet
+    coordinator.report_exact("any_main_agent_0#1", {"any_main_agent_0#0": (0.5, 0.0)})   # in, as before
+    coordinator.params.save("any_main_agent_0#2", params, 2)
+    coordinator.league.apply(AddSnapshot("any_main_agent_0", "any_main_agent_0#2", 2, 0.0, "test"))
+    assert node.exact_next() == 2          # #2 against #0 reported, #1 withdrawn
+    assert coordinator.league.withdrawn.keys() == {"any_main_agent_0#1"}
+    events = coordinator.take_events()
+    assert [(e["kind"], e["player_id"]) for e in events] == [("withdrawn", "any_main_agent_0#1")]
+    assert "not finite" in events[0]["reason"]
+
+
 def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path):
     """Kuhn poker: the evaluator node turns each new frozen player into its exact tabular
     policy and reports its exact payoffs against the frozen players already in; the values
