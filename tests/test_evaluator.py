@@ -104,10 +104,9 @@ def test_evaluator_node_plays_and_records_each_players_own_races(tmp_path):
     assert "protoss" in {r for m in matchups for r in m}
 
 
-def test_a_frozen_player_with_nan_parameters_is_withdrawn_by_the_exact_evaluator(tmp_path):
-    """A snapshot of a learner whose updates were skipped as non-finite holds NaN: its exact
-    payoffs are NaN, so the evaluator withdraws it (an event naming why) instead of reporting
-    them (which stopped the run: the payoff refuses a NaN win rate)."""
+def kuhn_evaluator_with_a_nan_snapshot(tmp_path):
+    """A Kuhn coordinator and evaluator node: the initial player (finite parameters, returned)
+    and its snapshot any_main_agent_0#1 whose parameters are all NaN."""
     from coordinator.coordinator import Coordinator
     from experiments.build import initial_params
     from experiments.build import make_network as run_network
@@ -124,6 +123,14 @@ def test_a_frozen_player_with_nan_parameters_is_withdrawn_by_the_exact_evaluator
     nan = jax.tree_util.tree_map(lambda x: np.full_like(np.asarray(x), np.nan), params)
     coordinator.params.save("any_main_agent_0#1", nan, 1)
     coordinator.league.apply(AddSnapshot("any_main_agent_0", "any_main_agent_0#1", 1, 0.0, "test"))
+    return coordinator, node, params
+
+
+def test_a_frozen_player_with_nan_parameters_is_withdrawn_by_the_exact_evaluator(tmp_path):
+    """A snapshot of a learner whose updates were skipped as non-finite holds NaN: its exact
+    payoffs are NaN, so the evaluator withdraws it (an event naming why) instead of reporting
+    them (which stopped the run: the payoff refuses a NaN win rate)."""
+    coordinator, node, _ = kuhn_evaluator_with_a_nan_snapshot(tmp_path)
     while node.exact_next():
         pass
     assert "any_main_agent_0#1" in coordinator.league.withdrawn
@@ -136,22 +143,9 @@ def test_a_frozen_player_already_in_with_nan_parameters_is_withdrawn_when_the_ne
     """A NaN player already in the exact meta-game (its payoffs reported before, e.g. by an
     older run): the next player's payoffs against it are NaN and against the others finite, so
     that opponent is withdrawn by name and the rest reported (before: dropped without a word)."""
-    from coordinator.coordinator import Coordinator
-    from experiments.build import initial_params
-    from experiments.build import make_network as run_network
-    from experiments.config import RunConfig
-    from experiments.nodes import EvaluatorNode
     from league.rules import AddSnapshot
 
-    config = RunConfig.make(game="kuhn_poker", hidden_size=8, core_size=8, run_dir=str(tmp_path))
-    coordinator = Coordinator(config.league, config.run_dir)
-    node = EvaluatorNode(config, coordinator, {})
-    spec = node._evaluator.game.spec
-    params = initial_params(run_network(config, spec), spec, 0, 3)
-    coordinator.store_initial_params("any_main_agent_0", params)
-    nan = jax.tree_util.tree_map(lambda x: np.full_like(np.asarray(x), np.nan), params)
-    coordinator.params.save("any_main_agent_0#1", nan, 1)
-    coordinator.league.apply(AddSnapshot("any_main_agent_0", "any_main_agent_0#1", 1, 0.0, "test"))
+    coordinator, node, params = kuhn_evaluator_with_a_nan_snapshot(tmp_path)
     assert node.exact_next() == 1          # the initial player: nothing to play yet
     coordinator.report_exact("any_main_agent_0#1", {"any_main_agent_0#0": (0.5, 0.0)})   # in, as before
     coordinator.params.save("any_main_agent_0#2", params, 2)
