@@ -434,10 +434,15 @@ class _Reporter:
     """Reports finished games to the match source from a thread of its own, so that the actor's
     thread never waits on the coordinator (issue 30): reports queued while a call is in flight
     go together in the next call. An error of the match source (the coordinator refusing a
-    batch) is raised in the actor's thread by its next `put` or by `flush`."""
+    batch) is raised in the actor's thread by its next `put` or by `flush`; one for which
+    `retry(error)` is true (the coordinator's process lost, restarting) keeps the batch and
+    delivers it once the match source answers again (tried every RETRY_SECONDS)."""
 
-    def __init__(self, sink):
+    RETRY_SECONDS = 1.0
+
+    def __init__(self, sink, retry=None):
         self._sink = sink
+        self._retry = retry or (lambda error: False)
         self._pending: list = []
         self._in_flight = False
         self._closing = False
@@ -469,8 +474,14 @@ class _Reporter:
             try:
                 self._sink.report_results(batch)
             except BaseException as e:  # raised in the actor's thread (put, flush)
+                retry = self._retry(e) and not self._closing
                 with self._cond:
-                    self.error = e
+                    if retry:
+                        self._pending[:0] = batch   # first, before what came since
+                    else:
+                        self.error = e
+                if retry:
+                    time.sleep(self.RETRY_SECONDS)
             finally:
                 with self._cond:
                     self._in_flight = False
@@ -501,6 +512,9 @@ class Actor:
     interface of agents/networks.py (`agents.act` samples from it); `reward` is a loaded reward
     plug-in that overrides `config.reward_plugin`.
 
+    `retry_reports_if(error)`: true for an error of the match source after which reports are
+    delivered again later (its process lost and restarting: `experiments.nodes.lost_node`).
+
     `teacher_params`: a frozen teacher (AlphaStar's supervised policy, for the learner's KL
     term) that follows the same observations with its own recurrent state; each unroll then
     stores the core state (the policy's, the teacher's) before its step 0, so the learner
@@ -508,7 +522,8 @@ class Actor:
 
     def __init__(self, actor_id: str, agent_id: str, game, network, match_source, params_source,
                  reverb_address: str | None, table: str, config: ActorConfig | None = None,
-                 *, reward=None, teacher_params=None, z_bank: replays.ZBank | None = None):
+                 *, reward=None, teacher_params=None, z_bank: replays.ZBank | None = None,
+                 retry_reports_if=None):
         self.actor_id, self.agent_id = str(actor_id), str(agent_id)
         self.game, self.network = game, network
         self.match_source, self.params_source = match_source, params_source
@@ -536,7 +551,7 @@ class Actor:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._writer: _UnrollWriter | None = None
-        self._reporter = _Reporter(match_source)
+        self._reporter = _Reporter(match_source, retry_reports_if)
         self._refresher: _ParamsRefresher | None = None
         self._params = self._version = None
         self._match: Match | None = None

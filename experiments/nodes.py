@@ -43,6 +43,23 @@ from league.players import MATCH_ATTEMPTS, WithdrawnPlayer
 from league.results import GameResult
 
 
+def lost_node(error: BaseException | None) -> BaseException | None:
+    """The call to another node whose process was lost, and that Ray restarts, in `error` or
+    what caused it (Ray's RayActorError and its subclasses ActorDiedError and
+    ActorUnavailableError), else None: the caller tries again once that node is back; it is
+    no bug."""
+    import sys
+
+    ray = sys.modules.get("ray")   # only a Ray run can lose a node this way
+    seen = set()
+    while ray is not None and error is not None and id(error) not in seen:
+        if isinstance(error, ray.exceptions.RayActorError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 class ParamsSource:
     """Parameters by player id: a learning agent's from its learner group, a frozen player's
     from the coordinator (`Coordinator.frozen_params`: the run directory is on its host only),
@@ -393,7 +410,7 @@ class ActorGroup:
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
                                           addresses[agent_id], agent_id, actor_config,
                                           teacher_params=None if teachers is None else teachers[races[agent_id]],
-                                          z_bank=z_banks[agent_id])
+                                          z_bank=z_banks[agent_id], retry_reports_if=lost_node)
         self._threads: list[threading.Thread] = []
         self.errors: list[str] = []
 
@@ -401,14 +418,17 @@ class ActorGroup:
         """Runs every actor on a thread until `stop()`; returns when they have all stopped.
         An actor that fails stops the group at once with its error (never a thread gone
         without a word while its learner waits for games): the launcher then restarts the
-        group (Ray) or stops the run with the message (one process)."""
+        group (Ray) or stops the run with the message (one process). When every failure is a
+        call to a lost node (the coordinator restarting: `lost_node`), that error is raised
+        as it is, and the Ray launcher runs the group again once the node is back."""
         def loop(actor_id, actor):
             try:
                 actor.run()
             except Exception as e:
                 self.errors.append(f"{actor_id} failed: {type(e).__name__}: {e}\n{traceback.format_exc()}")
+                failures.append(e)
 
-        self.errors = []
+        self.errors, failures = [], []
         self._threads = [threading.Thread(target=loop, args=(i, a), daemon=True, name=i)
                          for i, a in self.actors.items()]
         for t in self._threads:
@@ -419,6 +439,8 @@ class ActorGroup:
             self.stop()
             for t in self._threads:
                 t.join(timeout=10)
+            if all(lost_node(e) for e in failures):
+                raise lost_node(failures[0])
             first = self.errors[0].splitlines()[0]
             raise RuntimeError(f"{first}" + (f" ({len(self.errors)} actors failed)" if len(self.errors) > 1 else ""))
 

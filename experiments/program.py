@@ -261,17 +261,17 @@ def _evaluators(config: RunConfig, coordinator: Ref, learner_of: dict, device: b
         for i in range(config.evaluator.count)]
 
 
-def _coordinator_node(config: RunConfig, restartable: bool = False) -> Node:
-    """The coordinator; `restartable` on the device path, whose restarts inside a run
-    benchmarks/chaos.py and tests/test_chaos.py check (on the replay path its loss stops the
-    run, which the rerun resumes)."""
+def _coordinator_node(config: RunConfig) -> Node:
+    """The coordinator; restartable on both paths (Ray restarts its process, it resumes from
+    league.db and its wiring calls are made again; actors and learner groups call it again
+    once it is back: benchmarks/chaos.py, tests/test_chaos.py, tests/test_program.py)."""
     return Node("coordinator", Coordinator, dict(
         league_config=config.league, run_dir=config.run_dir, seed=config.seed,
         config=CoordinatorConfig(meta_game_every_seconds=config.meta_game_every_seconds,
                                  checkpoint_every_seconds=config.checkpoint_every_seconds,
                                  metrics_every_seconds=config.progress_every_seconds,
                                  backup_every_seconds=config.backup_every_seconds,
-                                 per_game_rows=config.per_game_rows)), restartable=restartable)
+                                 per_game_rows=config.per_game_rows)), restartable=True)
 
 
 def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:
@@ -279,7 +279,7 @@ def _device_program(config: RunConfig, experience: tuple[str, str]) -> Program:
     evaluators; no actors and no Reverb."""
     index = agent_indices(config)
     coordinator = Ref("coordinator")
-    nodes, calls, learner_of = [_coordinator_node(config, restartable=True)], [], {}
+    nodes, calls, learner_of = [_coordinator_node(config)], [], {}
     for name, members in _grouped("learners", config.learner_groups, learning_agents(config.league)).items():
         ids = [a.player_id for a in members]
         nodes.append(Node(name, DeviceLearnerGroup, dict(

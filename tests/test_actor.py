@@ -349,3 +349,49 @@ def test_teacher_follows_the_stream_with_its_own_state(smax):
         np.testing.assert_allclose(following, np.asarray(state.hidden), atol=1e-5)
         policy = np.stack([items[(u + 1) * B + b].core_state[0].hidden for b in range(B)])
         assert np.abs(policy - following).max() > 1e-3   # two different cores
+
+
+def test_reports_to_a_lost_coordinator_are_delivered_once_it_is_back_and_other_errors_raised():
+    """The actor's reporter (`actors.actor._Reporter`): a batch whose call failed because the
+    coordinator's process was lost (Ray's ActorUnavailableError, `experiments.nodes.lost_node`)
+    is kept and delivered, in order and once, when the coordinator answers again; any other
+    error reaches the actor's thread."""
+    import ray.exceptions
+
+    from actors.actor import _Reporter
+    from experiments.nodes import lost_node
+
+    class Coordinator:
+        def __init__(self, failures):
+            self.failures, self.received = failures, []
+
+        def report_results(self, batch):
+            if self.failures:
+                raise self.failures.pop(0)
+            self.received.extend(batch)
+
+    lost = ray.exceptions.ActorUnavailableError("the actor is restarting", None)
+    coordinator = Coordinator([lost, lost])
+    reporter = _Reporter(coordinator, lost_node)
+    reporter.RETRY_SECONDS = 0.05
+    reporter.put([1, 2])
+    reporter.put([3])
+    assert reporter.flush(timeout=10.0)
+    assert coordinator.received == [1, 2, 3] and not coordinator.failures
+    reporter.close()
+
+    coordinator = Coordinator([ValueError("a result for an unknown player")])
+    reporter = _Reporter(coordinator, lost_node)
+    reporter.put([1])
+    with pytest.raises(RuntimeError, match="reporting finished games") as raised:
+        reporter.flush(timeout=10.0)
+    assert isinstance(raised.value.__cause__, ValueError) and coordinator.received == []
+    reporter.close()
+    assert lost_node(RuntimeError("wrapped")) is None
+    try:
+        try:
+            raise lost
+        except Exception as e:
+            raise RuntimeError("reporting finished games to the coordinator failed") from e
+    except RuntimeError as wrapped:
+        assert lost_node(wrapped) is lost

@@ -99,12 +99,18 @@ def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     assert all(v > 0 for v in learner_versions(student.run_dir).values())
 
 
-def kill_when_playing(run_dir, node, killed, stop_event, after_kill=5.0, wait=150.0):
-    """An `on_launch` hook: once league.db holds games, kill -9 the process of `node` (its
-    wall time in `killed`); once a game is recorded `after_kill` seconds after the kill (only a
-    restarted node can have played it), set `stop_event`. Waits on the league, not on a clock:
-    under CI's load a league's first game came 18-40 s after launch, Ray's restart 18-25 s
-    after the kill."""
+def coordinator_pid(handles) -> int:
+    """The coordinator's Ray worker process (its title is `ray::Coordinator...`)."""
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1].startswith("ray::Coordinator"))
+
+
+def kill_in_turn(run_dir, pids, killed, stop_event, after_kill=5.0, wait=150.0):
+    """An `on_launch` hook: once league.db holds games, kill -9 the process `pids[name](handles)`
+    of each name in turn (its wall time in `killed[name]`), each once a game has been recorded
+    `after_kill` seconds after the previous kill (only the league going on can have played
+    it); then set `stop_event`. Waits on the league, not on a clock: under CI's load a
+    league's first game came 18-40 s after launch, Ray's restart 18-25 s after a kill."""
     import signal
     import threading
     import time
@@ -118,34 +124,40 @@ def kill_when_playing(run_dir, node, killed, stop_event, after_kill=5.0, wait=15
         finally:
             history.close()
 
+    def wait_for_games_since(t):
+        deadline = time.time() + wait
+        while not games_since(t) and time.time() < deadline:
+            time.sleep(1.0)
+
     def watch(handles):
-        deadline = time.time() + wait
-        while not games_since(0.0) and time.time() < deadline:
-            time.sleep(1.0)
-        pid = handles[node].pid()
-        killed.append(time.time())
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.time() + wait
-        while not games_since(killed[0] + after_kill) and time.time() < deadline:
-            time.sleep(1.0)
+        wait_for_games_since(0.0)
+        for name, pid in pids.items():
+            target = pid(handles)
+            killed[name] = time.time()
+            os.kill(target, signal.SIGKILL)
+            wait_for_games_since(killed[name] + after_kill)
         stop_event.set()
 
     return lambda handles: threading.Thread(target=watch, args=(handles,), daemon=True).start()
 
 
 @pytest.mark.replay
-def test_ray_runner_survives_a_killed_actor_process(tmp_path):
+def test_ray_runner_survives_a_killed_actor_process_and_a_killed_coordinator(tmp_path):
+    """Ray restarts each; the actors call the restarted coordinator again and the reports
+    it missed are delivered then (issue 28: a coordinator restart inside a Ray run)."""
     import threading
 
-    cfg = config(tmp_path, runner="ray", minutes=6.0, evaluators=0)   # stopped by the hook
-    killed, stop_event = [], threading.Event()
-    supervisor, out = run(cfg, stop_event=stop_event,
-                          on_launch=kill_when_playing(cfg.run_dir, "actors", killed, stop_event))
-    assert killed, out
-    assert supervisor.restarts >= 1, out
+    cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0)   # stopped by the hook
+    killed, stop_event = {}, threading.Event()
+    pids = {"actors": lambda handles: handles["actors"].pid(), "coordinator": coordinator_pid}
+    supervisor, out = run(cfg, stop_event=stop_event, on_launch=kill_in_turn(cfg.run_dir, pids, killed, stop_event))
+    assert list(killed) == ["actors", "coordinator"], out
+    assert supervisor.restarts >= 2, out
+    assert "coordinator restarted" in out, out
     history = LeagueHistory(cfg.run_dir, readonly=True)
-    # Games recorded 5 s after the kill: the restarted actor process played them.
-    assert any(g["time"] > killed[0] + 5.0 for g in history.result_rows()), out
+    # Games recorded 5 s after the coordinator's kill: the restarted coordinator recorded
+    # what the restarted actor process played.
+    assert any(g["time"] > killed["coordinator"] + 5.0 for g in history.result_rows()), out
     assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
 
 
