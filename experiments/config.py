@@ -58,12 +58,21 @@ DERIVED = ("league.races", "learner.replay.table")
 # is the whole information state), snapshots every 200k steps (a league of ~70 players after
 # 5 minutes, not ~260), exploiters with entropy 0.01 and league exploiters playing the Nash
 # mixture (PSRO's best-response target): the Nash mixture after 5 minutes 1.44 against 2.21,
-# 2.3x the learnt steps/s (2 seeds, same run).
+# 2.3x the learnt steps/s (2 seeds, same run). Kuhn, the same four changes (snapshots every
+# 40k steps): the Nash mixture after 10 minutes 0.0077 and 0.0333 against 0.0498 and 0.1300,
+# 3.5x the learnt steps/s (2 seeds, same run; BENCHMARKS.md, "Kuhn at 10 minutes").
 GAME_DEFAULTS = {
     # SMAX games last up to ~100 steps: 32 updates of 15 steps per chunk let each game slot
     # finish several games before the chunk ends (running games are dropped at its end).
     "smax_races": {"device.updates_per_chunk": 32},
-    "kuhn_poker": {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0.1},
+    "kuhn_poker": {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0.1,
+                   "learner.loss.exploiter_entropy_weight": 0.01,
+                   "network.core_size": 0,
+                   "league.matchmaking.league_exploiter_opponents": "nash",
+                   "league.snapshots.main_agent_snapshot_steps": 40_000,
+                   "league.snapshots.exploiter_min_steps": 40_000,
+                   "league.snapshots.main_exploiter_timeout_steps": 80_000,
+                   "league.snapshots.league_exploiter_timeout_steps": 40_000},
     "leduc_poker": {"learner.learning_rate": 2e-3, "learner.batch_size": 32,
                     "learner.loss.entropy_weight": 0.1,
                     "learner.loss.exploiter_entropy_weight": 0.01,

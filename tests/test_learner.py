@@ -689,6 +689,6 @@ def test_exploiters_learn_best_responses_and_main_agents_keep_the_regularised_lo
         loss = configs[agent].loss
         assert (loss.magnet_weight, loss.entropy_weight, loss.entropy_weight_end) == (0.0, 0.005, None)
         assert configs[agent].learning_rate == config.learner.learning_rate
-    plain = RunConfig.make(game="kuhn_poker")   # without exploiter_entropy_weight: the run's
+    plain = RunConfig.make(game="matrix_rps")   # without exploiter_entropy_weight: the run's
     assert agent_learner_configs(plain, agents[1:2])["any_main_exploiter_0"].loss.entropy_weight == \
         plain.learner.loss.entropy_weight

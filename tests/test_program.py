@@ -281,7 +281,7 @@ def test_a_flat_config_json_of_an_earlier_version_still_resumes(tmp_path):
     assert (config.learner.batch_size, config.network.hidden_size, config.actor.batch_size) == (8, 16, 4)
     assert config.league.snapshots.main_agent_snapshot_steps == 300 and config.evaluator.games == 8
     assert config.learner.loss.entropy_weight == 0.1 and config.learner.learning_rate == 1e-3  # Kuhn's
-    assert config.network.core_size == RunConfig().network.core_size     # not given: the default
+    assert config.network.core_size == 0 != RunConfig().network.core_size   # not given: Kuhn's default
     assert prepare_run_dir(config) is True
 
 
