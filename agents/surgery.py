@@ -197,7 +197,8 @@ def reference_rules(config: NetworkConfig) -> dict[str, dict[str, Rule]]:
     dims F (observation features), H, C."""
     if not config.lstm_size:
         raise SurgeryError("surgery knows the reference network with an LSTM; this one has none "
-                           "(--network.core_size=0, Leduc's default): widening it is not built yet")
+                           "(--network.core_size=0, the poker games' default): widening it is not built yet; a "
+                           "league started with --core_size=64 can be widened")
     if len(config.mlp_sizes) != 1:
         raise SurgeryError("surgery knows the reference network with one MLP layer (the run "
                            f"config's hidden_size); this one has {config.mlp_sizes}")

@@ -1,5 +1,7 @@
 """Surgery on a stopped league: widen every player's network and carry on training.
 
+    python -m experiments.league --game=kuhn_poker --run_dir=runs/kuhn_poker-r1 --core_size=64 \\
+        --minutes=2                          # poker's default core_size is 0 (no LSTM, not widened)
     python -m experiments.surgery --run_dir=runs/kuhn_poker-r1 --hidden_size=128 --core_size=128
     python -m experiments.league --game=kuhn_poker --run_dir=runs/kuhn_poker-r1 \\
         --hidden_size=128 --core_size=128                     # resumes, wider
