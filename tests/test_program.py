@@ -36,11 +36,11 @@ def learner_versions(run_dir):
             for agent in sorted(os.listdir(os.path.join(run_dir, "learners")))}
 
 
-def run(cfg, runner=None, **kwargs):
+def run(cfg, runner=None, out=None, **kwargs):
     from experiments.launchers import LAUNCHERS
 
     prepare_run_dir(cfg)
-    out = io.StringIO()
+    out = out or io.StringIO()
     supervisor = LAUNCHERS[runner or cfg.runner](cfg, out=out, **kwargs)
     return supervisor, out.getvalue()
 
@@ -105,12 +105,15 @@ def coordinator_pid(handles) -> int:
     return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1].startswith("ray::Coordinator"))
 
 
-def kill_in_turn(run_dir, pids, killed, stop_event, after_kill=5.0, wait=150.0):
+def kill_in_turn(run_dir, pids, out, restarted, stop_event, after=5.0, wait=150.0):
     """An `on_launch` hook: once league.db holds games, kill -9 the process `pids[name](handles)`
-    of each name in turn (its wall time in `killed[name]`), each once a game has been recorded
-    `after_kill` seconds after the previous kill (only the league going on can have played
-    it); then set `stop_event`. Waits on the league, not on a clock: under CI's load a
-    league's first game came 18-40 s after launch, Ray's restart 18-25 s after a kill."""
+    of each name in turn, each once the launcher has said the one before restarted (`out`:
+    "<name> restarted", its wall time in `restarted[name]`) and a game has been recorded
+    `after` seconds later (only the league going on can have played it); then set
+    `stop_event`. Waits on the league, not on a clock: under CI's load a league's first game
+    came 18-40 s after launch, Ray's restart 18-25 s after a kill. Not on games alone after a
+    kill: the reports a lost coordinator missed are recorded once Ray has restarted it, before
+    the launcher's probe says so."""
     import signal
     import threading
     import time
@@ -124,18 +127,19 @@ def kill_in_turn(run_dir, pids, killed, stop_event, after_kill=5.0, wait=150.0):
         finally:
             history.close()
 
-    def wait_for_games_since(t):
+    def wait_until(condition):
         deadline = time.time() + wait
-        while not games_since(t) and time.time() < deadline:
+        while not condition() and time.time() < deadline:
             time.sleep(1.0)
 
     def watch(handles):
-        wait_for_games_since(0.0)
+        wait_until(lambda: games_since(0.0))
         for name, pid in pids.items():
-            target = pid(handles)
-            killed[name] = time.time()
-            os.kill(target, signal.SIGKILL)
-            wait_for_games_since(killed[name] + after_kill)
+            os.kill(pid(handles), signal.SIGKILL)
+            line = f"  {name} restarted"
+            wait_until(lambda line=line: line in out.getvalue())
+            restarted[name] = back = time.time()
+            wait_until(lambda back=back: games_since(back + after))
         stop_event.set()
 
     return lambda handles: threading.Thread(target=watch, args=(handles,), daemon=True).start()
@@ -148,16 +152,16 @@ def test_ray_runner_survives_a_killed_actor_process_and_a_killed_coordinator(tmp
     import threading
 
     cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0)   # stopped by the hook
-    killed, stop_event = {}, threading.Event()
+    out, restarted, stop_event = io.StringIO(), {}, threading.Event()
     pids = {"actors": lambda handles: handles["actors"].pid(), "coordinator": coordinator_pid}
-    supervisor, out = run(cfg, stop_event=stop_event, on_launch=kill_in_turn(cfg.run_dir, pids, killed, stop_event))
-    assert list(killed) == ["actors", "coordinator"], out
-    assert supervisor.restarts >= 2, out
-    assert "coordinator restarted" in out, out
+    supervisor, text = run(cfg, out=out, stop_event=stop_event,
+                           on_launch=kill_in_turn(cfg.run_dir, pids, out, restarted, stop_event))
+    assert list(restarted) == ["actors", "coordinator"], text
+    assert "actors restarted" in text and "coordinator restarted" in text and supervisor.restarts >= 2, text
     history = LeagueHistory(cfg.run_dir, readonly=True)
-    # Games recorded 5 s after the coordinator's kill: the restarted coordinator recorded
-    # what the restarted actor process played.
-    assert any(g["time"] > killed["coordinator"] + 5.0 for g in history.result_rows()), out
+    # Games recorded 5 s after the launcher saw the coordinator back: the restarted
+    # coordinator recorded what the restarted actor process played.
+    assert any(g["time"] > restarted["coordinator"] + 5.0 for g in history.result_rows()), text
     assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
 
 
