@@ -23,6 +23,7 @@ import uuid
 from experiments.config import RaySettings, RunConfig
 from experiments.launchpad_launcher import problem as launchpad_problem
 from experiments.launchpad_launcher import run_launchpad
+from experiments.nodes import lost_node
 from experiments.program import Program, build_program, resolve
 from experiments.supervisor import HANG_SECONDS, RESUME, NodeFailed, Supervisor, supervise
 
@@ -238,8 +239,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
         handles[node.name] = RayProxy(actor, name)
     wire(program, handles)
     running = {handles[n.name].handle.run.remote(): n for n in program.nodes if n.runs}
-    died = (ray.exceptions.RayActorError, ray.exceptions.ActorDiedError,
-            ray.exceptions.ActorUnavailableError)
+    died = ray.exceptions.RayActorError   # and its subclasses ActorDiedError, ActorUnavailableError
     hosts = NodeHosts(ray, handles)
     lost: list[str] = []
 
@@ -256,7 +256,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
                 ray.get(ref)
             except ray.exceptions.RayTaskError as e:
                 cause = e.cause if e.cause is not None else e
-                if not isinstance(cause, died):   # its run() raised: a bug or a bad input
+                if not lost_node(cause):   # its run() raised: a bug or a bad input
                     raise NodeFailed(f"{node.name}: {_describe(cause)}\n{RESUME}") from None
                 # A call of its run() to a node that was lost (restarting) failed: it runs again
                 # a little later (a RayTaskError that is also an ActorUnavailableError).
