@@ -338,17 +338,29 @@ class _ParamsRefresher:
 
 # Items a closing writer lets wait for the server's confirmation (Reverb warns beyond ~50).
 CLOSING_UNCONFIRMED = 16
+# A writer whose items have waited this long for the server asks whether the server is still
+# where it writes (`_UnrollWriter(check=...)`): Reverb's client cannot tell a server that is
+# gone from a rate limiter that holds inserts back (both time out), and retries for ever.
+STALL_CHECK_SECONDS = 5.0
+
+
+class ReplayServerMoved(Exception):
+    """The learner's Reverb server answers at another address now (its process restarted)."""
 
 
 class _UnrollWriter:
-    """Writes batches of unrolls to Reverb on a thread (one item per game, whole unrolls)."""
+    """Writes batches of unrolls to Reverb on a thread (one item per game, whole unrolls).
+    `check(address)`, called when items have waited STALL_CHECK_SECONDS for the server, raises
+    when the server is no longer at `address` (the writer then fails with that error)."""
 
-    def __init__(self, address: str, table: str, max_queued: int):
+    def __init__(self, address: str, table: str, max_queued: int, check=None):
         import reverb  # TF is loaded only by processes that write
 
         from agents.trajectory import write_unroll
 
         self._write_unroll = write_unroll
+        self.address = address
+        self._check = check
         self._client = reverb.Client(address)
         self._writer = self._client.trajectory_writer(num_keep_alive_refs=1)
         self._table = table
@@ -393,13 +405,17 @@ class _UnrollWriter:
         """Blocks until at most `pending` items wait to be confirmed by the server: when the
         table's rate limiter holds inserts back, the actor waits here instead of piling up
         items in memory (its queue fills and `put` blocks)."""
+        checked = time.monotonic()
         while not self._closing.is_set():
             try:
                 self._writer.flush(block_until_num_items=pending, timeout_ms=200)
                 return
-            except Exception as e:  # reverb's DeadlineExceededError: still rate-limited
+            except Exception as e:  # reverb's DeadlineExceededError: rate-limited, or gone
                 if "Deadline" not in type(e).__name__:
                     raise
+            if self._check is not None and time.monotonic() - checked >= STALL_CHECK_SECONDS:
+                self._check(self.address)
+                checked = time.monotonic()
 
     def put(self, batch: Unroll, stop: threading.Event):
         while True:
@@ -529,7 +545,10 @@ class Actor:
         self.match_source, self.params_source = match_source, params_source
         self.config = config or ActorConfig()
         self._table = table
-        self._address = reverb_address
+        # Where the learner's Reverb server is: an address, or a callable that says where it is
+        # now (a learner group that Ray restarted serves from another port: `_reconnect`).
+        self._address_of = None if reverb_address is None else (
+            reverb_address if callable(reverb_address) else (lambda: reverb_address))
         self._batch = int(game.batch_size)
         self._heads = head_names(network)
         self._policy = make_policy_fn(network)
@@ -561,7 +580,7 @@ class Actor:
             getattr(getattr(game, "fns", None), "step", None))
         self._fused_fns: dict | None = {} if fused else None
         self._m = dict(env_steps=0, batch_steps=0, episodes=0, unrolls=0, items=0, matches=0,
-                       param_refreshes=0, games_abandoned=0, running_seconds=0.0)
+                       param_refreshes=0, reconnects=0, games_abandoned=0, running_seconds=0.0)
 
     # ------------------------------------------------------------------ setup
 
@@ -581,8 +600,11 @@ class Actor:
             time.sleep(0.05)
 
     def _start(self):
-        if self._writer is None and self._address is not None:
-            self._writer = _UnrollWriter(self._address, self._table, self.config.write_queue)
+        if self._writer is not None and self._writer.error is not None:
+            self._reconnect()   # a run again after its learner's server was lost
+        if self._writer is None and self._address_of is not None:
+            self._writer = _UnrollWriter(self._address_of(), self._table, self.config.write_queue,
+                                         check=self._check_server)
         if self._params is None:
             self._version, self._params = self._wait_params(self.agent_id)
         if self._refresher is None:
@@ -590,6 +612,31 @@ class Actor:
                                                self.config.refresh_seconds, self._version)
         if self._match is None:
             self._new_match()
+
+    def _check_server(self, address: str) -> None:
+        """Raises ReplayServerMoved when the learner's server is no longer at `address`; the
+        address source's own error (a call to a lost node) when it cannot say yet."""
+        now = self._address_of()
+        if now != address:
+            raise ReplayServerMoved(f"{self.agent_id}'s Reverb server moved from {address} to {now}")
+
+    def _reconnect(self) -> None:
+        """The learner's server was lost (its process restarted, with a new server and the
+        parameters of its last checkpoint): the writer starts again at the server's address
+        now (the unrolls queued for the lost one are dropped: its replay went with it), and the
+        parameters are the restarted learner's (older than the ones played: not waited for)."""
+        self._writer.close(timeout=0.1)
+        self._writer = None
+        self._writer = _UnrollWriter(self._address_of(), self._table, self.config.write_queue,
+                                     check=self._check_server)
+        if self._refresher is not None:
+            self._refresher.close()
+            self._refresher = None
+        self._version, self._params = self._wait_params(self.agent_id)
+        self._refresher = _ParamsRefresher(self.params_source, self.agent_id,
+                                           self.config.refresh_seconds, self._version)
+        with self._lock:
+            self._m["reconnects"] += 1
 
     def _new_match(self):
         for _ in range(MATCH_ATTEMPTS):
@@ -831,7 +878,13 @@ class Actor:
                 pseudo_reward={} if "pseudo_reward" not in chunk else {
                     k: cast(v, np.float32) for k, v in chunk["pseudo_reward"].items()}),
             core_state=jax.tree_util.tree_map(np.asarray, jax.device_get(core_state)))
-        self._writer.put(batch, self._stop)
+        try:
+            self._writer.put(batch, self._stop)
+        except RuntimeError as e:
+            if not isinstance(e.__cause__, ReplayServerMoved):
+                raise
+            self._reconnect()
+            return
         with self._lock:
             self._m["items"] += b
 

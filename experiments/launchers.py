@@ -215,11 +215,10 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     """Each node a Ray actor, on a local Ray instance (ports on 127.0.0.1) or the cluster at
     --ray_address, placed by `placement` (RaySettings). Ray restarts a dead restartable node's
     process (`Node.restartable`: actors, evaluators and the coordinator, from league.db, its
-    wiring calls made again; on the device path also learner groups, from their checkpoints),
-    also on another host when its host died, and the driver resubmits its work (the progress
-    line says what was lost); a node whose run() failed on a call to a lost node runs again.
-    A dead replay-path learner group stops the run (rerun to resume from checkpoints: they
-    are on the driver's host unless learners were placed elsewhere)."""
+    wiring calls made again; learner groups from their checkpoints, on the replay path with a
+    new Reverb server that the actors find again), also on another host when its host died,
+    and the driver resubmits its work (the progress line says what was lost); a node whose
+    run() failed on a call to a lost node runs again."""
     import ray
 
     settings = config.ray

@@ -386,7 +386,9 @@ class ActorGroup:
 
         self.config = config
         params_source = ParamsSource(learner_groups, coordinator)
-        addresses = {agent: group.reverb_address() for agent, group in learner_groups.items()}
+        # Asked again when a learner group's server is lost (Ray restarted the group: a new
+        # server, another port; actors.actor.Actor._reconnect).
+        addresses = {agent: group.reverb_address for agent, group in learner_groups.items()}
         self.actors = {}
         network = teachers = z_banks = None
         races = agent_races(config)

@@ -238,8 +238,11 @@ def build_program(config: RunConfig) -> Program:
     calls, learner_of = [], {}
     for name, members in _grouped("learners", config.learner_groups, agents).items():
         ids = [a.player_id for a in members]
+        # Restartable: Ray restarts its process from the learners' checkpoints, with a new
+        # Reverb server (the replay in the lost one is gone); the actors find it again.
         nodes.append(Node(name, LearnerGroup, dict(
-            config=config, agent_ids=ids, agent_indices={a: index[a] for a in ids})))
+            config=config, agent_ids=ids, agent_indices={a: index[a] for a in ids}),
+            restartable=True))
         calls.append(Call("coordinator", "connect_learners", dict(group=Ref(name), agent_ids=ids)))
         learner_of.update(dict.fromkeys(ids, Ref(name)))
     for name, members in _grouped("actors", config.actor_groups, agents).items():

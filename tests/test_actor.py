@@ -163,6 +163,98 @@ def test_actor_feeds_the_learner_end_to_end(smax):
         server.stop()
 
 
+class RestartingLearner:
+    """A learner group's parameters and its Reverb server's address, as a restart changes them:
+    `restarting` (its process lost, not back: every call fails as a call to a lost node does),
+    then back at `version` (its last checkpoint's, older) and another address."""
+
+    def __init__(self, params, version, address):
+        self.params, self.version, self.address, self.restarting = params, version, address, False
+
+    def latest_params(self, player_id, min_version=None):
+        if self.restarting:
+            raise ConnectionError("the learner group is restarting")
+        if player_id == "agent" and min_version is not None and self.version < min_version:
+            return None
+        return (self.version if player_id == "agent" else 0), self.params
+
+    def reverb_address(self):
+        if self.restarting:
+            raise ConnectionError("the learner group is restarting")
+        return self.address
+
+
+def _run_until(actor, predicate, seconds=60.0):
+    """Runs the actor an unroll at a time until `predicate()`; a deadline stops it (so that an
+    actor that blocks for ever fails the test instead of hanging it)."""
+    import threading
+
+    stopper = threading.Timer(seconds, actor.stop)
+    stopper.start()
+    try:
+        while not predicate() and not actor._stop.is_set():
+            actor.run(num_steps=T - 1)
+    finally:
+        stopper.cancel()
+
+
+def _items_at(server, example, n, seconds=30.0):
+    client = reverb.Client(f"localhost:{server.port}")
+    deadline = time.time() + seconds
+    while client.server_info()["queue"].current_size < n and time.time() < deadline:
+        time.sleep(0.1)
+    return drain(server, example)
+
+
+@pytest.mark.replay
+def test_an_actor_whose_learners_server_was_lost_writes_to_the_restarted_one(smax, monkeypatch):
+    """Issue 28: Ray restarts a lost replay-path learner group with a new Reverb server at
+    another port and the parameters of its last checkpoint. The actor's writes to the lost
+    server wait (Reverb's client retries for ever); after STALL_CHECK_SECONDS it asks where
+    the server is. (1) The group still restarting: the actor's run fails with that call's
+    error (a lost node: the launcher runs it again); run again, it writes to the new server.
+    (2) The group back at once: the actor moves to its server inside the run. Each time it
+    plays the restarted learner's parameters, though older than the ones it had (each unroll's
+    last step: its first is the step before, played with the lost learner's)."""
+    from actors import actor as actor_module
+
+    monkeypatch.setattr(actor_module, "STALL_CHECK_SECONDS", 0.5)
+    game, network, params = smax
+    example = example_unroll(game.spec, network, T)
+    first = queue_server(example)
+    learner = RestartingLearner(params, 5, f"localhost:{first.port}")
+    actor = Actor("actor-m", "agent", game, network, FixedOpponent(), learner, learner.reverb_address,
+                  "queue", ActorConfig(unroll_length=T, refresh_seconds=0.05, episodes_per_match=1000))
+    try:
+        actor.run(num_steps=2 * (T - 1))
+        assert {int(i.steps.policy_version[-1]) for i in _items_at(first, example, 2 * B)} == {5}
+
+        # (1) lost, and still restarting when the actor asks
+        first.stop()
+        learner.restarting = True
+        with pytest.raises(RuntimeError) as failed:
+            _run_until(actor, lambda: False, seconds=60.0)
+        assert isinstance(failed.value.__cause__, ConnectionError), failed.value
+        second = queue_server(example)
+        learner.restarting, learner.version, learner.address = False, 2, f"localhost:{second.port}"
+        actor.run(num_steps=2 * (T - 1))
+        assert actor.metrics()["reconnects"] == 1 and actor.metrics()["policy_version"] == 2
+        assert {int(i.steps.policy_version[-1]) for i in _items_at(second, example, B)} == {2}
+
+        # (2) lost and back before the actor asks: it moves inside the run
+        second.stop()
+        third = queue_server(example)
+        learner.version, learner.address = 1, f"localhost:{third.port}"
+        _run_until(actor, lambda: actor.metrics()["reconnects"] == 2)
+        assert actor.metrics()["reconnects"] == 2, "the actor never found the restarted server"
+        actor.run(num_steps=2 * (T - 1))
+        assert {int(i.steps.policy_version[-1]) for i in _items_at(third, example, B)} == {1}
+        third.stop()
+    finally:
+        actor.stop()
+        actor.close()
+
+
 @pytest.mark.replay
 def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
     game, network, params = smax

@@ -99,21 +99,37 @@ def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     assert all(v > 0 for v in learner_versions(student.run_dir).values())
 
 
-def coordinator_pid(handles) -> int:
-    """The coordinator's Ray worker process (its title is `ray::Coordinator...`)."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1].startswith("ray::Coordinator"))
+def ray_node_pid(cls: str):
+    """A function of the launch's handles: the pid of the node of class `cls` (its Ray worker
+    process's title is `ray::<cls>...`)."""
+    def pid(handles) -> int:
+        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1].startswith(f"ray::{cls}"))
+
+    return pid
 
 
-def kill_in_turn(run_dir, pids, out, restarted, stop_event, after=5.0, wait=150.0):
+def learnt_since(run_dir, t: float) -> bool:
+    """Every learner's steps grew in league.db's readings after wall time `t`."""
+    if not os.path.exists(os.path.join(run_dir, "league.db")):
+        return False
+    readings: dict[str, list[float]] = {}
+    for when, agent, name, value in LeagueHistory(run_dir, readonly=True).learner_metrics():
+        if name == "steps" and when > t:
+            readings.setdefault(agent, []).append(value)
+    agents = os.listdir(os.path.join(run_dir, "learners"))
+    return all(len(readings.get(a, [])) > 1 and max(readings[a]) > readings[a][0] for a in agents)
+
+
+def kill_in_turn(run_dir, pids, out, restarted, stop_event, after=5.0, wait=150.0, then=None):
     """An `on_launch` hook: once league.db holds games, kill -9 the process `pids[name](handles)`
     of each name in turn, each once the launcher has said the one before restarted (`out`:
     "<name> restarted", its wall time in `restarted[name]`) and a game has been recorded
-    `after` seconds later (only the league going on can have played it); then set
-    `stop_event`. Waits on the league, not on a clock: under CI's load a league's first game
-    came 18-40 s after launch, Ray's restart 18-25 s after a kill. Not on games alone after a
-    kill: the reports a lost coordinator missed are recorded once Ray has restarted it, before
-    the launcher's probe says so."""
+    `after` seconds later (only the league going on can have played it), and `then[name](t)`
+    holds for that time t if given; then set `stop_event`. Waits on the league, not on a
+    clock: under CI's load a league's first game came 18-40 s after launch, Ray's restart
+    18-25 s after a kill. Not on games alone after a kill: the reports a lost coordinator
+    missed are recorded once Ray has restarted it, before the launcher's probe says so."""
     import signal
     import threading
     import time
@@ -140,29 +156,37 @@ def kill_in_turn(run_dir, pids, out, restarted, stop_event, after=5.0, wait=150.
             wait_until(lambda line=line: line in out.getvalue())
             restarted[name] = back = time.time()
             wait_until(lambda back=back: games_since(back + after))
+            if then and name in then:
+                wait_until(lambda back=back, name=name: then[name](back + after))
         stop_event.set()
 
     return lambda handles: threading.Thread(target=watch, args=(handles,), daemon=True).start()
 
 
 @pytest.mark.replay
-def test_ray_runner_survives_a_killed_actor_process_and_a_killed_coordinator(tmp_path):
-    """Ray restarts each; the actors call the restarted coordinator again and the reports
-    it missed are delivered then (issue 28: a coordinator restart inside a Ray run)."""
+def test_ray_runner_survives_a_killed_actor_process_coordinator_and_learner_group(tmp_path):
+    """Ray restarts each (issue 28, inside the run): the actors call the restarted coordinator
+    again and the reports it missed are delivered then; the restarted learner group resumes
+    from its checkpoints with a new Reverb server, which the actors find and fill, and every
+    learner learns again."""
     import threading
 
     cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0)   # stopped by the hook
     out, restarted, stop_event = io.StringIO(), {}, threading.Event()
-    pids = {"actors": lambda handles: handles["actors"].pid(), "coordinator": coordinator_pid}
-    supervisor, text = run(cfg, out=out, stop_event=stop_event,
-                           on_launch=kill_in_turn(cfg.run_dir, pids, out, restarted, stop_event))
-    assert list(restarted) == ["actors", "coordinator"], text
-    assert "actors restarted" in text and "coordinator restarted" in text and supervisor.restarts >= 2, text
+    pids = {"actors": lambda handles: handles["actors"].pid(), "coordinator": ray_node_pid("Coordinator"),
+            "learners": ray_node_pid("LearnerGroup")}
+    hook = kill_in_turn(cfg.run_dir, pids, out, restarted, stop_event,
+                        then={"learners": lambda t: learnt_since(cfg.run_dir, t)})
+    supervisor, text = run(cfg, out=out, stop_event=stop_event, on_launch=hook)
+    assert list(restarted) == ["actors", "coordinator", "learners"], text
+    assert all(f"{name} restarted" in text for name in restarted) and supervisor.restarts >= 3, text
     history = LeagueHistory(cfg.run_dir, readonly=True)
     # Games recorded 5 s after the launcher saw the coordinator back: the restarted
     # coordinator recorded what the restarted actor process played.
     assert any(g["time"] > restarted["coordinator"] + 5.0 for g in history.result_rows()), text
-    assert all(v > 0 for v in learner_versions(cfg.run_dir).values())
+    # Every learner's steps grew after the restarted group was back: from unrolls the actors
+    # wrote to its new server.
+    assert learnt_since(cfg.run_dir, restarted["learners"] + 5.0), text
 
 
 def league_cli(*args, timeout=120):
