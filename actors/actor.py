@@ -546,7 +546,7 @@ class Actor:
         self.config = config or ActorConfig()
         self._table = table
         # Where the learner's Reverb server is: an address, or a callable that says where it is
-        # now (a learner group that Ray restarted serves from another port: `_reconnect`).
+        # now (a learner group that Ray restarted serves from another port: `_drop_learner`).
         self._address_of = None if reverb_address is None else (
             reverb_address if callable(reverb_address) else (lambda: reverb_address))
         self._batch = int(game.batch_size)
@@ -600,8 +600,10 @@ class Actor:
             time.sleep(0.05)
 
     def _start(self):
+        """Makes what the actor lacks: its writer, its learner's parameters and their
+        refresher, a match."""
         if self._writer is not None and self._writer.error is not None:
-            self._reconnect()   # a run again after its learner's server was lost
+            self._drop_learner()   # a run again after its learner's server was lost
         if self._writer is None and self._address_of is not None:
             self._writer = _UnrollWriter(self._address_of(), self._table, self.config.write_queue,
                                          check=self._check_server)
@@ -620,21 +622,18 @@ class Actor:
         if now != address:
             raise ReplayServerMoved(f"{self.agent_id}'s Reverb server moved from {address} to {now}")
 
-    def _reconnect(self) -> None:
+    def _drop_learner(self) -> None:
         """The learner's server was lost (its process restarted, with a new server and the
-        parameters of its last checkpoint): the writer starts again at the server's address
-        now (the unrolls queued for the lost one are dropped: its replay went with it), and the
-        parameters are the restarted learner's (older than the ones played: not waited for)."""
+        parameters of its last checkpoint): drops the writer (the unrolls queued for the lost
+        server go with its replay), the parameters and their refresher, so that `_start` makes
+        them again at the server's address now, with the restarted learner's parameters
+        (older than the ones played: the refresher asks only for newer ones)."""
         self._writer.close(timeout=0.1)
         self._writer = None
-        self._writer = _UnrollWriter(self._address_of(), self._table, self.config.write_queue,
-                                     check=self._check_server)
         if self._refresher is not None:
             self._refresher.close()
             self._refresher = None
-        self._version, self._params = self._wait_params(self.agent_id)
-        self._refresher = _ParamsRefresher(self.params_source, self.agent_id,
-                                           self.config.refresh_seconds, self._version)
+        self._params = None
         with self._lock:
             self._m["reconnects"] += 1
 
@@ -883,7 +882,8 @@ class Actor:
         except RuntimeError as e:
             if not isinstance(e.__cause__, ReplayServerMoved):
                 raise
-            self._reconnect()
+            self._drop_learner()
+            self._start()
             return
         with self._lock:
             self._m["items"] += b

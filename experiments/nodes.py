@@ -387,7 +387,7 @@ class ActorGroup:
         self.config = config
         params_source = ParamsSource(learner_groups, coordinator)
         # Asked again when a learner group's server is lost (Ray restarted the group: a new
-        # server, another port; actors.actor.Actor._reconnect).
+        # server, another port; actors.actor.Actor._drop_learner).
         addresses = {agent: group.reverb_address for agent, group in learner_groups.items()}
         self.actors = {}
         network = teachers = z_banks = None

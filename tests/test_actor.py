@@ -189,10 +189,11 @@ def _run_until(actor, predicate, seconds=60.0):
     actor that blocks for ever fails the test instead of hanging it)."""
     import threading
 
-    stopper = threading.Timer(seconds, actor.stop)
+    late = threading.Event()
+    stopper = threading.Timer(seconds, lambda: (late.set(), actor.stop()))
     stopper.start()
     try:
-        while not predicate() and not actor._stop.is_set():
+        while not predicate() and not late.is_set():
             actor.run(num_steps=T - 1)
     finally:
         stopper.cancel()

@@ -113,8 +113,13 @@ def learnt_since(run_dir, t: float) -> bool:
     """Every learner's steps grew in league.db's readings after wall time `t`."""
     if not os.path.exists(os.path.join(run_dir, "league.db")):
         return False
+    history = LeagueHistory(run_dir, readonly=True)
+    try:
+        rows = history.learner_metrics()
+    finally:
+        history.close()
     readings: dict[str, list[float]] = {}
-    for when, agent, name, value in LeagueHistory(run_dir, readonly=True).learner_metrics():
+    for when, agent, name, value in rows:
         if name == "steps" and when > t:
             readings.setdefault(agent, []).append(value)
     agents = os.listdir(os.path.join(run_dir, "learners"))
