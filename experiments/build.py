@@ -18,14 +18,17 @@ from league.players import learning_agents
 
 def enable_compilation_cache() -> None:
     """JAX's persistent compilation cache: restarts and co-running processes that compile the
-    same network and game load the executable instead of compiling it again."""
+    same network and game load the executable instead of compiling it again. Every program,
+    however small: a process compiles ~200 small ones besides its few large ones, and loading
+    them too took a Kuhn league's warm start from 42 to 34 CPU-seconds (BENCHMARKS.md, "CI
+    time")."""
     import jax
 
     directory = os.environ.get("LEAGUE_JAX_CACHE", os.path.expanduser("~/.cache/league/jax"))
     try:
         os.makedirs(directory, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", directory)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     except Exception as e:  # a cache is an optimisation only
         print(f"warning: no JAX compilation cache ({e})")
 

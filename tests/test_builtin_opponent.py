@@ -19,6 +19,7 @@ from learners import checkpoint
 GAMES = 32
 
 
+@pytest.mark.long
 def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatch):
     run_dir = str(tmp_path / "run")
     # Stopped by learnt steps (a minute under load can pass in compiling), capped at 5 minutes.

@@ -12,7 +12,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import skip_unless_root
+
+pytestmark = pytest.mark.long   # 4.5 minutes: `pytest --long`
 
 CHAOS_MINUTES = 4.5
 # Seven faults 30 s apart from when the league plays and learns (40-70 s: start-up under CI's

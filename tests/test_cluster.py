@@ -97,6 +97,7 @@ def our_namespaces() -> set[str]:
 
 
 @pytest.mark.replay
+@pytest.mark.long
 def test_league_survives_losing_a_worker_host(tmp_path):
     require_cluster()
     from benchmarks.cluster import run_cluster

@@ -147,6 +147,7 @@ def test_kuhn_league_under_local_mp_stops_on_ctrl_c_with_checkpoints_and_resumes
     assert all(second[a] > first[a] for a in first), (first, second)
 
 
+@pytest.mark.long
 def test_smax_one_race_league_under_local_mp(tmp_path):
     """A 1-race SMAX league (four learners playing their own games: the default device path, and
     an evaluator) until every learner has learnt from 100 agent steps: about a minute on a quiet
@@ -172,6 +173,7 @@ def test_smax_one_race_league_under_local_mp(tmp_path):
 
 @pytest.mark.skipif(not REQUIRED and not os.environ.get("LEAGUE_MAIN_PYTHON"),
                     reason="LEAGUE_MAIN_PYTHON (the main 3.11 environment's python, for Ray) is not set")
+@pytest.mark.long
 def test_a_run_started_under_ray_resumes_under_launchpad_local_mt(tmp_path):
     """The run directory is the same format in both environments: a Kuhn run started under
     Ray in the main environment (Python 3.11, TF 2.15, Reverb 0.14) resumes under Launchpad

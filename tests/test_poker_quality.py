@@ -118,6 +118,7 @@ def leduc_league(tmp_path_factory):
                              learner_steps=LEDUC_STEPS)
 
 
+@pytest.mark.long
 def test_the_leduc_league_nash_mixture_is_well_below_uniform(leduc_league):
     nash, main = leduc_league["nash"], leduc_league["main"]
     print(f"games {leduc_league['games']}  NashConv: Nash mixture {nash.nash_conv:.4f} "
