@@ -15,6 +15,32 @@ import numpy as np
 from experiments.config import RunConfig
 from league.players import learning_agents
 
+CACHE_MAX_BYTES = 2 << 30   # the compilation cache's bound: a run of the tests adds ~50 MB
+
+
+def prune_cache(directory: str, max_bytes: int) -> None:
+    """Bounds a cache directory: over `max_bytes`, its least recently used files (by access or
+    modification time, whichever is later) are removed until it holds 3/4 of that. (JAX's own
+    bound, `jax_compilation_cache_max_size`, takes a lock across processes on every read and
+    needs the filelock package, which the Launchpad environment lacks.)"""
+    entries = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            if entry.is_file(follow_symlinks=False):
+                st = entry.stat(follow_symlinks=False)
+                entries.append((max(st.st_atime, st.st_mtime), st.st_size, entry.path))
+    total = sum(size for _, size, _ in entries)
+    if total <= max_bytes:
+        return
+    for _, size, path in sorted(entries):
+        if total <= max_bytes * 3 // 4:
+            break
+        try:
+            os.remove(path)
+        except FileNotFoundError:   # another process pruned it
+            pass
+        total -= size
+
 
 def enable_compilation_cache() -> None:
     """JAX's persistent compilation cache: restarts and co-running processes that compile the
@@ -27,6 +53,7 @@ def enable_compilation_cache() -> None:
     directory = os.environ.get("LEAGUE_JAX_CACHE", os.path.expanduser("~/.cache/league/jax"))
     try:
         os.makedirs(directory, exist_ok=True)
+        prune_cache(directory, CACHE_MAX_BYTES)
         jax.config.update("jax_compilation_cache_dir", directory)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     except Exception as e:  # a cache is an optimisation only

@@ -354,3 +354,17 @@ def test_a_damaged_league_db_is_refused_untouched_and_restored_from_its_backup(t
     assert result.returncode == 0, result.stdout + result.stderr
     assert "resuming" in result.stdout
     assert LeagueHistory(str(db), readonly=True).game_count() > backed_up
+
+
+def test_the_compilation_cache_is_pruned_to_its_bound_least_recently_used_first(tmp_path):
+    from experiments.build import prune_cache
+
+    for i in range(10):   # ten 1 kB entries, entry 0 the least recently used
+        path = tmp_path / f"entry{i}"
+        path.write_bytes(b"x" * 1000)
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+    prune_cache(str(tmp_path), max_bytes=10_000)   # at the bound: nothing goes
+    assert len(list(tmp_path.iterdir())) == 10
+    os.utime(tmp_path / "entry0", (2_000_000, 2_000_000))   # entry 0 read again: now the newest
+    prune_cache(str(tmp_path), max_bytes=8_000)   # down to 3/4 of 8 kB: the four oldest go
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["entry0", "entry5", "entry6", "entry7", "entry8", "entry9"]
