@@ -102,6 +102,7 @@ def _session(p):
         return None
 
 
+@pytest.mark.long
 def test_kuhn_league_under_local_mp_stops_on_ctrl_c_with_checkpoints_and_resumes(tmp_path):
     run_dir = str(tmp_path / "run")
     args = ["--runner=launchpad", "--game=kuhn_poker", f"--run_dir={run_dir}", *FAST]
