@@ -15,7 +15,7 @@ import numpy as np
 from experiments.config import RunConfig
 from league.players import learning_agents
 
-CACHE_MAX_BYTES = 2 << 30   # the compilation cache's bound: a run of the tests adds ~50 MB
+CACHE_MAX_BYTES = 2 << 30   # the compilation cache's bound: two CI runs added ~35 MB
 
 
 def prune_cache(directory: str, max_bytes: int) -> None:
