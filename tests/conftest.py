@@ -40,19 +40,7 @@ def pytest_configure(config):
         "markers", "long: a minutes-long league (learning quality, a run under faults): run with --long")
 
 
-# The base suite's longest files (BENCHMARKS.md, "CI time"), first: two workers take a file each
-# at a time (--dist loadfile), and a long file started last runs on alone at the end.
-LONGEST_FIRST = ("test_device_path.py", "test_surgery.py", "test_supervised_start.py", "test_poker_quality.py",
-                 "test_program.py", "test_unit_network.py")
-
-
-def _longest_first(item) -> int:
-    name = os.path.basename(str(item.fspath))
-    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
-
-
 def pytest_collection_modifyitems(config, items):
-    items.sort(key=_longest_first)   # stable: each file's own order is kept
     if not config.getoption("--long"):
         # The README's test command (and CI's gate) leaves the long tests out: deselected, as
         # `-m` deselects, so that a skip still means something is missing.
