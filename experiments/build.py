@@ -7,6 +7,7 @@ these; none of them is a node.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 
@@ -42,6 +43,7 @@ def prune_cache(directory: str, max_bytes: int) -> None:
         total -= size
 
 
+@functools.cache   # once a process: make_game calls it for every game it builds
 def enable_compilation_cache() -> None:
     """JAX's persistent compilation cache: restarts and co-running processes that compile the
     same network and game load the executable instead of compiling it again. Every program,
