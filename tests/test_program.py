@@ -36,6 +36,14 @@ def learner_versions(run_dir):
             for agent in sorted(os.listdir(os.path.join(run_dir, "learners")))}
 
 
+def learner_steps(run_dir):
+    """Each learner's steps in its checkpoint: a resumed run stops on `learner_steps` above these."""
+    from learners import checkpoint
+
+    return {agent: checkpoint.read_payload(checkpoint.path(run_dir, agent))["steps"]
+            for agent in sorted(os.listdir(os.path.join(run_dir, "learners")))}
+
+
 def run(cfg, runner=None, out=None, **kwargs):
     from experiments.launchers import LAUNCHERS
 
@@ -326,7 +334,9 @@ def test_a_damaged_league_db_is_refused_untouched_and_restored_from_its_backup(t
     run_dir = tmp_path / "run"
     args = ["--game=kuhn_poker", "--runner=inprocess", f"--run_dir={run_dir}", "--dashboard_port=-1",
             "--backup_every_seconds=3", "--progress_every_seconds=2"]
-    result = league_cli(*args, "--minutes=0.25", timeout=300)
+    # stops once every learner has learnt (games recorded, backed up every 3 s), not by the clock:
+    # with an empty compilation cache a quarter of a minute went to compiling
+    result = league_cli(*args, "--learner_steps=100000", "--minutes=4", timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     db, backup = run_dir / "league.db", run_dir / "league.db.backup"
     assert backup.exists()

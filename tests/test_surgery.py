@@ -217,12 +217,18 @@ def _surgery_cli(*args):
                           text=True, timeout=300)
 
 
+LEARNT = 20_000   # agent steps per learner in each run of the Kuhn league below
+
+
 @pytest.fixture(scope="module")
 def kuhn_run(tmp_path_factory):
     from tests.test_program import config, run
 
-    cfg = config(tmp_path_factory.mktemp("surgery"), game="kuhn_poker", minutes=0.4, experience="device",
-                 main_agent_snapshot_steps=100, league_exploiter_timeout_steps=100, exploiter_min_steps=100)
+    # stops once every learner has learnt this much, not by the clock (with an empty compilation
+    # cache, 0.4 minutes went to compiling); the minutes are only a ceiling
+    cfg = config(tmp_path_factory.mktemp("surgery"), game="kuhn_poker", minutes=4, learner_steps=LEARNT,
+                 experience="device", main_agent_snapshot_steps=100, league_exploiter_timeout_steps=100,
+                 exploiter_min_steps=100)
     run(cfg)
     return cfg
 
@@ -234,7 +240,7 @@ def test_surgery_on_a_kuhn_league_keeps_every_players_nashconv_and_the_league_re
     from experiments import nashconv
     from experiments import surgery as tool
     from experiments.config import NetworkSettings
-    from tests.test_program import learner_versions, run
+    from tests.test_program import learner_steps, learner_versions, run
 
     run_dir = str(tmp_path / "run")
     shutil.copytree(kuhn_run.run_dir, run_dir)
@@ -258,7 +264,8 @@ def test_surgery_on_a_kuhn_league_keeps_every_players_nashconv_and_the_league_re
     assert any(e["kind"] == "surgery" for e in after_reader.history().events())
 
     # the league resumes with the wider network and keeps learning
-    wider = dataclasses.replace(cfg, network=NetworkSettings(hidden_size=24, core_size=20), minutes=0.5)
+    wider = dataclasses.replace(cfg, network=NetworkSettings(hidden_size=24, core_size=20),
+                                learner_steps=max(learner_steps(run_dir).values()) + LEARNT)
     run(wider)
     resumed = learner_versions(run_dir)
     assert all(resumed[a] > versions[a] for a in versions), (versions, resumed)
