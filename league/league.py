@@ -14,6 +14,7 @@ from league.matchmaking import Match, MatchDistribution
 from league.payoff import Payoff
 from league.players import (
     HISTORICAL,
+    LEAGUE_EXPLOITER,
     LEARNING_ROLES,
     MAIN_AGENT,
     MAIN_EXPLOITER,
@@ -211,8 +212,22 @@ class League:
             AddSnapshot(agent_id, new_id, int(agent_steps), float(wall_time), reason)
         ]
         if self.rng.random() < rules.reset_probability(player.role, config):
-            decisions.append(ResetAgent(agent_id, int(agent_steps)))
+            decisions.append(ResetAgent(agent_id, int(agent_steps), self._reset_source(player)))
         return decisions
+
+    def _reset_source(self, player: Player) -> str | None:
+        """The frozen player a reset agent restarts from (`SnapshotConfig.league_exploiter_reset_to`):
+        for league exploiters with "main_agent", the newest copy of a main agent of its race
+        (of any race if its race has none; withdrawn copies have left the pools); None (the initial
+        parameters) otherwise or until there is one."""
+        if player.role != LEAGUE_EXPLOITER or self.config.snapshots.league_exploiter_reset_to != "main_agent":
+            return None
+        mains = self.learning_agent_ids(MAIN_AGENT)
+        for pool in ([m for m in mains if self.player(m).race == player.race], mains):
+            copies = [(self.player(c).wall_time, self.player(c).step, c) for m in pool for c in self.snapshots_of(m)]
+            if copies:
+                return max(copies)[2]
+        return None
 
     def _steps_without_gain(self, agent_id: str, rates: np.ndarray, agent_steps: int) -> float:
         """Steps since the exploiter's lowest win rate against its targets last rose by

@@ -110,6 +110,13 @@ class SnapshotConfig:
     exploiter_plateau_gain: float = 0.02  # the rise in win rate that counts as progress
     main_exploiter_reset_probability: float = 1.0  # main exploiters reset after every copy
     league_exploiter_reset_probability: float = 0.25  # league exploiters reset after 25% of copies
+    # What a league exploiter restarts from at a reset: "initial" (AlphaStar: the initial
+    # parameters, the supervised start where there is one) or "main_agent" (the newest frozen
+    # copy of a main agent of its race, a warm start; the initial parameters until one exists).
+    league_exploiter_reset_to: str = "initial"
+
+
+RESET_SOURCES = ("initial", "main_agent")   # SnapshotConfig.league_exploiter_reset_to
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,9 @@ class LeagueConfig:
         if self.matchmaking.league_exploiter_opponents not in ("pfsp", "nash"):
             raise ValueError("league_exploiter_opponents must be pfsp or nash; got "
                              f"{self.matchmaking.league_exploiter_opponents!r}")
+        if self.snapshots.league_exploiter_reset_to not in RESET_SOURCES:
+            raise ValueError(f"league_exploiter_reset_to must be one of {', '.join(RESET_SOURCES)}; got "
+                             f"{self.snapshots.league_exploiter_reset_to!r}")
         if not 0.0 < self.payoff_decay <= 1.0:
             raise ValueError(f"payoff_decay must lie in (0, 1]; got {self.payoff_decay!r}")
 

@@ -36,10 +36,12 @@ class AddSnapshot:
 
 @dataclass(frozen=True)
 class ResetAgent:
-    """Reset `agent_id` to its initial parameters (and a fresh optimiser)."""
+    """Reset `agent_id` (a fresh optimiser) to the parameters of the frozen player `source`, or
+    to its initial parameters when `source` is None."""
 
     agent_id: str
     step: int
+    source: str | None = None
 
 
 def snapshot_reason(

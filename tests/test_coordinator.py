@@ -248,6 +248,43 @@ def test_a_new_history_appears_with_its_tables_and_ignores_a_half_made_one(tmp_p
     assert not (tmp_path / "league.db.new").exists()
 
 
+def test_a_league_exploiter_resets_to_the_main_agents_newest_copy_when_asked(tmp_path, capsys):
+    """`league_exploiter_reset_to="main_agent"`: the reset learner gets that copy's stored
+    parameters and league.db's reset event names it; with the copy's file unreadable it gets
+    its initial parameters and a warning says so."""
+    import dataclasses
+
+    snapshots = dataclasses.replace(SNAPSHOTS, league_exploiter_reset_probability=1.0,
+                                    league_exploiter_reset_to="main_agent")
+    coordinator = Coordinator(LeagueConfig(races=("terran",), snapshots=snapshots, initial_snapshots=False),
+                              str(tmp_path), seed=3, config=NEVER)
+    learners = {a: StrategyLearner(np.full(3, float(i))) for i, a in enumerate(coordinator.agent_ids())}
+    coordinator.set_learners(learners)
+    for a in learners:
+        coordinator.store_initial_params(a, {"strategy": np.zeros(3)})
+    main, exploiter = "terran_main_agent_0", "terran_league_exploiter_0"
+    learners[main].strategy_params = np.array([7.0, 7.0, 7.0])
+    for learner in learners.values():
+        learner.agent_steps = 250
+    coordinator.poll()
+    # main agent's first copy (made this poll): the league exploiter's reset started from it
+    np.testing.assert_array_equal(learners[exploiter].strategy_params, [7.0, 7.0, 7.0])
+    resets = [e for e in LeagueHistory(str(tmp_path), readonly=True).events()
+              if e["kind"] == "reset" and e["agent_id"] == exploiter]
+    assert resets and resets[-1]["reason"] == f"from {main}#0"
+    assert learners["terran_main_exploiter_0"].strategy_params.tolist() == [0.0, 0.0, 0.0]   # initial
+
+    # a resumed coordinator (nothing cached) whose copy's file is damaged: the initial parameters
+    _noise(coordinator.params.path(f"{main}#0"))
+    resumed = Coordinator(coordinator.league.config, str(tmp_path), seed=3, config=NEVER)
+    resumed.set_learners(learners)
+    learners[exploiter].strategy_params = np.array([1.0, 2.0, 3.0])
+    learners[exploiter].agent_steps = 500   # the main agent stays at 250: no newer copy
+    resumed.poll()
+    np.testing.assert_array_equal(learners[exploiter].strategy_params, np.zeros(3))
+    assert f"{exploiter} resets to its initial parameters, not to {main}#0's" in capsys.readouterr().out
+
+
 def test_initial_params_are_kept_for_resets(tmp_path):
     coordinator, _ = make(tmp_path, races=("terran",))
     version, params = ParamStore(str(tmp_path)).load(initial_player_id("terran_league_exploiter_0"))

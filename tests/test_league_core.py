@@ -1,6 +1,7 @@
 """The league core against values worked by hand from AlphaStar's formulas and pseudocode."""
 
 import collections
+import dataclasses
 
 import numpy as np
 import pytest
@@ -661,6 +662,45 @@ def test_resets_main_exploiter_always_league_exploiter_a_quarter_main_never():
     assert resets["t_main_agent_0"] == 0
     assert resets["t_main_exploiter_0"] == n
     assert abs(resets["t_league_exploiter_0"] / n - 0.25) < 4 * np.sqrt(0.25 * 0.75 / n)
+
+
+def test_league_exploiters_reset_to_the_newest_main_agent_copy_of_their_race_when_asked():
+    """`league_exploiter_reset_to="main_agent"`: a reset league exploiter restarts from the newest
+    frozen copy of its race's main agent (not withdrawn; any race's when its own has none; the
+    initial parameters, source None, when there is none); main exploiters, and the default
+    "initial", always restart from the initial parameters."""
+    snapshots = dataclasses.replace(tiny_snapshots(), league_exploiter_reset_probability=1.0,
+                                    league_exploiter_reset_to="main_agent")
+    league = League(LeagueConfig(initial_snapshots=False, races=("t", "z"), snapshots=snapshots), rng=3)
+
+    def reset_source(agent, step):
+        decisions = league.decide(agent, step, float(step))
+        for d in decisions:
+            league.apply(d)
+        (reset,) = [d for d in decisions if isinstance(d, ResetAgent)]
+        return reset.source
+
+    assert reset_source("t_league_exploiter_0", 10) is None   # no main agent copy yet
+    for step, wall in ((10, 1.0), (20, 5.0)):
+        for d in league.decide("z_main_agent_0", step, wall):
+            league.apply(d)
+    assert reset_source("t_league_exploiter_0", 20) == "z_main_agent_0#1"   # no t copy: any race's newest
+    for d in league.decide("t_main_agent_0", 10, 2.0):
+        league.apply(d)
+    assert reset_source("t_league_exploiter_0", 30) == "t_main_agent_0#0"   # its own race's, though older
+    for d in league.decide("t_main_agent_0", 20, 3.0):
+        league.apply(d)
+    assert reset_source("t_league_exploiter_0", 40) == "t_main_agent_0#1"   # the newest
+    league.withdraw("t_main_agent_0#1", "damaged")
+    assert reset_source("t_league_exploiter_0", 50) == "t_main_agent_0#0"   # not a withdrawn one
+    assert reset_source("t_main_exploiter_0", 10) is None
+    default = League(LeagueConfig(initial_snapshots=False, races=("t",), snapshots=dataclasses.replace(
+        snapshots, league_exploiter_reset_to="initial")), rng=3)
+    for d in default.decide("t_main_agent_0", 10, 1.0):
+        default.apply(d)
+    assert [d.source for d in default.decide("t_league_exploiter_0", 10, 2.0) if isinstance(d, ResetAgent)] == [None]
+    with pytest.raises(ValueError, match="league_exploiter_reset_to must be one of initial, main_agent"):
+        LeagueConfig(snapshots=dataclasses.replace(snapshots, league_exploiter_reset_to="supervised"))
 
 
 def test_decisions_are_applied_not_acted_on():
