@@ -358,23 +358,21 @@ class Coordinator:
             self.history.add_event("snapshot", decision.agent_id, decision.player_id, decision.step, decision.reason)
             return {"kind": "snapshot", "agent_id": decision.agent_id, "player_id": decision.player_id, "reason": decision.reason}
         if isinstance(decision, ResetAgent):
-            source = initial_player_id(decision.agent_id)
-            if decision.source:   # a warm start from a frozen player; its initial parameters if unreadable
-                try:
-                    _, params = self.params.load(decision.source)
-                    source = decision.source
-                except (KeyError, ValueError) as e:
-                    print(f"warning: {decision.agent_id} resets to its initial parameters, not to "
-                          f"{decision.source}'s: {e}", flush=True)
-            if source != decision.source:
-                _, params = self.params.load(source)
+            source = decision.source   # a warm start from a frozen player; its initial parameters if unreadable
+            try:
+                _, params = self.params.load(source) if source else (None, None)
+            except (KeyError, ValueError) as e:
+                print(f"warning: {decision.agent_id} resets to its initial parameters, not to {source}'s: {e}",
+                      flush=True)
+                source = None
+            if source is None:
+                _, params = self.params.load(initial_player_id(decision.agent_id))
             with self._calling(f"{decision.agent_id}'s learner"):
                 learner.reset(params)
             with self._lock:
                 self.league.apply(decision)
-            self.history.add_event("reset", decision.agent_id, None, decision.step,
-                                   f"from {source}" if source == decision.source else None)
-            return {"kind": "reset", "agent_id": decision.agent_id, "source": source}
+            self.history.add_event("reset", decision.agent_id, None, decision.step, source and f"from {source}")
+            return {"kind": "reset", "agent_id": decision.agent_id}
         raise ValueError(f"unknown decision {decision!r}")
 
     def exact_work(self) -> dict | None:
