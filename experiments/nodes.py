@@ -304,19 +304,24 @@ class DeviceLearnerGroup(_Learners):
         from actors.rollout import Opponents
 
         m = self.config.device.opponent_slots
-        for _ in range(MATCH_ATTEMPTS):
+        met, repeats = set(), 0   # withdrawn players met; draws that met one a second time
+        while repeats < MATCH_ATTEMPTS:
             dist = self._coordinator.match_distribution(agent_id)
             with self._lock:
                 picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
             slots = [(dist["opponents"][i], dist["branches"][i]) for i in picks]
             learning = set(dist["learning"])
             own = self.learners[agent_id].current_params()
+            params = []
             try:
-                params = [own if opp == agent_id else self._opponent_params(opp, opp in learning)
-                          for opp, _ in slots]
+                for opp, _ in slots:
+                    params.append(own if opp == agent_id else self._opponent_params(opp, opp in learning))
                 break
             except WithdrawnPlayer:
-                continue  # a damaged frozen player, now out of the distribution: draw again
+                # a damaged frozen player, now out of the distribution: draw again. Each such draw
+                # withdraws a new player (many may be damaged); only repeats count as no progress.
+                repeats += opp in met
+                met.add(opp)
         else:
             raise RuntimeError(f"{agent_id}: {MATCH_ATTEMPTS} draws in a row met withdrawn players")
         bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)

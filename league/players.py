@@ -227,7 +227,9 @@ def learning_agents(config: LeagueConfig) -> list[Player]:
 
 
 # Matches in a row that may draw withdrawn players before a node gives up (each draw after a
-# withdrawal comes from the distribution without it, so two are the most a node needs).
+# withdrawal comes from the distribution without it, so two are the most a node needs when one
+# player is damaged; the device path counts only draws that meet an already withdrawn player
+# again, so any number of damaged players is withdrawn one draw each).
 MATCH_ATTEMPTS = 20
 
 
