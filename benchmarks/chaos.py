@@ -29,6 +29,10 @@ learner updates/s over `--window` seconds before the fault and after its recover
 
     sudo python -m benchmarks.chaos --minutes=30 --fault_every=90          # the 30-minute run
     sudo python -m benchmarks.chaos --minutes=3 --fault_every=40 --game=kuhn_poker   # short
+    sudo python -m benchmarks.chaos --game=kuhn_poker --in_turn --paced --fault_every=10 ...   # CI's
+
+With `--in_turn --paced` each fault strikes once the one before it has recovered (and was named),
+and the league stops once the last has: the shortest run that meets every fault once.
 
 Last line: `RESULT chaos faults=N recovered=R in_run=I named=D to_name=T games_lost=G
 snapshots_lost=S ratio=<R/N> target=1.0` (named: faults the terminal named, of the T that fail
@@ -67,6 +71,9 @@ flags.DEFINE_integer("disk_mb", 1024, "size of the run directory's own filesyste
 flags.DEFINE_float("window", 30.0, "seconds of rates before a fault and after its recovery")
 flags.DEFINE_integer("seed", 0, "the draw of faults")
 flags.DEFINE_bool("in_turn", False, "each fault of --faults once, in their order, instead of drawn")
+flags.DEFINE_bool("paced", False, "with --in_turn: each fault strikes once the one before it has recovered "
+                  "(and, if it fails something, was named), --fault_every after it at the earliest; the league "
+                  "stops --window seconds after the last has recovered, --minutes being then a ceiling")
 flags.DEFINE_string("run_root", "", "where the run directory goes (default: a new temporary directory)")
 flags.DEFINE_list("league_args", [], "more flags for the league, e.g. --league_args=--checkpoint_every_seconds=30")
 
@@ -242,7 +249,10 @@ class Faults:
             if not pids:
                 return "no learner process found"
             learners = os.path.join(self.run_dir, "learners")
-            deadline, seen = time.time() + min(60.0, FLAGS.fault_every / 2), None
+            # a checkpoint write comes every checkpoint interval (30 s by default); unpaced, the
+            # wait keeps to the schedule
+            wait = 60.0 if FLAGS.paced else min(60.0, FLAGS.fault_every / 2)
+            deadline, seen = time.time() + wait, None
             while time.time() < deadline and seen is None:
                 for agent in os.listdir(learners) if os.path.isdir(learners) else []:
                     if any(".tmp." in f for f in os.listdir(os.path.join(learners, agent))):
@@ -254,7 +264,7 @@ class Faults:
             for _, pid in node_pids("learner") or pids:
                 _signal(pid, signal.SIGKILL)
             return (f"learners killed while {seen}'s checkpoint was being written" if seen
-                    else f"learners killed (no checkpoint write seen within {min(60.0, FLAGS.fault_every / 2):.0f} s)")
+                    else f"learners killed (no checkpoint write seen within {wait:.0f} s)")
         if kind == "lock_db":
             con = sqlite3.connect(os.path.join(self.run_dir, "league.db"), timeout=30, isolation_level=None,
                                   check_same_thread=False)
@@ -318,9 +328,10 @@ def main(argv):
     ready = time.time()
     print(f"[{(ready - started) / 60:5.1f} min] the league plays and learns", flush=True)
     when = max(started + FLAGS.first_fault, ready + 5.0)
+    end = started + FLAGS.minutes * 60
+    paced = FLAGS.paced and FLAGS.in_turn
     try:
-        while when < started + FLAGS.minutes * 60 - FLAGS.fault_every / 2 and \
-                not (FLAGS.in_turn and len(strikes) == len(faults)):
+        while when < end - FLAGS.fault_every / 2 and not (FLAGS.in_turn and len(strikes) == len(faults)):
             time.sleep(max(0.0, when - time.time()))
             kind = faults[len(strikes) % len(faults)] if FLAGS.in_turn else random.choice(faults)
             faults_now = Faults(run_dir, mount)
@@ -329,6 +340,15 @@ def main(argv):
             strikes.append((at, kind, target))
             print(f"[{(at - started) / 60:5.1f} min] fault: {kind}: {target}", flush=True)
             when += FLAGS.fault_every
+            if paced:   # the next strikes once this one has recovered and was named
+                settled = wait_settled(at, kind, league, probe, end)
+                if settled is None:
+                    break
+                when = max(at + FLAGS.fault_every, settled + 5.0)
+                print(f"[{(settled - started) / 60:5.1f} min] {kind} recovered after {settled - at:.0f} s", flush=True)
+        if paced and strikes and len(strikes) == len(faults) and time.time() < end:
+            time.sleep(max(0.0, min(end, time.time() + FLAGS.window) - time.time()))
+            league.stop()
         league.wait()
     except KeyboardInterrupt:
         league.stop()
@@ -343,27 +363,56 @@ def main(argv):
         shutil.rmtree(root, ignore_errors=True)
 
 
+def failures_said(league: League, at: float, upto: float) -> list[tuple[float, str]]:
+    """The league's terminal lines between two times that name a failure (progress lines left out)."""
+    return [(t, ANSI.sub("", line)) for t, line in list(league.lines)
+            if at < t < upto and FAILURE_WORDS.search(line) and not PROGRESS.match(line)]
+
+
+def lasts(kind: str) -> float:
+    """How long a fault of `kind` goes on after it strikes, in seconds."""
+    return (FLAGS.hang_seconds if kind in ("hang", "lock_db") else
+            FLAGS.full_seconds if kind == "full_disk" else 0.0)
+
+
+def recovery(probe: Probe, at: float, duration: float, upto: float = float("inf")):
+    """The league.db reading at which the league had recovered from a fault that struck at `at`
+    and went on for `duration` seconds: from when it ended (plus STALE_SECONDS: league.db's
+    readings lag the nodes), games grew above where they were at the fault, and the learners'
+    steps grew, each from one reading to the next (not necessarily at the same reading: a slow
+    league records its learners' steps every ~20 s). None if that did not happen before `upto`."""
+    before = probe.at(at)
+    if before is None:
+        return None
+    settle = at + duration + STALE_SECONDS
+    later = [probe.at(settle), *(r for r in probe.after(settle) if r[0] < upto)]
+    games = next((r for r, last in zip(later[1:], later) if r[1] > last[1] and r[1] > before[1]), None)
+    steps = next((r for r, last in zip(later[1:], later) if r[2] > last[2]), None)
+    return max(games, steps, key=lambda r: r[0]) if games and steps else None
+
+
+def wait_settled(at: float, kind: str, league: League, probe: Probe, end: float) -> float | None:
+    """Waits (for --paced) until the fault that struck at `at` has recovered and, if it fails
+    something, was named; returns that time, or None at `end`."""
+    while time.time() < end:
+        recovered, said = recovery(probe, at, lasts(kind)), failures_said(league, at, time.time())
+        if recovered and (kind in HARMLESS or said):
+            return recovered[0] if kind in HARMLESS else max(recovered[0], said[0][0])
+        time.sleep(1.0)
+    return None
+
+
 def report(strikes, league: League, probe: Probe, final, started: float) -> list[dict]:
     rows = []
     for i, (at, kind, target) in enumerate(strikes):
         upto = strikes[i + 1][0] if i + 1 < len(strikes) else float("inf")
-        said = [(t, ANSI.sub("", line)) for t, line in league.lines
-                if at < t < upto and FAILURE_WORDS.search(line) and not PROGRESS.match(line)]
+        said = failures_said(league, at, upto)
         # what the league itself said (Ray's raylet line about a dead worker often comes first)
         own = [x for x in said if "(raylet)" not in x[1]]
         before = probe.at(at)
-        recovered = None
-        if before is not None:
-            # From when the fault ends (league.db's readings lag a few seconds behind the
-            # nodes): the first reading at which games and learners' steps both grew since the
-            # one before it, above where they were at the fault.
-            settle = at + STALE_SECONDS + (FLAGS.hang_seconds if kind in ("hang", "lock_db") else
-                                           FLAGS.full_seconds if kind == "full_disk" else 0.0)
-            later = probe.after(settle)
-            growing = [r for r, last in zip(later[1:], later) if r[1] > last[1] and r[2] > last[2]
-                       and r[1] > before[1]]
-            if growing and growing[0][0] < upto + 60:
-                recovered = growing[0]
+        # Before the fault after next at the latest (a slow league's recovery may outlast the
+        # next fault's strike).
+        recovered = recovery(probe, at, lasts(kind), upto + max(60.0, FLAGS.fault_every))
         restarted = any(at < t < (recovered[0] if recovered else upto) for t in league.starts)
         lost_players = sorted(before[3] - final[3]) if before else []
         # The learners' steps dip where a learner resumed from an older checkpoint: the lowest

@@ -4,7 +4,7 @@ they are skipped with that reason; with LEAGUE_REQUIRE_REPLAY=1 (CI's replay env
 missing Reverb fails the run instead.
 
 The long tests (marker `long`: the Leduc league's quality, a Kuhn league's exploiter gaps, the
-chaos league, the heuristic's table, the three-host cluster, three Launchpad runs) are each a
+heuristic's table, the three-host cluster, three Launchpad runs) are each a
 minutes-long league, the short form of a benchmark. `pytest` leaves them out (the gate CI runs
 in under 30 minutes); `pytest --long` runs them too, and `LEAGUE_CI_LONG=1 bash .ci/run` runs
 them in every environment."""
