@@ -83,7 +83,7 @@ from actors.rollout import (
 from agents import act, head_names, network_key, pseudo_reward_count, z_size
 from agents.trajectory import Step, Unroll, batch_size, take, zeros_unroll
 from league.matchmaking import Match
-from league.players import MATCH_ATTEMPTS, WithdrawnPlayer
+from league.players import draw_past_withdrawn
 from league.results import GameResult
 
 PyTree = Any
@@ -638,19 +638,13 @@ class Actor:
             self._m["reconnects"] += 1
 
     def _new_match(self):
-        for _ in range(MATCH_ATTEMPTS):
+        def draw():
             request = Match.of(self.match_source.request_match(self.agent_id), self.agent_id)
-            opponent = request.opponent_id
-            if opponent == self.agent_id:
-                opponent_version, opponent_params = self._version, self._params
-                break
-            try:
-                opponent_version, opponent_params = self._wait_params(opponent)
-                break
-            except WithdrawnPlayer:
-                continue  # a damaged frozen player, now out of matchmaking: draw again
-        else:
-            raise RuntimeError(f"{self.agent_id}: {MATCH_ATTEMPTS} matches in a row drew withdrawn players")
+            if request.opponent_id == self.agent_id:
+                return request, self._version, self._params
+            # a damaged frozen player raises WithdrawnPlayer here, now out of matchmaking
+            return (request, *self._wait_params(request.opponent_id))
+        request, opponent_version, opponent_params = draw_past_withdrawn(draw, self.agent_id)
         abandoned = (0 if self._stream is None
                      else int(np.sum(np.asarray(self._stream.games.lengths) > 0)))
         self._resets += 1

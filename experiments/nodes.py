@@ -39,7 +39,7 @@ from experiments.build import (
     make_network,
 )
 from experiments.config import POKER_GAMES, RACES, RunConfig
-from league.players import MATCH_ATTEMPTS, WithdrawnPlayer
+from league.players import WithdrawnPlayer, draw_past_withdrawn
 from league.results import GameResult
 
 
@@ -79,7 +79,7 @@ class ParamsSource:
         if got is None:
             got = self._coordinator.frozen_params(player_id)
             if got is None:
-                raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read or are not finite)")
+                raise WithdrawnPlayer(player_id)
             with self._lock:
                 self._frozen[player_id] = got
         version, params = got
@@ -289,7 +289,7 @@ class DeviceLearnerGroup(_Learners):
             return self._frozen[player_id]
         got = self._coordinator.frozen_params(player_id)
         if got is None:
-            raise WithdrawnPlayer(f"{player_id!r} was withdrawn from the league (its parameters cannot be read or are not finite)")
+            raise WithdrawnPlayer(player_id)
         self._frozen[player_id] = jax.device_put(got[1])
         while len(self._frozen) > self.BANK_SIZE:
             self._frozen.popitem(last=False)
@@ -304,26 +304,18 @@ class DeviceLearnerGroup(_Learners):
         from actors.rollout import Opponents
 
         m = self.config.device.opponent_slots
-        met, repeats = set(), 0   # withdrawn players met; draws that met one a second time
-        while repeats < MATCH_ATTEMPTS:
+
+        def draw():
             dist = self._coordinator.match_distribution(agent_id)
             with self._lock:
                 picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
             slots = [(dist["opponents"][i], dist["branches"][i]) for i in picks]
             learning = set(dist["learning"])
             own = self.learners[agent_id].current_params()
-            params = []
-            try:
-                for opp, _ in slots:
-                    params.append(own if opp == agent_id else self._opponent_params(opp, opp in learning))
-                break
-            except WithdrawnPlayer:
-                # a damaged frozen player, now out of the distribution: draw again. Each such draw
-                # withdraws a new player (many may be damaged); only repeats count as no progress.
-                repeats += opp in met
-                met.add(opp)
-        else:
-            raise RuntimeError(f"{agent_id}: {MATCH_ATTEMPTS} draws in a row met withdrawn players")
+            # a damaged frozen player raises WithdrawnPlayer here, now out of the distribution
+            return dist, slots, [own if opp == agent_id else self._opponent_params(opp, opp in learning)
+                                 for opp, _ in slots]
+        dist, slots, params = draw_past_withdrawn(draw, agent_id)
         bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
         use_self = jnp.asarray([opp == agent_id for opp, _ in slots])
         races = None

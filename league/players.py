@@ -9,7 +9,9 @@ agent, one main exploiter and two league exploiters.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -226,13 +228,36 @@ def learning_agents(config: LeagueConfig) -> list[Player]:
     ]
 
 
-# Matches in a row that may draw withdrawn players before a node gives up (each draw after a
-# withdrawal comes from the distribution without it, so two are the most a node needs when one
-# player is damaged; the device path counts only draws that meet an already withdrawn player
-# again, so any number of damaged players is withdrawn one draw each).
+T = TypeVar("T")
+
+# Draws that may meet an already withdrawn player again before a node gives up (each draw after
+# a withdrawal comes from the distribution without that player, so a repeat means the league has
+# not taken it out yet).
 MATCH_ATTEMPTS = 20
 
 
 class WithdrawnPlayer(LookupError):
     """A frozen player taken out of matchmaking (`League.withdraw`: its parameters cannot be
     read); raised where its parameters are asked for, so the caller asks for another match."""
+
+    def __init__(self, player_id: str):
+        super().__init__(f"{player_id!r} was withdrawn from the league (its parameters cannot be read or are "
+                         "not finite)")
+        self.player_id = player_id
+
+
+def draw_past_withdrawn(draw: Callable[[], T], who: str) -> T:
+    """`draw()`, called again while it raises WithdrawnPlayer: a match or an opponent bank drawn
+    until it meets no withdrawn player. Any number of damaged players is withdrawn, one draw each;
+    only draws that meet a player already met withdrawn count, and after MATCH_ATTEMPTS of them a
+    RuntimeError names `who`."""
+    met: set[str] = set()
+    repeats = 0
+    while repeats < MATCH_ATTEMPTS:
+        try:
+            return draw()
+        except WithdrawnPlayer as withdrawn:
+            repeats += withdrawn.player_id in met
+            met.add(withdrawn.player_id)
+    raise RuntimeError(f"{who}: {MATCH_ATTEMPTS} draws met players already withdrawn (the league does not take "
+                       "them out of matchmaking)")

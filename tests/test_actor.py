@@ -13,6 +13,7 @@ from actors.games.smax_races import ATTACK, SmaxRacesConfig, fixed_size_menu
 from agents import make_network
 from agents.specs import MASK_KEY
 from agents.trajectory import reverb_signature, unflatten_like
+from league.players import WithdrawnPlayer
 from learners.learner import Learner, LearnerConfig, ReplayConfig
 
 try:  # the replay path (the [replay] extra); its tests are marked `replay` (tests/conftest.py)
@@ -488,3 +489,42 @@ def test_reports_to_a_lost_coordinator_are_delivered_once_it_is_back_and_other_e
             raise RuntimeError("reporting finished games to the coordinator failed") from e
     except RuntimeError as wrapped:
         assert lost_node(wrapped) is lost
+
+
+class DamagedFrozenPlayers(FixedOpponent):
+    """Matchmaking that offers `damaged` frozen players one after the other (each taken out of
+    matchmaking once a node found it damaged), then the good one."""
+
+    def __init__(self, damaged):
+        super().__init__()
+        self.offers = iter(damaged)
+
+    def request_match(self, agent_id):
+        match = super().request_match(agent_id)
+        return {**match, "opponent_id": next(self.offers, "frozen")}
+
+
+class WithdrawingParams(CountingParams):
+    """Parameters for the agent and "frozen"; any other player has been withdrawn."""
+
+    def latest_params(self, player_id, min_version=None):
+        if player_id not in ("agent", "frozen"):
+            raise WithdrawnPlayer(player_id)
+        return super().latest_params(player_id, min_version)
+
+
+def test_an_actor_draws_past_any_number_of_withdrawn_players(smax):
+    """Issue 31: an actor whose matches meet 30 damaged frozen players in a row (every frozen
+    file damaged: each withdrawn at its first meeting) draws again past each and plays the
+    next good match; the bound on draws (MATCH_ATTEMPTS, 20) counts only players met twice."""
+    game, network, params = smax
+    source = DamagedFrozenPlayers([f"damaged_{k}" for k in range(30)])
+    actor = Actor("actor-3", "agent", game, network, source, WithdrawingParams(params), None, "unused",
+                  ActorConfig(unroll_length=T, refresh_seconds=1.0, episodes_per_match=B))
+    try:
+        played = actor.run_episodes(B)
+    finally:
+        actor.close()
+    assert played >= B
+    assert source.requests >= 31   # the 30 withdrawn, the good one (and the next match)
+    assert {r.away for r in source.results} == {"frozen"}

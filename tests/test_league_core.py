@@ -17,7 +17,16 @@ from league.matchmaking import (
 )
 from league.payoff import Payoff
 from league.pfsp import pfsp_probabilities
-from league.players import LeagueConfig, MatchmakingConfig, Player, SnapshotConfig, learning_agents
+from league.players import (
+    MATCH_ATTEMPTS,
+    LeagueConfig,
+    MatchmakingConfig,
+    Player,
+    SnapshotConfig,
+    WithdrawnPlayer,
+    draw_past_withdrawn,
+    learning_agents,
+)
 from league.rules import AddSnapshot, ResetAgent, snapshot_reason
 
 # -- PFSP ---------------------------------------------------------------------------
@@ -745,3 +754,26 @@ def test_exact_payoffs_override_sampled_ones_and_round_trip():
     np.testing.assert_allclose(restored.score_matrix(), payoff.score_matrix())
     with pytest.raises(ValueError, match="win rate in \\[0, 1\\]"):
         payoff.set_exact("a", "b", 1.5, 0.0)
+
+
+def test_a_draw_goes_past_any_number_of_withdrawn_players_but_not_past_one_the_league_keeps_offering():
+    # 50 damaged players, each withdrawn at its first draw (the draw after it no longer offers
+    # it): the 51st draw is played, though 50 draws in a row met withdrawn players.
+    damaged = iter([f"frozen_{k}" for k in range(50)])
+
+    def each_new():
+        player = next(damaged, None)
+        if player is not None:
+            raise WithdrawnPlayer(player)
+        return "match"
+    assert draw_past_withdrawn(each_new, "any_main_agent_0") == "match"
+    # One withdrawn player offered again and again (the league did not take it out): the node
+    # gives up after MATCH_ATTEMPTS repeats and says who and why.
+    calls = []
+
+    def same_again():
+        calls.append(1)
+        raise WithdrawnPlayer("frozen_7")
+    with pytest.raises(RuntimeError, match="any_main_agent_0: 20 draws met players already withdrawn"):
+        draw_past_withdrawn(same_again, "any_main_agent_0")
+    assert len(calls) == MATCH_ATTEMPTS + 1 == 21   # the first meeting, then 20 repeats
