@@ -113,8 +113,9 @@ class _Learners:
         self._stop.set()
 
     def checkpoint(self) -> None:
-        for learner in self.learners.values():
-            learner.save_checkpoint()
+        from learners.learner import save_checkpoints
+
+        save_checkpoints(self.learners)   # a full disk: one line for the group
 
     def run(self) -> None:
         """Round-robin over the learners (`_round`: an update each on the replay path, a chunk

@@ -35,6 +35,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -219,24 +220,22 @@ class Learner:
 
     # ------------------------------------------------------------------ checkpoints
 
-    def save_checkpoint(self) -> str | None:
-        """Writes params, optimiser state, version and steps atomically; returns the path. On a
-        full disk it writes nothing, says so, and returns None: the checkpoint there stays, and
-        the next one is tried at the next interval (the learner goes on)."""
+    def write_checkpoint(self) -> str | None:
+        """Writes params, optimiser state, version and steps atomically; returns the path (None
+        without a run directory). Raises the OSError of a full disk, having written nothing:
+        the checkpoint there stays."""
         if self._checkpoint_path is None:
             return None
         with self._lock:
             state, steps = self._state, self.steps()
-        try:
-            return checkpoint.save(self._checkpoint_path, checkpoint.Checkpoint(
-                int(state.version), steps, int(state.num_skipped), state.params, state.opt_state))
-        except OSError as e:
-            if not disk_full(e):
-                raise
-            print(f"warning: learner checkpoint {self._checkpoint_path} not written ({e.strerror}): "
-                  f"the one there stays; version {int(state.version)} ({steps} steps) is tried again "
-                  "at the next checkpoint", flush=True)
-            return None
+        return checkpoint.save(self._checkpoint_path, checkpoint.Checkpoint(
+            int(state.version), steps, int(state.num_skipped), state.params, state.opt_state))
+
+    def save_checkpoint(self) -> str | None:
+        """`write_checkpoint`; on a full disk it says so and returns None: the checkpoint there
+        stays, and the next one is tried at the next interval (the learner goes on)."""
+        return save_checkpoints({self._checkpoint_path: self}).get(self._checkpoint_path)
+
 
     def close(self) -> None:
         """Stops prefetching and writes a final checkpoint (if there is a run directory)."""
@@ -244,3 +243,23 @@ class Learner:
             self._batches.close()
         self._batches = None
         self.save_checkpoint()
+
+
+def save_checkpoints(learners: Mapping[str, Learner]) -> dict[str, str | None]:
+    """Every learner's checkpoint (`Learner.write_checkpoint`): {name: path, or None where none
+    was written}; a learner group names its learners by agent. On a full disk one warning names every learner whose checkpoint was not
+    written (the ones there stay; each is tried again at its next checkpoint), not a line each."""
+    written, missed, reason = {}, [], ""
+    for agent_id, learner in learners.items():
+        try:
+            written[agent_id] = learner.write_checkpoint()
+        except OSError as e:
+            if not disk_full(e):
+                raise
+            written[agent_id], reason = None, e.strerror
+            missed.append(agent_id)
+    if missed:
+        print(f"warning: learner checkpoint{'s' if len(missed) > 1 else ''} not written ({reason}): "
+              f"{', '.join(missed)}; the one{'s' if len(missed) > 1 else ''} there stay{'' if len(missed) > 1 else 's'}, "
+              "tried again at the next checkpoint", flush=True)
+    return written

@@ -186,3 +186,28 @@ def test_a_coordinator_on_a_full_disk_goes_on_and_records_everything_once_there_
     assert set(resumed.league.players) == set(players)
     for player in snapshot_ids:
         assert resumed.params.load(player)[0] >= 0
+
+
+def test_a_learner_group_on_a_full_disk_says_so_in_one_line_and_keeps_its_checkpoints(small_disk, capsys):
+    """The default SMAX league's 12 learners said a full disk in 12 lines at once (the 30-minute
+    chaos run): now one line names each learner whose checkpoint was not written; the ones there
+    stay readable, and the next checkpoint once there is space is written."""
+    from learners import checkpoint
+    from learners.learner import Learner, LearnerConfig, save_checkpoints
+    from tests.test_learner import tiny_learner_setup
+
+    T, B = 3, 4
+    net, example, params = tiny_learner_setup(T, B)
+    group = {agent: Learner(net, params, LearnerConfig(batch_size=B, unroll_length=T), example,
+                            checkpoint_dir=os.path.join(small_disk, agent)) for agent in ("a_0", "b_0", "c_0")}
+    assert all(save_checkpoints(group).values())
+    filler = fill(small_disk)
+    capsys.readouterr()
+    assert save_checkpoints(group) == {"a_0": None, "b_0": None, "c_0": None}
+    lines = [line for line in capsys.readouterr().out.splitlines() if "not written" in line]
+    assert lines == ["warning: learner checkpoints not written (No space left on device): a_0, b_0, c_0; "
+                     "the ones there stay, tried again at the next checkpoint"], lines
+    for agent in group:
+        assert checkpoint.read_payload(os.path.join(small_disk, agent, checkpoint.FILENAME))["version"] == 0
+    os.remove(filler)
+    assert all(save_checkpoints(group).values())
