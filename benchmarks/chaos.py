@@ -29,7 +29,7 @@ learner updates/s over `--window` seconds before the fault and after its recover
 
     sudo python -m benchmarks.chaos --minutes=30 --fault_every=90          # the 30-minute run
     sudo python -m benchmarks.chaos --minutes=3 --fault_every=40 --game=kuhn_poker   # short
-    sudo python -m benchmarks.chaos --game=kuhn_poker --in_turn --paced --fault_every=10 ...   # CI's
+    sudo python -m benchmarks.chaos --game=kuhn_poker --in_turn --paced --fault_every=15 ...   # CI's (tests/test_chaos.py)
 
 With `--in_turn --paced` each fault strikes once the one before it has recovered (and was named),
 and the league stops once the last has: the shortest run that meets every fault once.
