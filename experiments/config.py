@@ -200,7 +200,7 @@ class SupervisedStartSettings:
     """The automatic supervised start (--init=auto: experiments/supervised_start.py)."""
 
     games: int = 324  # heuristic games recorded for the automatic supervised start (all races and armies)
-    steps: int = 150  # behaviour-cloning steps per race of the automatic supervised start
+    steps: int = 600  # behaviour-cloning steps per race of the automatic supervised start (BENCHMARKS.md)
     batch_size: int = 16  # games per behaviour-cloning step of the automatic supervised start
     # Where automatic supervised starts are cached ("": $LEAGUE_SUPERVISED_CACHE, else
     # $XDG_CACHE_HOME/league-trainer/supervised, else ~/.cache/league-trainer/supervised).
