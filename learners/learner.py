@@ -234,8 +234,9 @@ class Learner:
     def save_checkpoint(self) -> str | None:
         """`write_checkpoint`; on a full disk it says so and returns None: the checkpoint there
         stays, and the next one is tried at the next interval (the learner goes on)."""
-        return save_checkpoints({self._checkpoint_path: self}).get(self._checkpoint_path)
-
+        if self._checkpoint_path is None:
+            return None
+        return save_checkpoints({self._checkpoint_path: self})[self._checkpoint_path]
 
     def close(self) -> None:
         """Stops prefetching and writes a final checkpoint (if there is a run directory)."""
@@ -247,19 +248,19 @@ class Learner:
 
 def save_checkpoints(learners: Mapping[str, Learner]) -> dict[str, str | None]:
     """Every learner's checkpoint (`Learner.write_checkpoint`): {name: path, or None where none
-    was written}; a learner group names its learners by agent. On a full disk one warning names every learner whose checkpoint was not
-    written (the ones there stay; each is tried again at its next checkpoint), not a line each."""
+    was written}; a learner group names its learners by agent. On a full disk one warning names
+    every learner whose checkpoint was not written (what is there stays; each is tried again at
+    its next checkpoint), not a line each."""
     written, missed, reason = {}, [], ""
-    for agent_id, learner in learners.items():
+    for name, learner in learners.items():
         try:
-            written[agent_id] = learner.write_checkpoint()
+            written[name] = learner.write_checkpoint()
         except OSError as e:
             if not disk_full(e):
                 raise
-            written[agent_id], reason = None, e.strerror
-            missed.append(agent_id)
+            written[name], reason = None, e.strerror
+            missed.append(name)
     if missed:
-        print(f"warning: learner checkpoint{'s' if len(missed) > 1 else ''} not written ({reason}): "
-              f"{', '.join(missed)}; the one{'s' if len(missed) > 1 else ''} there stay{'' if len(missed) > 1 else 's'}, "
-              "tried again at the next checkpoint", flush=True)
+        print(f"warning: learner checkpoint not written ({reason}) for {', '.join(missed)}: what is there "
+              "stays; tried again at the next checkpoint", flush=True)
     return written

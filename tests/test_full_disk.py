@@ -205,8 +205,8 @@ def test_a_learner_group_on_a_full_disk_says_so_in_one_line_and_keeps_its_checkp
     capsys.readouterr()
     assert save_checkpoints(group) == {"a_0": None, "b_0": None, "c_0": None}
     lines = [line for line in capsys.readouterr().out.splitlines() if "not written" in line]
-    assert lines == ["warning: learner checkpoints not written (No space left on device): a_0, b_0, c_0; "
-                     "the ones there stay, tried again at the next checkpoint"], lines
+    assert lines == ["warning: learner checkpoint not written (No space left on device) for a_0, b_0, c_0: "
+                     "what is there stays; tried again at the next checkpoint"], lines
     for agent in group:
         assert checkpoint.read_payload(os.path.join(small_disk, agent, checkpoint.FILENAME))["version"] == 0
     os.remove(filler)
