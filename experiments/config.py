@@ -60,7 +60,13 @@ DERIVED = ("league.races", "learner.replay.table")
 # mixture (PSRO's best-response target): the Nash mixture after 5 minutes 1.44 against 2.21,
 # 2.3x the learnt steps/s (2 seeds, same run). Kuhn, the same four changes (snapshots every
 # 40k steps): the Nash mixture after 10 minutes 0.0077 and 0.0333 against 0.0498 and 0.1300,
-# 3.5x the learnt steps/s (2 seeds, same run; BENCHMARKS.md, "Kuhn at 10 minutes").
+# 3.5x the learnt steps/s (2 seeds, same run; BENCHMARKS.md, "Kuhn at 10 minutes"). Leduc
+# without UPGO (issue 26, session 20): UPGO's "Q >= V" test reads the luck of the opponent's
+# reply and hidden card, keeps the lucky returns and bootstraps the others, and holds a learner
+# at "always raise"; alone against a league's Nash mixture an exploiter learner then loses
+# (-0.17 chips after 3,000 updates; +0.30 to +0.36 without UPGO, best response 0.63), and the
+# league's Nash mixture after 6 minutes reads 0.72 and 0.66 against 1.34 and 1.34 (2 seeds, same
+# run; BENCHMARKS.md, "Leduc without UPGO").
 GAME_DEFAULTS = {
     # SMAX games last up to ~100 steps: 32 updates of 15 steps per chunk let each game slot
     # finish several games before the chunk ends (running games are dropped at its end).
@@ -74,7 +80,7 @@ GAME_DEFAULTS = {
                    "league.snapshots.main_exploiter_timeout_steps": 80_000,
                    "league.snapshots.league_exploiter_timeout_steps": 40_000},
     "leduc_poker": {"learner.learning_rate": 2e-3, "learner.batch_size": 32,
-                    "learner.loss.entropy_weight": 0.1,
+                    "learner.loss.entropy_weight": 0.1, "learner.loss.upgo_weight": 0.0,
                     "learner.loss.exploiter_entropy_weight": 0.01,
                     "network.core_size": 0,
                     "league.matchmaking.league_exploiter_opponents": "nash",

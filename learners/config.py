@@ -23,6 +23,9 @@ class LossConfig:
     discount: float = 1.0                # multiplied into the data's per-step discounts
     policy_weight: float = 1.0           # weight of the V-trace (or PPO) policy term
     upgo_weight: float = 1.0             # weight of the UPGO policy term (0: off)
+    # UPGO follows the return through steps where the agent had no choice (the opponent's turn),
+    # instead of judging them by "Q >= V" (`losses.upgo_returns`): False is AlphaStar's formula.
+    upgo_follow_forced: bool = False
     value_weight: float = 1.0            # the value loss already carries the 1/2
     entropy_weight: float = 0.01         # entropy bonus (OpenAI Five: 0.01; poker runs: 0.1)
     # Annealing of the entropy weight (MMD's temperature alpha -> 0: the regularised equilibrium

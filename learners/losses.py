@@ -233,38 +233,50 @@ def vtrace_value_loss(target_log_probs: Logits, behaviour_log_probs: Logits, val
     return 0.5 * jnp.sum(jnp.square(targets - values)) / (T * B)
 
 
-def upgo_returns(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array) -> Array:
+FORCED_LOG_PROB = -1e-6  # a step whose actions had log mu above this (mu = 1): no choice was made
+
+
+def upgo_returns(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array,
+                 chose: Array | None = None) -> Array:
     """Upgoing returns G [T, B, *U] (AlphaStar, Methods "Value and policy updates"), per unit:
 
         G_{T-1} = r_{T-1} + gamma_{T-1} V(s_T)
         G_t     = r_t + gamma_t * ( G_{t+1}     if Q(s_{t+1}, a_{t+1}) >= V(s_{t+1})
+                                                or no choice was made at t+1
                                     V(s_{t+1})  otherwise )               for t < T-1
         Q(s_{t+1}, a_{t+1}) = r_{t+1} + gamma_{t+1} V(s_{t+2})   (AlphaStar's one-step target)
 
     with V(s_T) = `bootstrap_value`: the return keeps following the behaviour trajectory while
     its next action looks at least as good as average, and bootstraps as soon as it does not.
+    `chose` [T, B, *U] (None: every step) marks the steps where the agent chose its action.
+    At a step where it did not (the other player's turn in a turn-based game, a dead unit),
+    Q = V in truth, so "Q >= V" would only test the noise of the opponent's reply or the deal,
+    and keep the lucky outcomes of the action before it while bootstrapping the unlucky ones:
+    an optimistic bias toward high-variance actions. There the return is followed (this
+    project's reading of UPGO for turn-based games; AlphaStar's agents choose at every step).
     Hand-written with a reverse `lax.scan` (elementwise over every axis but time); no gradient
     flows through it.
     """
     _check_time_major(rewards, discounts, values, bootstrap_value)
     discounts = _expand_to(discounts, values.shape)
+    chose = jnp.ones(values.shape, bool) if chose is None else _expand_to(chose, values.shape)
     next_values = _next_values(values, bootstrap_value)          # V(s_{t+1})
     one_step_q = rewards + discounts * next_values                # Q(s_t, a_t)
     last = one_step_q[-1]                                         # G_{T-1}
 
     def body(g_next, xs):
-        r_t, gamma_t, v_next, q_next = xs
-        g_t = r_t + gamma_t * jnp.where(q_next >= v_next, g_next, v_next)
+        r_t, gamma_t, v_next, q_next, chose_next = xs
+        g_t = r_t + gamma_t * jnp.where((q_next >= v_next) | ~chose_next, g_next, v_next)
         return g_t, g_t
 
-    xs = (rewards[:-1], discounts[:-1], next_values[:-1], one_step_q[1:])
+    xs = (rewards[:-1], discounts[:-1], next_values[:-1], one_step_q[1:], chose[1:])
     _, earlier = jax.lax.scan(body, last, xs, reverse=True)
     return jax.lax.stop_gradient(jnp.concatenate([earlier, last[None]], axis=0))
 
 
 def upgo_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, rewards: Array,
                      discounts: Array, values: Array, bootstrap_value: Array,
-                     importance_correction: bool = True) -> Array:
+                     importance_correction: bool = True, follow_forced: bool = False) -> Array:
     """UPGO policy term (AlphaStar), per unit:
 
         L = - mean_{t,b} sum_i sum_h w_h rho^{h,i}_t (G^i_t - V^i(s_t)) log pi_h(a^{h,i}_t|s_t)
@@ -272,12 +284,15 @@ def upgo_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, rewa
     with G^i from `upgo_returns` of unit i's rewards and values, rho^h_t =
     min(pi_h(a^h_t|s_t) / mu_h(a^h_t|s_t), 1), each head with its own clipped ratio as for
     V-trace, and w_h as in `vtrace_policy_loss`. rho and the advantage are constants.
+    `follow_forced`: steps where the behaviour policy had no choice (mu(a_t|s_t) = 1 over every
+    head, e.g. poker's non-acting steps) are passed to `upgo_returns` as not chosen.
     """
     _check_heads(target_log_probs, behaviour_log_probs, rewards)
-    advantages = upgo_returns(rewards, discounts, values, bootstrap_value) - values
-    advantages = jax.lax.stop_gradient(advantages)
     log_pi, weights = stack_heads(target_log_probs, values)
     log_mu, _ = stack_heads(behaviour_log_probs, values)
+    chose = jnp.sum(log_mu, axis=-1) < FORCED_LOG_PROB if follow_forced else None
+    advantages = upgo_returns(rewards, discounts, values, bootstrap_value, chose) - values
+    advantages = jax.lax.stop_gradient(advantages)
     rho = jnp.minimum(jnp.exp(jax.lax.stop_gradient(log_pi - log_mu)), 1.0)
     if not importance_correction:
         rho = jnp.ones_like(rho)
@@ -557,7 +572,7 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     if config.upgo_weight:
         terms["upgo"] = (config.upgo_weight, upgo_policy_loss(
             target_log_probs, behaviour_log_probs, rewards, discounts, values, bootstrap_value,
-            config.importance_correction))
+            config.importance_correction, config.upgo_follow_forced))
     if config.value_target == "vtrace":
         value = vtrace_value_loss(target_log_probs, behaviour_log_probs, values, rewards,
                                   discounts, bootstrap_value, config.vtrace_lambda,

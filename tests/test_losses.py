@@ -61,16 +61,18 @@ def np_lambda_returns(r, g, v, boot, lam):
     return out
 
 
-def np_upgo(r, g, v, boot):
-    """The issue's formula, one element at a time."""
+def np_upgo(r, g, v, boot, chose=None):
+    """The issue's formula, one element at a time; `chose` [T, B] (None: all True): a step
+    where the agent made no choice is followed whatever its one-step Q says."""
     T, B = r.shape
+    chose = np.ones((T, B), bool) if chose is None else chose
     G = np.zeros((T, B))
     for b in range(B):
         V = list(v[:, b]) + [boot[b]]
         G[T - 1, b] = r[T - 1, b] + g[T - 1, b] * V[T]
         for t in range(T - 2, -1, -1):
             q_next = r[t + 1, b] + g[t + 1, b] * V[t + 2]
-            follow = G[t + 1, b] if q_next >= V[t + 1] else V[t + 1]
+            follow = G[t + 1, b] if q_next >= V[t + 1] or not chose[t + 1, b] else V[t + 1]
             G[t, b] = r[t, b] + g[t, b] * follow
     return G
 
@@ -276,6 +278,59 @@ def test_upgo_returns_hand_worked():
     g = f32([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]])
     got = losses.upgo_returns(r, g, v, f32([0.5, 0.5]))
     np.testing.assert_allclose(got, [[2.0, 3.0], [2.0, 3.0], [1.5, 1.5]], atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_upgo_returns_follow_the_steps_without_a_choice(seed):
+    c = random_case(seed, T=8, B=5)
+    chose = np.random.default_rng(seed + 10).random((8, 5)) < 0.5
+    got = losses.upgo_returns(c["r"], c["g"], c["v"], c["boot"], jnp.asarray(chose))
+    want = np_upgo(c["r"], c["g"], c["v"], c["boot"], chose)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert not np.allclose(want, np_upgo(c["r"], c["g"], c["v"], c["boot"]))  # the mask matters here
+
+
+def test_upgo_returns_hand_worked_turn_based():
+    # A poker-like column: the agent raises at t=0 (V(s_0) = 0), the opponent replies at t=1
+    # (the agent's step without a choice, V(s_1) = 0), the agent calls at t=2 (V(s_2) = -1:
+    # the opponent re-raised, a bad reply), and wins 1 at the end (r_2 = 1, episode ends).
+    #   G_2 = 1
+    #   t=1: Q(s_2, a_2) = 1 >= V(s_2) = -1 -> follow: G_1 = G_2 = 1
+    #   t=0: Q(s_1, a_1) = 0 + V(s_2) = -1 < V(s_1) = 0. AlphaStar's rule bootstraps,
+    #        G_0 = V(s_1) = 0, forgetting the bad reply; with no choice at t=1 it follows,
+    #        G_0 = G_1 = 1.
+    # A second column: the opponent folds at t=1 (V(s_2) = 2 after it, r_2 = 2): both rules
+    # follow, G_0 = 2. AlphaStar's rule credits the raise with the good reply (2) but not the
+    # bad one (0 instead of 1): the optimism this rule removes.
+    v = f32([[0.0, 0.0], [0.0, 0.0], [-1.0, 2.0]])
+    r = f32([[0.0, 0.0], [0.0, 0.0], [1.0, 2.0]])
+    g = f32([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    chose = jnp.asarray([[True, True], [False, False], [True, True]])
+    alphastar = losses.upgo_returns(r, g, v, f32([0.0, 0.0]))
+    followed = losses.upgo_returns(r, g, v, f32([0.0, 0.0]), chose)
+    np.testing.assert_allclose(alphastar[:, 0], [0.0, 1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(followed[:, 0], [1.0, 1.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(alphastar[:, 1], [2.0, 2.0, 2.0], atol=1e-6)
+    np.testing.assert_allclose(followed[:, 1], [2.0, 2.0, 2.0], atol=1e-6)
+
+
+def test_upgo_policy_loss_reads_a_step_without_a_choice_from_the_behaviour_log_probs():
+    """follow_forced: a step where every head's behaviour log-probability is 0 (mu = 1, as at
+    poker's non-acting steps) is not a choice; others are. Checked against the numpy loop."""
+    c = random_case(7, T=8, B=5)
+    forced = np.random.default_rng(3).random((8, 5)) < 0.4
+    for h in c["log_mu"]:
+        c["log_mu"][h] = np.where(forced, 0.0, c["log_mu"][h]).astype(np.float32)
+    T, B = c["r"].shape
+    for follow, chose in ((False, None), (True, ~forced)):
+        G = np_upgo(c["r"], c["g"], c["v"], c["boot"], chose)
+        expected = 0.0
+        for h in c["log_pi"]:
+            rho = np.minimum(np.exp(c["log_pi"][h] - c["log_mu"][h]), 1.0)
+            expected -= (rho * (G - c["v"]) * c["log_pi"][h]).sum() / (T * B)
+        got = losses.upgo_policy_loss(c["log_pi"], c["log_mu"], c["r"], c["g"], c["v"], c["boot"],
+                                      follow_forced=follow)
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=str(follow))
 
 
 def test_upgo_policy_loss_rho_above_and_below_clip():

@@ -1,0 +1,156 @@
+"""How close does one exploiter's learner get to a best response against a fixed target? The
+target is the newest Nash mixture of a finished poker league; the measure is exact.
+
+    python -m benchmarks.best_response_bench --run_dir=D --updates=3000 --seeds=0,1 \
+        --arms=defaults,noupgo --arm=noupgo:learner.loss.upgo_weight=0
+
+A league exploiter's task in isolation (issue 26, "the gap to a best response"): one
+`DeviceLearner` with an exploiter's loss (`LossConfig.for_role`) starts from the random initial
+parameters and plays its own games against the Nash mixture in league.db of `--run_dir`, each
+chunk's opponent slots drawn by the mixture's weights (as the league's device path draws them).
+Every `--every` updates it is measured exactly (`actors.evaluator.best_response_gap`): its
+chips a game against the mixture, seats averaged, beside the best response's value (OpenSpiel).
+Nothing else runs, so the learner gets the machine: thousands of updates take seconds, where a
+league exploiter gets ~200 updates between snapshots (Leduc defaults).
+
+Each arm is the game's defaults with `--arm=NAME:key=value,...` settings (`RunConfig` field
+paths, JSON values) on top, once per seed of `--seeds`, one after the other. The run's players
+must have the arm's network: a clear error names the first parameter that differs.
+
+The last line: `RESULT best_response value=<v> br=<b> ratio=<v/b> target=1.0 arm=<a>`, for the
+arm whose mean final value is highest (ratio 1: a best response).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+from absl import app, flags
+
+from benchmarks.poker_quality import parse_arm
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("run_dir", None, "a finished (or running) poker league's run directory")
+flags.DEFINE_integer("updates", 3000, "learner updates per arm and seed")
+flags.DEFINE_integer("every", 500, "updates between exact measurements")
+flags.DEFINE_string("seeds", "0,1", "comma-separated seeds (initial parameters and games)")
+flags.DEFINE_string("arms", "defaults", "arms to run, in order: 'defaults' and the names of --arm")
+flags.DEFINE_multi_string("arm", [], "NAME:key=value,key=value (RunConfig field paths)")
+UPDATES_PER_CHUNK = 8
+
+
+def nash_target(run_dir: str):
+    """(player ids, weights, params) of the newest Nash mixture of `run_dir`'s league.db."""
+    from coordinator.history import LeagueHistory
+    from coordinator.param_store import player_params
+
+    latest = LeagueHistory(run_dir, readonly=True).latest_nash()
+    if latest is None:
+        raise SystemExit(f"{run_dir}: league.db has no Nash distribution yet; run the league longer "
+                         "(the coordinator solves its meta-game every few seconds)")
+    ids = sorted(p for p, w in latest[1].items() if w > 0)
+    weights = np.asarray([latest[1][p] for p in ids])
+    return ids, weights / weights.sum(), [player_params(run_dir, p)[1] for p in ids]
+
+
+def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, every: int,
+            seed: int) -> dict:
+    """One learner of one arm: {"curve": [(updates, exploiter value)], "br_value", "steps_per_s"}."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    from actors import rewards
+    from actors.actor import example_unroll, value_shape
+    from actors.evaluator import best_response_gap
+    from actors.games import make_batch_game, poker, poker_policy
+    from actors.rollout import DeviceRollout, Opponents
+    from experiments import build
+    from experiments.config import RunConfig
+    from learners.device import DeviceLearner
+
+    config = RunConfig.make(game=game_name, runner="inprocess", **settings)
+    run = dataclasses.replace(config.learner, loss=config.learner.loss.for_role(main_agent=False))
+    game = make_batch_game(game_name, run.batch_size)
+    network = build.make_network(config, game.spec)
+    initial = build.initial_params(network, game.spec, 0, seed)
+    build.check_shapes(f"player {ids[0]} of the run", params[0], initial)
+    slots = config.device.opponent_slots
+    rollout = DeviceRollout(network, game.fns, run.batch_size, slots, run.unroll_length,
+                            rewards.device_reward(config.reward, game.spec), value_shape=value_shape(network))
+    learner = DeviceLearner(network, initial, run, example_unroll(game.spec, network, run.unroll_length),
+                            rollout, updates_per_chunk=UPDATES_PER_CHUNK, seed=seed)
+    exact = poker.load_game(game_name)
+    walk = poker_policy.PolicyWalk(exact, network)
+    paths = poker_policy.TerminalPaths(exact)
+    target = poker_policy.mix_policies(exact, [walk(p) for p in params], weights)
+    on_device = [jax.device_put(p) for p in params]
+    rng = np.random.default_rng(seed)
+
+    def measure():
+        return best_response_gap(exact, walk(learner.params()[1]), target, paths)
+
+    gap = measure()
+    curve, done, learning_time = [(0, gap["exploiter_value"])], 0, 0.0
+    while done < updates:
+        picks = rng.choice(len(ids), size=slots, p=weights)
+        bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *[on_device[i] for i in picks])
+        start = time.perf_counter()
+        learner.play_and_learn(Opponents(bank, jnp.zeros(slots, bool)))
+        learning_time += time.perf_counter() - start if done else 0.0  # the first chunk compiles
+        done += UPDATES_PER_CHUNK
+        if done % every < UPDATES_PER_CHUNK or done >= updates:
+            curve.append((done, measure()["exploiter_value"]))
+    steps = (done - UPDATES_PER_CHUNK) * run.batch_size * run.unroll_length
+    return {"curve": curve, "br_value": gap["br_value"], "steps_per_s": steps / max(learning_time, 1e-9)}
+
+
+def main(argv):
+    del argv
+    from experiments.config import ConfigError, RunConfig
+
+    if not FLAGS.run_dir:
+        raise SystemExit("--run_dir is required: a poker league's run directory (its league.db and params/)")
+    try:
+        game_name = RunConfig.from_dict(json.load(open(f"{FLAGS.run_dir}/config.json"))).game
+    except FileNotFoundError:
+        raise SystemExit(f"{FLAGS.run_dir}/config.json not found: pass a league's run directory") from None
+    if game_name not in ("kuhn_poker", "leduc_poker"):
+        raise SystemExit(f"{FLAGS.run_dir} is a {game_name} league; this benchmark needs a poker league")
+    defined = dict(parse_arm(text) for text in FLAGS.arm)
+    arms = [a for a in FLAGS.arms.split(",") if a]
+    unknown = [a for a in arms if a != "defaults" and a not in defined]
+    if unknown:
+        raise SystemExit(f"--arms names {unknown} with no --arm=NAME:settings; define them or use 'defaults'")
+    seeds = [int(s) for s in FLAGS.seeds.split(",") if s]
+    ids, weights, params = nash_target(FLAGS.run_dir)
+    print(f"target: the Nash mixture of {FLAGS.run_dir} ({len(ids)} players: "
+          + ", ".join(f"{p} {w:.2f}" for p, w in zip(ids, weights)) + ")", flush=True)
+    finals = {}
+    for arm in arms:
+        for seed in seeds:
+            try:
+                out = run_arm(game_name, defined.get(arm, {}), ids, weights, params, FLAGS.updates,
+                              FLAGS.every, seed)
+            except ConfigError as e:
+                raise SystemExit(f"arm {arm}: {e}") from None
+            finals.setdefault(arm, []).append(out["curve"][-1][1])
+            br = out["br_value"]
+            print(f"  [{arm} seed {seed}] best response {br:.3f}; value at updates "
+                  + ", ".join(f"{u}: {v:+.3f}" for u, v in out["curve"])
+                  + f"; {out['steps_per_s']:,.0f} learnt steps/s", flush=True)
+    print(f"\n| arm | final value against the Nash mixture (seeds {FLAGS.seeds}) | mean | of the best response ({br:.3f}) |")
+    print("|---|---|---|---|")
+    for arm, values in finals.items():
+        print(f"| {arm} | {', '.join(f'{v:+.3f}' for v in values)} | {np.mean(values):+.3f} | "
+              f"{np.mean(values) / br:.2f} |")
+    best = max(finals, key=lambda a: np.mean(finals[a]))
+    value = float(np.mean(finals[best]))
+    print(f"RESULT best_response value={value:.3f} br={br:.3f} ratio={value / br:.2f} target=1.0 arm={best}")
+
+
+if __name__ == "__main__":
+    app.run(main)
