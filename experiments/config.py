@@ -64,7 +64,7 @@ DERIVED = ("league.races", "learner.replay.table")
 # without UPGO (issue 26, session 20): UPGO's "Q >= V" test reads the luck of the opponent's
 # reply and hidden card, keeps the lucky returns and bootstraps the others, and holds a learner
 # at "always raise"; alone against a league's Nash mixture an exploiter learner then loses
-# (-0.17 chips after 3,000 updates; +0.30 to +0.36 without UPGO, best response 0.63), and the
+# (-0.21 chips after 3,000 updates; +0.55 without UPGO, best response 0.625, 2 seeds), and the
 # league's Nash mixture after 6 minutes reads 0.72 and 0.66 against 1.34 and 1.34 (2 seeds, same
 # run; BENCHMARKS.md, "Leduc without UPGO").
 GAME_DEFAULTS = {
