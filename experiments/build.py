@@ -6,7 +6,6 @@ these; none of them is a node.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from collections.abc import Mapping
@@ -203,11 +202,10 @@ def load_teachers(config: RunConfig, like, init: dict | None = None) -> dict | N
 
 
 def agent_learner_configs(config: RunConfig, agent_ids) -> dict:
-    """{learning agent: its LearnerConfig}: the run's, with the loss of its role
-    (`LossConfig.for_role`: exploiters learn best responses)."""
+    """{learning agent: its LearnerConfig}: the run's, with the learning rate and loss of its
+    role (`LearnerConfig.for_role`: exploiters learn best responses)."""
     main = {p.player_id: p.role == "main_agent" for p in learning_agents(config.league)}
-    return {a: dataclasses.replace(config.learner, loss=config.learner.loss.for_role(main[a]))
-            for a in agent_ids}
+    return {a: config.learner.for_role(main[a]) for a in agent_ids}
 
 
 def agent_races(config: RunConfig) -> dict[str, str]:

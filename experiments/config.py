@@ -27,6 +27,7 @@ import inspect
 import json
 import os
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -558,6 +559,18 @@ def fields(config: Any = None, prefix: str = ""):
         elif path not in DERIVED:
             out.append((path, value))
     return out
+
+
+def field_kind(path: str) -> type:
+    """A setting's type from its field's annotation: int, float, bool or str (`float | None` is
+    float; str where none of them is named). The flags of settings whose default is None parse as it."""
+    *parents, name = path.split(".")
+    owner = RunConfig()
+    for parent in parents:
+        owner = getattr(owner, parent)
+    hint = typing.get_type_hints(type(owner))[name]
+    kinds = [k for k in (typing.get_args(hint) or (hint,)) if k in (bool, int, float, str)]
+    return kinds[0] if kinds else str
 
 
 # Help for the fields whose comment in their own package (league/players.py,

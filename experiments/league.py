@@ -30,6 +30,7 @@ from experiments.config import (
     GAMES,
     ConfigError,
     RunConfig,
+    field_kind,
     fields,
     help_text,
     prepare_run_dir,
@@ -37,10 +38,6 @@ from experiments.config import (
 
 FLAGS = flags.FLAGS
 # Flags whose default is None: their type.
-_NONE_TYPES = {"learner.replay.error_buffer": float, "learner.max_grad_norm": float,
-               "learner.loss.entropy_weight_end": float}
-
-
 def config_from_flags() -> RunConfig:
     """The run's config from the flags given (by path or alias) over the game's defaults."""
     values = {name: FLAGS[name].value for name in [*(p for p, _ in fields()), *ALIASES]
@@ -97,9 +94,10 @@ def define_flags() -> None:
         define_launchpad_flags()  # --lp_launch_type=local_mp|local_mt
 
 
-def _kind(path: str):
+def _kind(path: str) -> type:
+    """The type of a setting's flag: its default's, or its annotation's where the default is None."""
     default = dict(fields())[path]
-    return _NONE_TYPES.get(path, str) if default is None else type(default)
+    return field_kind(path) if default is None else type(default)
 
 
 def _define(name: str, default, text: str, kind=None) -> None:

@@ -137,6 +137,9 @@ class LearnerConfig:
     batch_size: int = 32  # unrolls per update
     unroll_length: int = 32  # steps per unroll (consecutive unrolls overlap by one step)
     learning_rate: float = 3e-4  # Adam's learning rate
+    # Exploiters (main and league exploiters) learn best responses; alone against a fixed target
+    # a faster rate gets there in fewer updates (BENCHMARKS.md, "Exploiters that get there").
+    exploiter_learning_rate: float | None = None  # the exploiters' learning rate (None: learning_rate)
     adam_b1: float = 0.9  # Adam's beta 1
     adam_b2: float = 0.999  # Adam's beta 2
     adam_eps: float = 1e-8  # Adam's epsilon
@@ -155,6 +158,18 @@ class LearnerConfig:
             raise ValueError(f"sampler must be 'dataset' or 'client', got {self.sampler!r}")
         if self.prefetch_batches < 1:
             raise ValueError("prefetch_batches must be >= 1")
+        for name in ("learning_rate", "exploiter_learning_rate"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0; got {value}")
+
+    def for_role(self, main_agent: bool) -> LearnerConfig:
+        """The learner of one learning agent: main agents take this one; exploiters take
+        `exploiter_learning_rate` when set, and the loss of their role (`LossConfig.for_role`)."""
+        if main_agent:
+            return dataclasses.replace(self, loss=self.loss.for_role(True))
+        rate = self.learning_rate if self.exploiter_learning_rate is None else self.exploiter_learning_rate
+        return dataclasses.replace(self, learning_rate=rate, loss=self.loss.for_role(False))
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

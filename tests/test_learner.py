@@ -680,15 +680,40 @@ def test_exploiters_learn_best_responses_and_main_agents_keep_the_regularised_lo
     config = RunConfig.make(game="kuhn_poker", **{
         "learner.loss.magnet_weight": 0.2, "learner.loss.entropy_weight": 0.1,
         "learner.loss.entropy_weight_end": 0.01, "learner.loss.entropy_anneal_updates": 100,
-        "learner.loss.exploiter_entropy_weight": 0.005})
+        "learner.loss.exploiter_entropy_weight": 0.005, "learner.learning_rate": 0.002,
+        "learner.exploiter_learning_rate": 0.005})
     agents = ["any_main_agent_0", "any_main_exploiter_0", "any_league_exploiter_0", "any_league_exploiter_1"]
     configs = agent_learner_configs(config, agents)
     main = configs["any_main_agent_0"].loss
     assert (main.magnet_weight, main.entropy_weight, main.entropy_weight_end) == (0.2, 0.1, 0.01)
+    assert configs["any_main_agent_0"].learning_rate == 0.002
     for agent in agents[1:]:
         loss = configs[agent].loss
         assert (loss.magnet_weight, loss.entropy_weight, loss.entropy_weight_end) == (0.0, 0.005, None)
-        assert configs[agent].learning_rate == config.learner.learning_rate
-    plain = RunConfig.make(game="matrix_rps")   # without exploiter_entropy_weight: the run's
-    assert agent_learner_configs(plain, agents[1:2])["any_main_exploiter_0"].loss.entropy_weight == \
-        plain.learner.loss.entropy_weight
+        assert configs[agent].learning_rate == 0.005
+    plain = RunConfig.make(game="matrix_rps")   # without the exploiters' settings: the run's
+    exploiter = agent_learner_configs(plain, agents[1:2])["any_main_exploiter_0"]
+    assert exploiter.loss.entropy_weight == plain.learner.loss.entropy_weight
+    assert exploiter.learning_rate == plain.learner.learning_rate
+
+
+def test_exploiter_learning_rate_reaches_the_optimizer():
+    """Adam's first step moves each parameter by about the learning rate (m/sqrt(v) = sign(g)
+    at step 1): an exploiter's learner built from `for_role(False)` steps by the exploiters'
+    rate, a main agent's by the run's."""
+    import jax
+    import numpy as np
+
+    from learners.config import LearnerConfig
+    from learners.update import make_optimizer
+
+    config = LearnerConfig(learning_rate=1e-3, exploiter_learning_rate=4e-3, max_grad_norm=None)
+    params = {"w": np.ones(5, np.float32)}
+    grads = {"w": np.asarray([0.5, -2.0, 3.0, -0.1, 1.0], np.float32)}
+    for main_agent, rate in ((True, 1e-3), (False, 4e-3)):
+        optimizer = make_optimizer(config.for_role(main_agent))
+        step, _ = optimizer.update(grads, optimizer.init(params), params)
+        np.testing.assert_allclose(np.asarray(jax.tree_util.tree_leaves(step)[0]), -rate * np.sign(grads["w"]),
+                                   rtol=1e-4)
+    with pytest.raises(ValueError, match="exploiter_learning_rate must be > 0"):
+        LearnerConfig(exploiter_learning_rate=0.0)

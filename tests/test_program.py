@@ -219,6 +219,7 @@ def league_cli(*args, timeout=120):
         (["--game=kuhn_poker", "--kl_teacher_cost=0.1", "--teacher=/nowhere:x"], "cannot load its parameters"),
         (["--game=kuhn_poker", "--main_pfsp_weighting=cubic"], "unknown PFSP weighting 'cubic'"),
         (["--game=kuhn_poker", "--policy_loss=a2c"], "policy_loss must be 'vtrace' or 'ppo'"),
+        (["--game=kuhn_poker", "--learner.exploiter_learning_rate=-0.1"], "exploiter_learning_rate must be > 0"),
     ],
 )
 def test_bad_flags_get_a_clear_message_and_non_zero_exit(tmp_path, args, message):
@@ -276,6 +277,10 @@ def test_game_defaults_apply_to_flags_not_given():
     assert run("--game=leduc_poker", "--learning_rate=0.0005")["learner"]["learning_rate"] == 0.0005
     assert run("--game=leduc_poker", "--learner.learning_rate=0.0007")["learner"]["learning_rate"] == 0.0007
     assert run("--game=matrix_rps")["learner"]["learning_rate"] == RunConfig().learner.learning_rate
+    # Settings whose default is None parse as their annotation's type (`float | None`), not as text.
+    exploiters = run("--game=leduc_poker", "--learner.exploiter_learning_rate=0.005",
+                     "--learner.loss.exploiter_entropy_weight=0.02")["learner"]
+    assert (exploiters["exploiter_learning_rate"], exploiters["loss"]["exploiter_entropy_weight"]) == (0.005, 0.02)
 
 
 def test_every_sub_config_field_has_a_flag_and_config_json_round_trips(tmp_path):
