@@ -5,9 +5,10 @@ target is the newest Nash mixture of a finished poker league; the measure is exa
         --arms=defaults,noupgo --arm=noupgo:learner.loss.upgo_weight=0
 
 A league exploiter's task in isolation (issue 26, "the gap to a best response"): one
-`DeviceLearner` with an exploiter's loss (`LossConfig.for_role`) starts from the random initial
-parameters and plays its own games against the Nash mixture in league.db of `--run_dir`, each
-chunk's opponent slots drawn by the mixture's weights (as the league's device path draws them).
+`DeviceLearner` with an exploiter's loss and learning rate (`LearnerConfig.for_role`) starts
+from the random initial parameters and plays its own games against the Nash mixture in league.db
+of `--run_dir`, each chunk's opponent slots drawn by the mixture's weights (as the league's
+device path draws them).
 Every `--every` updates it is measured exactly (`actors.evaluator.best_response_gap`): its
 chips a game against the mixture, seats averaged, beside the best response's value (OpenSpiel).
 Nothing else runs, so the learner gets the machine: thousands of updates take seconds, where a
@@ -58,8 +59,6 @@ def nash_target(run_dir: str):
 def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, every: int,
             seed: int) -> dict:
     """One learner of one arm: {"curve": [(updates, exploiter value)], "br_value", "steps_per_s"}."""
-    import dataclasses
-
     import jax
     import jax.numpy as jnp
 
@@ -73,7 +72,7 @@ def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, 
     from learners.device import DeviceLearner
 
     config = RunConfig.make(game=game_name, runner="inprocess", **settings)
-    run = dataclasses.replace(config.learner, loss=config.learner.loss.for_role(main_agent=False))
+    run = config.learner.for_role(main_agent=False)
     game = make_batch_game(game_name, run.batch_size)
     network = build.make_network(config, game.spec)
     initial = build.initial_params(network, game.spec, 0, seed)
