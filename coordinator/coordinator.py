@@ -463,6 +463,13 @@ class Coordinator:
         latest = self.history.latest_nash()
         return {} if latest is None else dict(latest[1])
 
+    def trained_target(self, player_id: str) -> dict[str, float] | None:
+        """The Nash weights a league exploiter's copy was trained against when its exploiter
+        had a fixed target (`league_exploiter_opponents="nash_fixed"`); else None."""
+        with self._lock:
+            target = self.league.snapshot_targets.get(player_id)
+        return None if target is None else dict(target)
+
     def record_exploitability(self, values: Mapping[str, float]) -> None:
         """Exact NashConv of the Nash mixture ("nash") and of main agents, from an evaluator."""
         self.history.add_exploitability(values, self._clock())
@@ -527,7 +534,7 @@ class Coordinator:
         self.history.add_payoff_snapshot(ids, wins, draws, now, scores=scores)
         self.history.add_nash(dict(zip(ids, nash)), now)
         with self._lock:
-            self.league.set_nash_weights(dict(zip(ids, nash.tolist())))
+            self.league.set_nash_weights(dict(zip(ids, nash.tolist())), {ids[i] for i in evaluated})
         self.history.add_ratings(
             {p: (elo[i], *trueskill.get(p, (25.0, 25.0 / 3))) for i, p in enumerate(ids)}, now
         )

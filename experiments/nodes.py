@@ -560,7 +560,8 @@ class EvaluatorNode:
         """For an exploiter's snapshot: its gap to a best response against its target now
         (`ExactEvaluator.exploiter_gap`), recorded in league.db (`exploiter_gaps`). A main
         exploiter's target is each main agent's current parameters, a league exploiter's the
-        league's latest Nash mixture (none before the first Nash). Returns the gaps ([]: not an
+        Nash mixture its life trained against when it had a fixed one (`Coordinator.trained_target`),
+        else the league's latest (none before the first Nash). Returns the gaps ([]: not an
         exploiter's snapshot). Called before the snapshot's exact payoffs are reported, so a
         snapshot whose measurement was cut short is named again by `exact_work`."""
         players = {p["player_id"]: p for p in self._coordinator.players()}
@@ -572,7 +573,7 @@ class EvaluatorNode:
         if role == "main_exploiter":
             targets = [(p, {p: 1.0}) for p, q in players.items() if q["role"] == "main_agent"]
         else:
-            targets = [("nash", self._coordinator.nash_weights())]
+            targets = [("nash", self._coordinator.trained_target(player_id) or self._coordinator.nash_weights())]
         gaps = [g for name, weights in targets
                 if (g := self._exact.exploiter_gap(player_id, name, weights, frozen)) is not None]
         if gaps:

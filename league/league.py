@@ -49,6 +49,12 @@ class League:
         # The latest meta-game Nash weights the coordinator published (`set_nash_weights`); not
         # saved: a resumed league has none until the next publication.
         self.nash_weights: dict[str, float] = {}
+        # League exploiters' fixed targets (`league_exploiter_opponents="nash_fixed"`): the Nash
+        # weights each trains against from the first publication after its last copy was
+        # evaluated until its next copy; and, per league exploiter's copy, the target its life
+        # trained against (read by the exploiter-gap measurement).
+        self.nash_targets: dict[str, dict[str, float]] = {}
+        self.snapshot_targets: dict[str, dict[str, float]] = {}
         # Frozen players taken out of matchmaking (`withdraw`): they keep their payoff rows.
         self.withdrawn: dict[str, str] = {}
         for player in learning_agents(config):
@@ -141,13 +147,25 @@ class League:
         i = self.rng.choice(len(dist.opponents), p=dist.probabilities)
         return Match(agent_id, dist.opponents[i], dist.branches[i])
 
-    def set_nash_weights(self, weights: dict[str, float]) -> None:
+    def set_nash_weights(self, weights: dict[str, float], evaluated=None) -> None:
         """The latest Nash distribution of the meta-game (player id -> weight), for matchmakers
-        that target it (`MatchmakingConfig.league_exploiter_opponents="nash"`)."""
+        that target it (`MatchmakingConfig.league_exploiter_opponents`), solved over the players
+        `evaluated` (None: all). With "nash_fixed", it becomes the fixed target of each league
+        exploiter without one whose newest copy is among them (PSRO: the population's
+        meta-strategy once the last best response has joined it), restricted to frozen players;
+        a Nash on learning agents alone sets no target."""
         unknown = set(weights) - set(self.players)
         if unknown:
             raise ValueError(f"Nash weights name players not in the league: {sorted(unknown)}")
         self.nash_weights = {p: float(w) for p, w in weights.items()}
+        historical = set(self._historical)
+        support = {p: w for p, w in self.nash_weights.items() if w > 0 and p in historical}
+        if self.config.matchmaking.league_exploiter_opponents != "nash_fixed" or not support:
+            return
+        for agent_id in self.learning_agent_ids(LEAGUE_EXPLOITER):
+            copies = self._snapshots_of.get(agent_id)
+            if agent_id not in self.nash_targets and (evaluated is None or not copies or copies[-1] in evaluated):
+                self.nash_targets[agent_id] = support
 
     def record_result(self, home: str, away: str, outcome: str, score: float | None = None) -> None:
         """One game's outcome ("win" | "draw" | "loss" from home's side) and, if the game
@@ -251,11 +269,15 @@ class League:
             self.last_snapshot_step[parent.player_id] = decision.step
             self.snapshot_count[parent.player_id] += 1
             self._forget_progress(parent.player_id)
+            target = self.nash_targets.pop(parent.player_id, None)
+            if target is not None:   # its next life waits for the next Nash to include this copy
+                self.snapshot_targets[snapshot.player_id] = target
             return snapshot
         if isinstance(decision, ResetAgent):
             self.player(decision.agent_id)
             self.last_snapshot_step[decision.agent_id] = decision.step
             self._forget_progress(decision.agent_id)
+            self.nash_targets.pop(decision.agent_id, None)
             return None
         raise ValueError(f"unknown decision {decision!r}; expected AddSnapshot or ResetAgent")
 
@@ -279,6 +301,8 @@ class League:
             "withdrawn": dict(self.withdrawn),
             "best_target_rate": dict(self.best_target_rate),
             "best_target_step": dict(self.best_target_step),
+            "nash_targets": {k: dict(v) for k, v in self.nash_targets.items()},
+            "snapshot_targets": {k: dict(v) for k, v in self.snapshot_targets.items()},
         }
 
     @classmethod
@@ -298,6 +322,8 @@ class League:
         league.snapshot_count.update(state["snapshot_count"])
         league.best_target_rate.update(state.get("best_target_rate", {}))
         league.best_target_step.update(state.get("best_target_step", {}))
+        league.nash_targets = {k: dict(v) for k, v in state.get("nash_targets", {}).items()}
+        league.snapshot_targets = {k: dict(v) for k, v in state.get("snapshot_targets", {}).items()}
         # The saved quality scores are already without the withdrawn players' entries.
         for player_id, reason in state.get("withdrawn", {}).items():
             league._leave_pools(league.players[player_id])

@@ -48,6 +48,7 @@ class League(Protocol):
     payoff: Payoff
     players: dict[str, Player]
     nash_weights: dict[str, float]
+    nash_targets: dict[str, dict[str, float]]
 
     def player(self, player_id: str) -> Player: ...
     def learning_agent_ids(self, role: str | None = None) -> list[str]: ...
@@ -286,14 +287,18 @@ def league_exploiter_distribution(league: League, agent_id: str) -> MatchDistrib
     et al. 2017, "A Unified Game-Theoretic Approach to Multiagent Reinforcement Learning",
     Alg. 1: each new policy is trained against the meta-strategy of the population): the
     opponent is drawn from the league's latest Nash mixture (`League.nash_weights`)
-    restricted to historical players; PFSP until there is one."""
+    restricted to historical players; PFSP until there is one. With "nash_fixed", from the
+    mixture the exploiter's current life trains against (`League.nash_targets`: fixed, as each
+    PSRO iteration's target is), the latest one until it has one."""
     historical = league.historical_ids()
     if not historical:
         return _uniform(agent_id, _self_play_opponents(league, agent_id), "self_play_fallback")
-    if league.config.matchmaking.league_exploiter_opponents == "nash":
-        support = [p for p in historical if league.nash_weights.get(p, 0.0) > 0]
+    mode = league.config.matchmaking.league_exploiter_opponents
+    if mode in ("nash", "nash_fixed"):
+        target = (mode == "nash_fixed" and league.nash_targets.get(agent_id)) or league.nash_weights
+        support = [p for p in historical if target.get(p, 0.0) > 0]
         if support:
-            weights = np.asarray([league.nash_weights[p] for p in support])
+            weights = np.asarray([target[p] for p in support])
             return _over(agent_id, support, weights / weights.sum(), "nash")
     return _pfsp(league, agent_id, historical, league.config.matchmaking.league_exploiter_weighting, "pfsp")
 

@@ -80,9 +80,11 @@ class MatchmakingConfig:
     main_exploiter_curriculum_win_rate: float = 0.2
     main_exploiter_curriculum_probability: float = 0.5  # share of the curriculum when below it
     league_exploiter_weighting: str = "linear_capped"  # league exploiters' PFSP weighting
-    # League exploiters' opponents: "pfsp" (AlphaStar: PFSP over all historical players) or
+    # League exploiters' opponents: "pfsp" (AlphaStar: PFSP over all historical players),
     # "nash" (PSRO's best-response target: the league's latest meta-game Nash mixture over
-    # historical players; PFSP until the coordinator has published one).
+    # historical players; PFSP until the coordinator has published one) or "nash_fixed" (PSRO's
+    # fixed target: the Nash mixture published first after the exploiter's last copy was
+    # evaluated, held until its next copy; `League.nash_targets`).
     league_exploiter_opponents: str = "pfsp"
     # The exponent p of the "hard" weighting f_hard(x) = (1 - x)^p, wherever a weighting above
     # is "hard" (AlphaStar: "squared" is p = 2; larger p focuses harder on the strongest).
@@ -119,6 +121,7 @@ class SnapshotConfig:
 
 
 RESET_SOURCES = ("initial", "main_agent")   # SnapshotConfig.league_exploiter_reset_to
+LEAGUE_EXPLOITER_OPPONENTS = ("pfsp", "nash", "nash_fixed")   # MatchmakingConfig.league_exploiter_opponents
 
 
 @dataclass(frozen=True)
@@ -150,9 +153,9 @@ class LeagueConfig:
                 f"allowed: {', '.join(MAIN_AGENT_MATCHMAKER_NAMES)}"
             )
         _check_probabilities(self.matchmaking, self.snapshots)
-        if self.matchmaking.league_exploiter_opponents not in ("pfsp", "nash"):
-            raise ValueError("league_exploiter_opponents must be pfsp or nash; got "
-                             f"{self.matchmaking.league_exploiter_opponents!r}")
+        if self.matchmaking.league_exploiter_opponents not in LEAGUE_EXPLOITER_OPPONENTS:
+            raise ValueError(f"league_exploiter_opponents must be one of {', '.join(LEAGUE_EXPLOITER_OPPONENTS)}; "
+                             f"got {self.matchmaking.league_exploiter_opponents!r}")
         if self.snapshots.league_exploiter_reset_to not in RESET_SOURCES:
             raise ValueError(f"league_exploiter_reset_to must be one of {', '.join(RESET_SOURCES)}; got "
                              f"{self.snapshots.league_exploiter_reset_to!r}")

@@ -437,8 +437,45 @@ def test_league_exploiter_targets_the_nash_mixture_when_asked():
     assert_exact(league.match_distribution(exploiter), {(a, "nash"): 0.75, (c, "nash"): 0.25})
     with pytest.raises(ValueError, match="not in the league"):
         league.set_nash_weights({"nobody": 1.0})
-    with pytest.raises(ValueError, match="league_exploiter_opponents must be pfsp or nash"):
+    with pytest.raises(ValueError, match="league_exploiter_opponents must be one of pfsp, nash, nash_fixed"):
         LeagueConfig(matchmaking=MatchmakingConfig(league_exploiter_opponents="psro"))
+
+
+def test_league_exploiter_keeps_a_fixed_nash_target_for_its_life():
+    """PSRO's fixed target ("nash_fixed"): the first Nash published becomes the exploiter's
+    target, and later ones do not move it (with "nash" they would); after its copy the latest
+    Nash is used until a publication whose solved players include that copy, which becomes the
+    next target. The copy remembers what its life trained against; a resumed league too."""
+    mm = MatchmakingConfig(league_exploiter_opponents="nash_fixed")
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=1,
+                          payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
+    league = League(config, rng=5)
+    exploiter = "terran_league_exploiter_0"
+    a = snapshot(league, "terran_main_agent_0")
+    b = snapshot(league, "terran_main_exploiter_0")
+    league.set_nash_weights({"terran_main_agent_0": 1.0})        # on a learning agent: no target
+    assert not league.nash_targets
+    league.set_nash_weights({a: 0.2, b: 0.6, "terran_main_agent_0": 0.2})
+    first = {(a, "nash"): 0.25, (b, "nash"): 0.75}
+    assert_exact(league.match_distribution(exploiter), first)
+    league.set_nash_weights({a: 1.0, b: 0.0})
+    assert_exact(league.match_distribution(exploiter), first)       # fixed for its life
+    copy = snapshot(league, exploiter)
+    assert league.snapshot_targets[copy] == {a: 0.2, b: 0.6}
+    assert_exact(league.match_distribution(exploiter), {(a, "nash"): 1.0})   # the latest, meanwhile
+    league.set_nash_weights({a: 0.5, b: 0.5}, evaluated={a, b})      # its copy not solved yet
+    league.set_nash_weights({a: 0.0, b: 0.5, copy: 0.5}, evaluated={a, b, copy})
+    league.set_nash_weights({a: 1.0}, evaluated={a, b, copy})
+    second = {(b, "nash"): 0.5, (copy, "nash"): 0.5}
+    assert_exact(league.match_distribution(exploiter), second)
+    resumed = League.from_state(league.state())
+    assert_exact(resumed.match_distribution(exploiter), second)
+    assert resumed.snapshot_targets == league.snapshot_targets
+    moving = League(dataclasses.replace(config, matchmaking=MatchmakingConfig(league_exploiter_opponents="nash")), rng=5)
+    c = snapshot(moving, "terran_main_agent_0")
+    moving.set_nash_weights({c: 1.0})
+    moving.set_nash_weights({c: 1.0, snapshot(moving, "terran_main_agent_0"): 1.0})
+    assert len(moving.match_distribution(exploiter).opponents) == 2 and not moving.nash_targets
 
 
 @pytest.mark.parametrize("role_weighting", ["main_pfsp_weighting", "league_exploiter_weighting"])
