@@ -67,7 +67,12 @@ DERIVED = ("league.races", "learner.replay.table")
 # at "always raise"; alone against a league's Nash mixture an exploiter learner then loses
 # (-0.21 chips after 3,000 updates; +0.55 without UPGO, best response 0.625, 2 seeds), and the
 # league's Nash mixture after 6 minutes reads 0.72 and 0.66 against 1.34 and 1.34 (2 seeds, same
-# run; BENCHMARKS.md, "Leduc without UPGO").
+# run; BENCHMARKS.md, "Leduc without UPGO"). Leduc's exploiters live 1M steps between copies (main
+# exploiters 2M; ~1,000 updates, where 200k gave ~200 and a learner alone needs ~1,500-2,000
+# to near a best response) and learn at 5e-3 (the main agents at 2e-3; alone, +0.44 after 1,000
+# updates against +0.30): after 30 minutes the Nash mixture read 0.376 and 0.478 against 0.512 and
+# 0.511 (2 seeds each, session 21 against session 20; BENCHMARKS.md, "Leduc: exploiters that
+# live longer").
 GAME_DEFAULTS = {
     # SMAX games last up to ~100 steps: 32 updates of 15 steps per chunk let each game slot
     # finish several games before the chunk ends (running games are dropped at its end).
@@ -85,10 +90,11 @@ GAME_DEFAULTS = {
                     "learner.loss.exploiter_entropy_weight": 0.01,
                     "network.core_size": 0,
                     "league.matchmaking.league_exploiter_opponents": "nash",
+                    "learner.exploiter_learning_rate": 5e-3,
                     "league.snapshots.main_agent_snapshot_steps": 200_000,
-                    "league.snapshots.exploiter_min_steps": 200_000,
-                    "league.snapshots.main_exploiter_timeout_steps": 400_000,
-                    "league.snapshots.league_exploiter_timeout_steps": 200_000},
+                    "league.snapshots.exploiter_min_steps": 1_000_000,
+                    "league.snapshots.main_exploiter_timeout_steps": 2_000_000,
+                    "league.snapshots.league_exploiter_timeout_steps": 1_000_000},
 }
 
 # The KL weight to the supervised policy on SMAX runs with a supervised start (--init) when no
