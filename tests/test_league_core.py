@@ -417,16 +417,21 @@ def test_league_exploiter_uses_capped_linear_pfsp_over_all_past_players():
     assert_exact(league.match_distribution(exploiter), {(a, "pfsp"): 5 / 9, (b, "pfsp"): 4 / 9})
 
 
+def nash_league(mode):
+    """A one-race league whose league exploiter targets the Nash mixture (`mode`), with a copy
+    of the main agent and of the main exploiter: (league, league exploiter, copy, copy)."""
+    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=1,
+                          payoff_decay=1.0, matchmaking=MatchmakingConfig(league_exploiter_opponents=mode),
+                          snapshots=tiny_snapshots())
+    league = League(config, rng=5)
+    return (league, "terran_league_exploiter_0", snapshot(league, "terran_main_agent_0"),
+            snapshot(league, "terran_main_exploiter_0"))
+
+
 def test_league_exploiter_targets_the_nash_mixture_when_asked():
     """PSRO's target: opponents drawn from the published Nash weights over historical players
     (learning players' weight dropped, renormalised by hand); PFSP before any is published."""
-    mm = MatchmakingConfig(league_exploiter_opponents="nash")
-    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=1,
-                          payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
-    league = League(config, rng=5)
-    exploiter = "terran_league_exploiter_0"
-    a = snapshot(league, "terran_main_agent_0")
-    b = snapshot(league, "terran_main_exploiter_0")
+    league, exploiter, a, b = nash_league("nash")
     c = snapshot(league, "terran_main_agent_0")
     play(league, exploiter, a, 1, 4)
     play(league, exploiter, b, 3, 2)
@@ -446,13 +451,7 @@ def test_league_exploiter_keeps_a_fixed_nash_target_for_its_life():
     target, and later ones do not move it (with "nash" they would); after its copy the latest
     Nash is used until a publication whose solved players include that copy, which becomes the
     next target. The copy remembers what its life trained against; a resumed league too."""
-    mm = MatchmakingConfig(league_exploiter_opponents="nash_fixed")
-    config = LeagueConfig(initial_snapshots=False, races=("terran",), league_exploiters_per_race=1,
-                          payoff_decay=1.0, matchmaking=mm, snapshots=tiny_snapshots())
-    league = League(config, rng=5)
-    exploiter = "terran_league_exploiter_0"
-    a = snapshot(league, "terran_main_agent_0")
-    b = snapshot(league, "terran_main_exploiter_0")
+    league, exploiter, a, b = nash_league("nash_fixed")
     league.set_nash_weights({"terran_main_agent_0": 1.0})        # on a learning agent: no target
     assert not league.nash_targets
     league.set_nash_weights({a: 0.2, b: 0.6, "terran_main_agent_0": 0.2})
@@ -471,7 +470,7 @@ def test_league_exploiter_keeps_a_fixed_nash_target_for_its_life():
     resumed = League.from_state(league.state())
     assert_exact(resumed.match_distribution(exploiter), second)
     assert resumed.snapshot_targets == league.snapshot_targets
-    moving = League(dataclasses.replace(config, matchmaking=MatchmakingConfig(league_exploiter_opponents="nash")), rng=5)
+    moving, *_ = nash_league("nash")
     c = snapshot(moving, "terran_main_agent_0")
     moving.set_nash_weights({c: 1.0})
     moving.set_nash_weights({c: 1.0, snapshot(moving, "terran_main_agent_0"): 1.0})
