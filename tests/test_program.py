@@ -274,13 +274,14 @@ def test_game_defaults_apply_to_flags_not_given():
     assert leduc["learning_rate"] == GAME_DEFAULTS["leduc_poker"]["learner.learning_rate"] != RunConfig().learner.learning_rate
     assert leduc["batch_size"] == GAME_DEFAULTS["leduc_poker"]["learner.batch_size"]
     assert leduc["loss"]["entropy_weight"] == 0.1 != RunConfig().learner.loss.entropy_weight
+    assert leduc["exploiter_learning_rate"] == GAME_DEFAULTS["leduc_poker"]["learner.exploiter_learning_rate"]
     assert run("--game=leduc_poker", "--learning_rate=0.0005")["learner"]["learning_rate"] == 0.0005
     assert run("--game=leduc_poker", "--learner.learning_rate=0.0007")["learner"]["learning_rate"] == 0.0007
     assert run("--game=matrix_rps")["learner"]["learning_rate"] == RunConfig().learner.learning_rate
     # Settings whose default is None parse as their annotation's type (`float | None`), not as text.
-    exploiters = run("--game=leduc_poker", "--learner.exploiter_learning_rate=0.005",
+    exploiters = run("--game=leduc_poker", "--learner.exploiter_learning_rate=0.004",
                      "--learner.loss.exploiter_entropy_weight=0.02")["learner"]
-    assert (exploiters["exploiter_learning_rate"], exploiters["loss"]["exploiter_entropy_weight"]) == (0.005, 0.02)
+    assert (exploiters["exploiter_learning_rate"], exploiters["loss"]["exploiter_entropy_weight"]) == (0.004, 0.02)
 
 
 def test_every_sub_config_field_has_a_flag_and_config_json_round_trips(tmp_path):
