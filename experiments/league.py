@@ -37,7 +37,8 @@ from experiments.config import (
 )
 
 FLAGS = flags.FLAGS
-# Flags whose default is None: their type.
+
+
 def config_from_flags() -> RunConfig:
     """The run's config from the flags given (by path or alias) over the game's defaults."""
     values = {name: FLAGS[name].value for name in [*(p for p, _ in fields()), *ALIASES]
