@@ -138,7 +138,8 @@ class LearnerConfig:
     unroll_length: int = 32  # steps per unroll (consecutive unrolls overlap by one step)
     learning_rate: float = 3e-4  # Adam's learning rate
     # Exploiters (main and league exploiters) learn best responses; alone against a fixed target
-    # a faster rate gets there in fewer updates (BENCHMARKS.md, "Exploiters that get there").
+    # a faster rate gets there in fewer updates (BENCHMARKS.md, "Leduc: exploiters that live
+    # longer and learn faster").
     exploiter_learning_rate: float | None = None  # the exploiters' learning rate (None: learning_rate)
     adam_b1: float = 0.9  # Adam's beta 1
     adam_b2: float = 0.999  # Adam's beta 2
@@ -166,10 +167,9 @@ class LearnerConfig:
     def for_role(self, main_agent: bool) -> LearnerConfig:
         """The learner of one learning agent: main agents take this one; exploiters take
         `exploiter_learning_rate` when set, and the loss of their role (`LossConfig.for_role`)."""
-        if main_agent:
-            return dataclasses.replace(self, loss=self.loss.for_role(True))
-        rate = self.learning_rate if self.exploiter_learning_rate is None else self.exploiter_learning_rate
-        return dataclasses.replace(self, learning_rate=rate, loss=self.loss.for_role(False))
+        own = not main_agent and self.exploiter_learning_rate is not None
+        return dataclasses.replace(self, learning_rate=self.exploiter_learning_rate if own else self.learning_rate,
+                                   loss=self.loss.for_role(main_agent))
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
