@@ -160,17 +160,19 @@ class ExactEvaluator:
             self._m["tabular_seconds"] += time.monotonic() - started
         return self._reaches[player_id]
 
-    def nash_conv(self, weights: dict[str, float], main_agents: list[str],
+    def nash_conv(self, mixtures: Mapping[str, Mapping[str, float]], main_agents: list[str],
                   frozen: set[str]) -> dict[str, float]:
-        """Exact NashConv (OpenSpiel) of the mixture `weights` of frozen and learning players
-        ("nash"; mixed per information state by reach, `poker_policy.mix_policies`) and of
-        each main agent's current policy. Only `frozen` players' tables are cached."""
+        """Exact NashConv (OpenSpiel) of each named mixture of frozen and learning players
+        (e.g. {"nash": latest weights, "nash_average": average weights}; mixed per information
+        state by reach, `poker_policy.mix_policies`; a mixture without support is left out)
+        and of each main agent's current policy. Only `frozen` players' tables are cached."""
         from actors.games import poker
 
         out = {}
-        mixed = self.mixture(weights, frozen)
-        if mixed is not None:
-            out["nash"] = poker.nash_conv(self.game, mixed)
+        for name, weights in mixtures.items():
+            mixed = self.mixture(weights, frozen)
+            if mixed is not None:
+                out[name] = poker.nash_conv(self.game, mixed)
         for agent in main_agents:
             out[agent] = poker.nash_conv(self.game, self.table(agent, cache=False))
         return out

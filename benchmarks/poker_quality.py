@@ -28,10 +28,16 @@ The arms use the program's poker defaults: chip rewards (the game's own payoff),
 entropy 0.1, and the coordinator's meta-game on the chips won. `--reward=outcome` trains on
 +1/0/-1 instead (measured on Kuhn: every arm stalls at NashConv 2/3, "always bet/call").
 
+Also recorded at every measurement: (d) the mean of every Nash mixture the league has
+published so far, over its frozen players (`--mixture=nash_average` of `experiments.nashconv`;
+fictitious play's average strategy), "average" in the table.
+
 Writes `docs/poker_<game>_nashconv.png`, a table on stdout and, as its last line,
-`RESULT poker nashconv_<game>=<x> ratio=<x/target> target=1.0` with x the best final NashConv
-of the league arm (Nash mixture or main agent; the mean over the seeds) and target 0.02 for Kuhn
-(in 10 minutes), 0.3 for Leduc (in 30 minutes; OpenSpiel exploitability 0.15).
+`RESULT poker nashconv_<game>=<x> latest=<l> average=<a> ratio=<x/target> target=1.0` with x
+the best final NashConv of the league arm (latest Nash mixture, average Nash mixture or main
+agent; the mean over the seeds), l and a the means of the latest and the average mixture's,
+and target 0.02 for Kuhn (in 10 minutes), 0.3 for Leduc (in 30 minutes; OpenSpiel
+exploitability 0.15).
 """
 
 from __future__ import annotations
@@ -72,6 +78,7 @@ class Point:
     nash: float
     nash_exact: float
     learnt_steps: int = 0   # every learner's steps at this measurement
+    nash_average: float = float("nan")   # the mean of the published Nash mixtures (frozen players)
 
 
 def parse_arm(text: str) -> tuple[str, dict]:
@@ -95,6 +102,15 @@ def parse_settings(items: list[str], where: str) -> dict:
         except json.JSONDecodeError:
             out[key] = value
     return out
+
+
+def average(reader) -> float:
+    """Exact NashConv of the mean of the Nash mixtures the league published so far (frozen
+    players only: `RunReader.average_nash`); nan before the first."""
+    try:
+        return reader.measure("nash_average").nash_conv
+    except ValueError:
+        return float("nan")
 
 
 def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, seed: int,
@@ -148,12 +164,14 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
                       if exact else float("nan"))
         history = reader.history()
         point = Point(time.time() - started, history.game_count(), len(history.players()),
-                      main, nash, nash_exact, sum(group.steps(a) for a in group.agent_ids))
+                      main, nash, nash_exact, sum(group.steps(a) for a in group.agent_ids),
+                      average(reader))
         del main_id
         points.append(point)
         print(f"  [{arm} seed {seed}] {point.seconds:6.0f} s  games {point.games:8d}  players "
               f"{point.players:4d}  learnt steps/s {point.learnt_steps / point.seconds:8.0f}  "
-              f"NashConv main {main:.4f}  nash {nash:.4f}  exact-nash {nash_exact:.4f}", flush=True)
+              f"NashConv main {main:.4f}  nash {nash:.4f}  average {point.nash_average:.4f}  "
+              f"exact-nash {nash_exact:.4f}", flush=True)
 
     next_at = every
     while thread.is_alive():
@@ -171,10 +189,10 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
                   reader.measure("main").nash_conv, reader.measure("nash").nash_conv,
                   reader.measure("nash", "exact").nash_conv if exact else float("nan"),
                   # steps/s as at the last live measurement (the stopped learners are gone)
-                  int(last.learnt_steps / last.seconds * (time.time() - started)))
+                  int(last.learnt_steps / last.seconds * (time.time() - started)), average(reader))
     points.append(final)
     print(f"  [{arm} seed {seed}] final: NashConv main {final.main:.4f}  nash {final.nash:.4f}  "
-          f"exact-nash {final.nash_exact:.4f}", flush=True)
+          f"average {final.nash_average:.4f}  exact-nash {final.nash_exact:.4f}", flush=True)
     return points
 
 
@@ -388,6 +406,9 @@ def plot(results: dict, psro: dict, game: str, path: str) -> None:
         c = palette[arms.index(arm.split(" seed ")[0]) % len(palette)]
         ax.plot(t, [p.main for p in points], "-", color=c, label=f"{arm}: main agent")
         ax.plot(t, [p.nash for p in points], "--", color=c, label=f"{arm}: Nash mixture")
+        if not all(np.isnan(p.nash_average) for p in points):
+            ax.plot(t, [p.nash_average for p in points], "-.", color=c, lw=2,
+                    label=f"{arm}: average Nash mixture")
         if not all(np.isnan(p.nash_exact) for p in points):
             ax.plot(t, [p.nash_exact for p in points], ":", color=c,
                     label=f"{arm}: exact chip meta-game Nash")
@@ -480,11 +501,11 @@ def main(argv=None) -> int:
 
     print(f"\nNashConv on {args.game} (uniform {UNIFORM[args.game]:.4f}), {args.minutes} min per arm:")
     print(f"{'arm':<20}{'games':>10}{'players':>9}{'steps/s':>9}{'main':>10}{'nash':>10}"
-          f"{'exact-nash':>12}{'best main':>11}{'best nash':>11}")
+          f"{'average':>10}{'exact-nash':>12}{'best main':>11}{'best nash':>11}")
     for arm, points in results.items():
         last = points[-1]
         print(f"{arm:<20}{last.games:>10}{last.players:>9}{last.learnt_steps / last.seconds:>9.0f}"
-              f"{last.main:>10.4f}{last.nash:>10.4f}"
+              f"{last.main:>10.4f}{last.nash:>10.4f}{last.nash_average:>10.4f}"
               f"{last.nash_exact:>12.4f}{min(p.main for p in points):>11.4f}"
               f"{np.nanmin([p.nash for p in points]):>11.4f}")
     if len(seeds) > 1:
@@ -492,7 +513,9 @@ def main(argv=None) -> int:
         for arm in arms:
             runs = [results[f"{arm} seed {s}"][-1] for s in seeds]
             print(f"  {arm:<18} nash {np.mean([p.nash for p in runs]):.4f} "
-                  f"({', '.join(f'{p.nash:.4f}' for p in runs)})  main "
+                  f"({', '.join(f'{p.nash:.4f}' for p in runs)})  average "
+                  f"{np.mean([p.nash_average for p in runs]):.4f} "
+                  f"({', '.join(f'{p.nash_average:.4f}' for p in runs)})  main "
                   f"{np.mean([p.main for p in runs]):.4f}  steps/s "
                   f"{np.mean([p.learnt_steps / p.seconds for p in runs]):.0f}")
     for name, points in psro.items():
@@ -506,9 +529,11 @@ def main(argv=None) -> int:
     if not results:   # peers only (--arms=)
         return 0
     base = "league" if "league" in arms else arms[0]
-    x = float(np.mean([min(points[-1].main, points[-1].nash) for name, points in results.items()
-                       if name.split(" seed ")[0] == base]))
-    print(f"RESULT poker nashconv_{args.game.split('_')[0]}={x:.4f} ratio={x / TARGETS[args.game]:.2f} target=1.0")
+    finals = [points[-1] for name, points in results.items() if name.split(" seed ")[0] == base]
+    x = float(np.mean([np.nanmin([p.main, p.nash, p.nash_average]) for p in finals]))
+    latest, averaged = (float(np.mean([getattr(p, k) for p in finals])) for k in ("nash", "nash_average"))
+    print(f"RESULT poker nashconv_{args.game.split('_')[0]}={x:.4f} latest={latest:.4f} "
+          f"average={averaged:.4f} ratio={x / TARGETS[args.game]:.2f} target=1.0")
     return 0
 
 

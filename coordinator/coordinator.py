@@ -463,6 +463,15 @@ class Coordinator:
         latest = self.history.latest_nash()
         return {} if latest is None else dict(latest[1])
 
+    def average_nash_weights(self) -> dict[str, float]:
+        """The mean of every published Nash distribution over the frozen players still in the
+        league (`meta.average_nash`: fictitious play's average strategy; a poker league's
+        least exploitable product); empty before the first with a frozen player."""
+        with self._lock:
+            frozen = {p for p, player in self.league.players.items()
+                      if not player.is_learning and p not in self.league.withdrawn}
+        return meta.average_nash(self.history.nash_publications(), frozen)
+
     def trained_target(self, player_id: str) -> dict[str, float] | None:
         """The Nash weights a league exploiter's copy was trained against when its exploiter
         had a fixed target (`league_exploiter_opponents="nash_fixed"`); else None."""

@@ -582,6 +582,13 @@ class LeagueHistory:
     def nash_history(self) -> list[tuple[float, str, float]]:
         return self._read("SELECT time, player_id, weight FROM nash ORDER BY time, id")
 
+    def nash_publications(self) -> list[dict[str, float]]:
+        """Every published Nash distribution in order, each as player -> weight (weights > 0)."""
+        out: dict[float, dict[str, float]] = {}
+        for when, player, weight in self.nash_history():
+            out.setdefault(when, {})[player] = weight
+        return list(out.values())
+
     def ratings_history(self) -> list[tuple[float, str, float, float, float]]:
         return self._read("SELECT time, player_id, elo, trueskill_mu, trueskill_sigma FROM ratings ORDER BY time, id")
 

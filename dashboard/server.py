@@ -301,7 +301,7 @@ class DashboardData:
 
     @staticmethod
     def _exploitability(history: LeagueHistory) -> dict:
-        """{subject: {"time": [...], "nash_conv": [...]}}: "nash" and each main agent."""
+        """{subject: {"time": [...], "nash_conv": [...]}}: "nash", "nash_average" and each main agent."""
         out: dict = {}
         for when, subject, value in history.exploitability_history():
             series = out.setdefault(subject, {"time": [], "nash_conv": []})

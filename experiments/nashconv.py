@@ -1,6 +1,7 @@
 """Exact NashConv of a league's players, or of a poker policy, computed by OpenSpiel.
 
     python -m experiments.nashconv --run_dir=runs/kuhn --mixture=nash     # the league's Nash mixture
+    python -m experiments.nashconv --run_dir=runs/kuhn --mixture=nash_average   # their average
     python -m experiments.nashconv --run_dir=runs/kuhn --mixture=main     # the main agent now
     python -m experiments.nashconv --run_dir=runs/kuhn --mixture=nash --weights=exact
     python -m experiments.nashconv --game=leduc_poker --policy=uniform
@@ -22,6 +23,10 @@ With --run_dir (the game, network sizes and seed come from its config.json):
   players' parameters come from `params/`, learning agents' from their learner checkpoints.
   The players are mixed as an extensive-form mixture (one player per game, per-infostate
   weights by own reach probability; `poker_policy.mix_policies`).
+- `nash_average`: the mean of every Nash mixture the league published (the `nash` table's
+  rows of each time), each restricted to frozen players (`league.meta.average_nash`:
+  fictitious play's average strategy). It moves less than the latest mixture, and on Leduc
+  it is less exploitable (BENCHMARKS.md, "The average Nash mixture").
 
 --params loads saved parameters through a loader hook, a function `load(path, game) -> policy_fn`
 where `policy_fn(obs)` maps a batch of the pool's observations (`info_state` [N, dim], `acting`
@@ -42,9 +47,9 @@ import numpy as np
 from absl import app, flags
 
 from actors.games import poker
+from league.players import MAIN_AGENT
 
 FLAGS = flags.FLAGS
-MAIN_ROLE = "main_agent"
 
 
 def load_npz_table(path: str, game) -> dict[str, np.ndarray]:
@@ -135,7 +140,7 @@ class RunReader:
 
     def main_agents(self) -> list[str]:
         """The learning main agents (players with the main-agent role and no parent)."""
-        with_role = [p for p in self.history().players() if p["role"] == MAIN_ROLE and not p["parent"]]
+        with_role = [p for p in self.history().players() if p["role"] == MAIN_AGENT and not p["parent"]]
         return [p["player_id"] for p in with_role]
 
     def league_nash(self) -> tuple[dict[str, float], str, int]:
@@ -149,6 +154,22 @@ class RunReader:
         when, weights = latest
         return ({p: w for p, w in weights.items() if w > 0}, f"league.db nash table at t={when:.0f}",
                 len(history.players()))
+
+    def average_nash(self) -> tuple[dict[str, float], str, int]:
+        """The mean of every Nash distribution the league published, over its frozen players
+        (`meta.average_nash`, as the coordinator's `average_nash_weights`), where it came from,
+        #players."""
+        from league import meta
+
+        history = self.history()
+        players = history.players()
+        frozen = {p["player_id"] for p in players if p["parent"]}   # copies: learning agents have none
+        publications = history.nash_publications()
+        weights = meta.average_nash(publications, frozen)
+        if not weights:
+            raise ValueError(f"{self.run_dir}: no Nash weights on a frozen player yet; let the league "
+                             "run longer (the coordinator publishes them every meta_game_every_seconds)")
+        return weights, f"mean of {len(publications)} Nash publications in league.db", len(players)
 
     def exact_nash(self, player_ids: list[str], override: Mapping | None = None) -> dict[str, float]:
         """Nash of the exact chip meta-game between `player_ids` (seats alternated)."""
@@ -186,9 +207,9 @@ class RunReader:
             value = poker.nash_conv(self.game, self.policy(agent, override))
             return RunMeasurement(value, mixture, {agent: 1.0}, "learner checkpoint",
                                   len(self.history().players()))
-        if mixture != "nash":
-            raise ValueError(f"unknown mixture {mixture!r}; use nash or main")
-        league_weights, source, players = self.league_nash()
+        if mixture not in ("nash", "nash_average"):
+            raise ValueError(f"unknown mixture {mixture!r}; use nash, nash_average or main")
+        league_weights, source, players = (self.league_nash() if mixture == "nash" else self.average_nash())
         if weights == "exact":
             ids = [p["player_id"] for p in self.history().players()]
             league_weights, source = self.exact_nash(ids, override), "exact chip meta-game Nash"
@@ -241,8 +262,9 @@ def define_flags() -> None:
     """Defines the command-line flags (only when run as a program)."""
     flags.DEFINE_string("run_dir", None, "A league run directory: measure its players "
                         "(the game comes from its config.json).")
-    flags.DEFINE_enum("mixture", "nash", ["nash", "main"], "With --run_dir: the league's Nash "
-                      "mixture of players, or the main agent's current policy.")
+    flags.DEFINE_enum("mixture", "nash", ["nash", "nash_average", "main"], "With --run_dir: the "
+                      "league's latest Nash mixture of players, the mean of every Nash mixture it "
+                      "published (over its frozen players), or the main agent's current policy.")
     flags.DEFINE_enum("weights", "league", ["league", "exact"], "With --mixture=nash: the "
                       "league's meta-game Nash (observed chips, league.db) or the exact chip meta-game's.")
     flags.DEFINE_string("agent", None, "With --mixture=main: which main agent (default: the first).")

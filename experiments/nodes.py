@@ -646,12 +646,15 @@ class EvaluatorNode:
         return len(results)
 
     def measure_exploitability(self) -> dict[str, float]:
-        """Exact NashConv of the league's latest Nash mixture and of each main agent, recorded
-        in league.db (`exploitability`) for the dashboard's curve."""
+        """Exact NashConv of the league's latest Nash mixture ("nash"), of the average of its
+        published mixtures ("nash_average", `Coordinator.average_nash_weights`) and of each main
+        agent, recorded in league.db (`exploitability`) for the dashboard's curve."""
         players = self._coordinator.players()
         mains = [p["player_id"] for p in players if p["role"] == "main_agent"]
         frozen = {p["player_id"] for p in players if p["role"] == "historical"}
-        values = self._exact.nash_conv(self._coordinator.nash_weights(), mains, frozen)
+        mixtures = {"nash": self._coordinator.nash_weights(),
+                    "nash_average": self._coordinator.average_nash_weights()}
+        values = self._exact.nash_conv(mixtures, mains, frozen)
         self._coordinator.record_exploitability(values)
         return values
 

@@ -11,12 +11,14 @@ A[a, b] = P[a beats b] - 1/2 (so A = -A^T when draws count half).
 - Elo: ratings r maximising the Bradley-Terry likelihood of the decayed payoff counts
   with P[a beats b] = 1 / (1 + 10^((r_b - r_a) / 400)).
 - TrueSkill (Herbrich et al. 2006) over a sequence of games, via the `trueskill` package.
+- The average Nash mixture: the mean of every Nash mixture the league published, over its
+  frozen players (fictitious play's average strategy; `average_nash`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 import numpy as np
 import scipy.optimize
@@ -150,6 +152,35 @@ def nash_distribution(win_rate_matrix, tolerance: float = 1e-9, grow: int = 64) 
         # Grow geometrically so that games with large supports take few rounds.
         best = outside[np.argsort(-gains[outside], kind="stable")[: max(grow, subset.size)]]
         subset = np.union1d(subset, best)
+
+
+def average_nash(publications: Iterable[Mapping[str, float]], frozen: Container[str]) -> dict[str, float]:
+    """The average of the league's published Nash mixtures over its frozen players.
+
+        sigma_bar_T(p) = (1/T) sum_{t=1..T} sigma_t(p) / sum_{q in F} sigma_t(q),   p in F,
+
+    with sigma_t the t-th published mixture, F the frozen players (`frozen`), and T the number
+    of publications with weight on F (the others are skipped). A frozen player never changes,
+    so the average is one fixed policy; a learning agent's weight in an old publication named
+    parameters that no longer exist, and is left out.
+
+    Fictitious play's average strategy (Brown 1951; Heinrich, Lanctot & Silver 2015,
+    "Fictitious self-play in extensive-form games"): in two-player zero-sum games the average
+    of best responses converges where the iterates cycle. Mixing whole players is convex in
+    exploitability, NashConv(sigma_bar) <= mean_t NashConv(sigma_t|F), so the average is never
+    worse than the publications on average, and the errors of successive mixtures may cancel.
+    Returns {} when no publication has weight on a frozen player."""
+    total: dict[str, float] = {}
+    count = 0
+    for weights in publications:
+        kept = {p: float(w) for p, w in weights.items() if w > 0 and p in frozen}
+        mass = sum(kept.values())
+        if mass <= 0:
+            continue
+        count += 1
+        for p, w in kept.items():
+            total[p] = total.get(p, 0.0) + w / mass
+    return {p: w / count for p, w in total.items()}
 
 
 def exploitability(win_rate_matrix, mixture) -> float:

@@ -48,7 +48,8 @@ def run_dir(tmp_path_factory):
         for agent in ("any_main_agent_0", "any_main_exploiter_0"):
             history.add_learner_metrics(agent, {name: value * (1 + 0.1 * k) for name, value in LEARNER_METRICS.items()},
                                         when=start + k)
-        history.add_exploitability({"nash": 0.5 / (k + 1), "any_main_agent_0": 0.9 - 0.1 * k}, when=start + k)
+        history.add_exploitability({"nash": 0.5 / (k + 1), "nash_average": 0.4 / (k + 1),
+                                    "any_main_agent_0": 0.9 - 0.1 * k}, when=start + k)
     history.add_exploiter_gaps(GAPS, when=start + 2)
     history.close()
     return path
@@ -116,7 +117,8 @@ def test_page_draws_every_chart_without_console_errors(tab, dashboard):
     assert tab.page.evaluate("document.querySelectorAll('.main-svg').length") > len(CHARTS)
     shown = tab.page.evaluate("Object.fromEntries(document.getElementById('chart-exploitability').data"
                               ".map((t) => [t.name, t.y]))")
-    assert shown == {"Nash mixture": [0.5 / (k + 1) for k in range(5)],
+    assert shown == {"Nash mixture (latest)": [0.5 / (k + 1) for k in range(5)],
+                     "average Nash mixture": [0.4 / (k + 1) for k in range(5)],
                      "any_main_agent_0": [0.9 - 0.1 * k for k in range(5)]}
     assert tab.page.evaluate("getComputedStyle(document.getElementById('exploitability-card')).display") != "none"
     assert "live" in tab.text("status")

@@ -202,4 +202,13 @@ def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path
     assert values["nash"] == pytest.approx(poker.nash_conv(game, mixed), abs=1e-9)
     assert values["any_main_agent_0"] == pytest.approx(poker.nash_conv(game, b), abs=1e-9)
     rows = coordinator.history.exploitability_history()
-    assert sorted(subject for _, subject, _ in rows) == ["any_main_agent_0", "nash"]
+    assert sorted(subject for _, subject, _ in rows) == ["any_main_agent_0", "nash", "nash_average"]
+    # The average of the published mixtures over the frozen players (#0: a, #1: b): a second
+    # publication all on #1, so the mean is (first restricted to #0 and #1, renormalised + #1) / 2.
+    coordinator.history.add_nash({"any_main_agent_0#1": 1.0}, coordinator._clock() + 1.0)
+    frozen = {p: w for p, w in support if "#" in p}
+    first = {p: w / sum(frozen.values()) for p, w in frozen.items()}
+    want = {p: (first.get(p, 0.0) + (p == "any_main_agent_0#1")) / 2 for p in ("any_main_agent_0#0", "any_main_agent_0#1")}
+    assert coordinator.average_nash_weights() == pytest.approx({p: w for p, w in want.items() if w > 0})
+    mixed = poker_policy.mix_policies(game, [a, b], [want["any_main_agent_0#0"], want["any_main_agent_0#1"]])
+    assert node.measure_exploitability()["nash_average"] == pytest.approx(poker.nash_conv(game, mixed), abs=1e-9)

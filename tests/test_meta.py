@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from league.meta import (
+    average_nash,
     elo_ratings,
     elo_win_probability,
     exploitability,
@@ -53,6 +54,18 @@ def test_nash_of_random_symmetric_games_is_unexploitable(n, seed):
     other = rng.dirichlet(np.ones(n))
     assert exploitability(w, other) >= -1e-9
     assert exploitability(w, other) == pytest.approx(brute_force_exploitability(w, other))
+
+
+def test_average_nash_worked_by_hand():
+    """Each publication restricted to the frozen players and renormalised, then the plain mean
+    over the publications with weight on them: a -> 2/3, b -> 1/3; b -> 1; (only the learning
+    agent L: skipped); a -> 1/4, c -> 3/4."""
+    publications = [{"a": 0.5, "b": 0.25, "L": 0.25}, {"b": 1.0}, {"L": 1.0}, {"a": 0.2, "c": 0.6, "L": 0.2}]
+    got = average_nash(publications, frozen={"a", "b", "c"})
+    assert got == pytest.approx({"a": (2 / 3 + 1 / 4) / 3, "b": (1 / 3 + 1) / 3, "c": (3 / 4) / 3})
+    assert sum(got.values()) == pytest.approx(1.0)
+    assert average_nash([{"L": 1.0}], frozen={"a"}) == {}
+    assert average_nash([], frozen={"a"}) == {}
 
 
 def test_relative_population_performance_worked_by_hand():

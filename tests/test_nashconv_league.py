@@ -210,6 +210,7 @@ def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     history.add_player("any_main_agent_0", "main_agent", "any", None, 0, 1.0)
     history.add_player("any_main_agent_0#0", "main_agent", "any", "any_main_agent_0", 10, 2.0)
     history.add_player("any_league_exploiter_0#0", "league_exploiter", "any", "any_league_exploiter_0", 10, 3.0)
+    history.add_nash({"any_main_agent_0#0": 0.5, "any_main_agent_0": 0.5}, 3.5)
     history.add_nash({"any_main_agent_0#0": 0.25, "any_league_exploiter_0#0": 0.75}, 4.0)
     history.close()
     store = ParamStore(str(tmp_path))
@@ -226,6 +227,12 @@ def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     assert nash.weights == {"any_main_agent_0#0": 0.25, "any_league_exploiter_0#0": 0.75}
     want = poker.nash_conv(game, poker_policy.mix_policies(game, tables[1:], [0.25, 0.75]))
     assert nash.nash_conv == pytest.approx(want, abs=1e-9)
+    # The average of the two publications over the frozen players: the first, without the
+    # learning agent, is all on any_main_agent_0#0; (1 + 0.25) / 2 and 0.75 / 2.
+    average = nashconv.measure_run(str(tmp_path), "nash_average")
+    assert average.weights == pytest.approx({"any_main_agent_0#0": 0.625, "any_league_exploiter_0#0": 0.375})
+    want = poker.nash_conv(game, poker_policy.mix_policies(game, tables[1:], [0.625, 0.375]))
+    assert average.nash_conv == pytest.approx(want, abs=1e-9)
     one = nashconv.RunReader(str(tmp_path)).measure_player("any_league_exploiter_0#0")
     assert one.nash_conv == pytest.approx(poker.nash_conv(game, tables[2]), abs=1e-9)
     with pytest.raises(ValueError, match="has no player 'nobody'"):

@@ -245,9 +245,10 @@ function drawExploitability() {
   const series = Object.entries(current.exploitability || {});
   $("exploitability-card").style.display = series.length ? "" : "none";
   if (!series.length) return Plotly.purge("chart-exploitability");
+  const names = {nash: "Nash mixture (latest)", nash_average: "average Nash mixture"};
   const traces = series.map(([subject, s]) => ({
-    type: "scatter", mode: "lines+markers", name: subject === "nash" ? "Nash mixture" : subject, x: s.time.map(ms), y: s.nash_conv,
-    line: {width: subject === "nash" ? 3 : 1.5}, hovertemplate: `${subject}<br>NashConv %{y:.4f}<extra></extra>`,
+    type: "scatter", mode: "lines+markers", name: names[subject] || subject, x: s.time.map(ms), y: s.nash_conv,
+    line: {width: subject in names ? 3 : 1.5}, hovertemplate: `${subject}<br>NashConv %{y:.4f}<extra></extra>`,
   }));
   const layout = {margin: MARGIN, xaxis: timeAxis(...series.map(([, s]) => s.time)), yaxis: {title: {text: "NashConv"}, rangemode: "tozero"}, showlegend: true, legend: {font: {size: 10}}};
   return Plotly.react("chart-exploitability", traces, layout, PLOT_CONFIG);
