@@ -163,7 +163,9 @@ class RunReader:
 
         history = self.history()
         players = history.players()
-        frozen = {p["player_id"] for p in players if p["parent"]}   # copies: learning agents have none
+        withdrawn = {e["player_id"] for e in history.events() if e["kind"] == "withdrawn"}
+        # copies (learning agents have no parent), less the withdrawn (`Coordinator.withdraw`)
+        frozen = {p["player_id"] for p in players if p["parent"]} - withdrawn
         publications = history.nash_publications()
         weights = meta.average_nash(publications, frozen)
         if not weights:

@@ -233,6 +233,11 @@ def test_nashconv_wiring_reads_a_run_directory(tmp_path):
     assert average.weights == pytest.approx({"any_main_agent_0#0": 0.625, "any_league_exploiter_0#0": 0.375})
     want = poker.nash_conv(game, poker_policy.mix_policies(game, tables[1:], [0.625, 0.375]))
     assert average.nash_conv == pytest.approx(want, abs=1e-9)
+    # A withdrawn player (damaged parameters) leaves the average, as it leaves the league.
+    history = LeagueHistory(str(tmp_path))
+    history.add_event("withdrawn", "any_league_exploiter_0", "any_league_exploiter_0#0", 10, "test")
+    history.close()
+    assert nashconv.measure_run(str(tmp_path), "nash_average").weights == {"any_main_agent_0#0": 1.0}
     one = nashconv.RunReader(str(tmp_path)).measure_player("any_league_exploiter_0#0")
     assert one.nash_conv == pytest.approx(poker.nash_conv(game, tables[2]), abs=1e-9)
     with pytest.raises(ValueError, match="has no player 'nobody'"):
