@@ -153,7 +153,6 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
     def measure():
         nonlocal reader
         reader = reader or RunReader(run_dir)
-        main_id = reader.main_agents()[0]
         override = {a: group.params(a) for a in group.agent_ids}
         main = reader.measure("main", override=override).nash_conv
         try:
@@ -166,7 +165,6 @@ def run_arm(arm: str, game: str, minutes: float, run_dir: str, every: float, see
         point = Point(time.time() - started, history.game_count(), len(history.players()),
                       main, nash, nash_exact, sum(group.steps(a) for a in group.agent_ids),
                       average(reader))
-        del main_id
         points.append(point)
         print(f"  [{arm} seed {seed}] {point.seconds:6.0f} s  games {point.games:8d}  players "
               f"{point.players:4d}  learnt steps/s {point.learnt_steps / point.seconds:8.0f}  "
