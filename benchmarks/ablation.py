@@ -27,7 +27,11 @@ Measured per arm and seed, on the main agent's final parameters:
 - games against its own past snapshots -> the minimum win rate (forgetting, Fig. 3c);
 - composition arms: the relative population performance (Balduzzi et al. 2019;
   `league.meta.relative_population_performance`) of the arm's population of players against
-  the held-out run's population, reported as the Nash-vs-Nash win probability.
+  the held-out run's population, reported as the Nash-vs-Nash win probability;
+- the main agent's learner updates in its run (from its league.db): arms share the same
+  wall-clock, so an arm with more learners gives its main agent fewer updates.
+Tables: mean ± sample standard deviation over seeds; an ordering is reproduced when the means
+differ in the paper's direction by more than one standard error (sqrt(s_a^2/n_a + s_b^2/n_b)).
 Last line: `RESULT ablation ...` with the fraction of the paper's pairwise orderings reproduced.
 """
 
@@ -270,10 +274,23 @@ def run_one(arm: str, seed: int, minutes: float, root: str, games: int, init: st
 
 def load(root: str):
     db = open_db(root)
-    runs = {(a, s): dict(run_dir=r, minutes=m, games=g, players=p)
-            for a, s, r, m, g, p, _, _ in db.execute("SELECT * FROM runs")}
+    runs = {(a, s): dict(run_dir=r, minutes=m, games=g, players=p, updates=main_agent_updates(r, main))
+            for a, s, r, m, g, p, main, _ in db.execute("SELECT * FROM runs")}
     evaluations = db.execute("SELECT * FROM evaluations").fetchall()
     return runs, evaluations
+
+
+def main_agent_updates(run_dir: str, main_id: str | None) -> float:
+    """The learner updates the main agent made in its run (its last reported `version`); NaN
+    when the run has no main agent (the held-out run) or its league.db is gone."""
+    from coordinator.history import LeagueHistory
+
+    path = os.path.join(run_dir or "", "league.db")
+    if not main_id or not os.path.isfile(path):
+        return float("nan")
+    versions = [v for _, agent, name, v in LeagueHistory(run_dir, readonly=True).learner_metrics()
+                if agent == main_id and name == "version"]
+    return float(max(versions)) if versions else float("nan")
 
 
 def rate(w, d, n):
@@ -330,10 +347,11 @@ def analyse(root: str) -> dict:
 
 def arm_stats(results: dict, arm: str, metric: str) -> tuple[float, float, int]:
     values = [v[metric] for (a, _), v in ((k, v) for k, v in results.items() if k != "_opponents")
-              if a == arm and np.isfinite(v[metric])]
+              if a == arm and np.isfinite(v.get(metric, np.nan))]
     if not values:
         return float("nan"), float("nan"), 0
-    return float(np.mean(values)), float(np.std(values)), len(values)
+    # the sample standard deviation (ddof=1): the standard error below is std / sqrt(n)
+    return float(np.mean(values)), float(np.std(values, ddof=1)) if len(values) > 1 else 0.0, len(values)
 
 
 def orderings(results: dict) -> tuple[int, int, list[str]]:
@@ -365,12 +383,13 @@ def orderings(results: dict) -> tuple[int, int, list[str]]:
 
 def report(root: str, png: str) -> int:
     results = analyse(root)
+    # mean ± the sample standard deviation over seeds (the number of seeds)
     fmt = lambda m, s, k, p=0: "n/a" if k == 0 else f"{m:.{p}f} ± {s:.{p}f} ({k})"  # noqa: E731
     print("Test opponents' Elo: " + ", ".join(f"{o.split('/')[-1]} {e:.0f}" for o, e in results["_opponents"].items()))
     for group, arms in GROUPS.items():
         print(f"\n### {group}\n")
-        print("| arm | Elo (paper) | Elo (ours) | win rate vs test opponents | min win rate vs past selves (paper) | min win rate (ours) | RPP vs held-out (paper) | RPP (ours) |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| arm | Elo (paper) | Elo (ours) | win rate vs test opponents | min win rate vs past selves (paper) | min win rate (ours) | RPP vs held-out (paper) | RPP (ours) | main agent's updates |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for arm in arms:
             paper_elo = PAPER["elo"].get(arm, "")
             paper_min = PAPER["min_win_rate"].get(arm, "")
@@ -378,7 +397,8 @@ def report(root: str, png: str) -> int:
             print(f"| {arm} | {paper_elo} | {fmt(*arm_stats(results, arm, 'elo'))} | "
                   f"{fmt(*arm_stats(results, arm, 'test_win_rate'), 3)} | "
                   f"{'' if paper_min == '' else f'{paper_min:.0%}'} | {fmt(*arm_stats(results, arm, 'min_win_rate'), 3)} | "
-                  f"{'' if paper_rpp == '' else f'{paper_rpp:.0%}'} | {fmt(*arm_stats(results, arm, 'rpp'), 3)} |")
+                  f"{'' if paper_rpp == '' else f'{paper_rpp:.0%}'} | {fmt(*arm_stats(results, arm, 'rpp'), 3)} | "
+                  f"{fmt(*arm_stats(results, arm, 'updates'))} |")
     matched, total, lines = orderings(results)
     print("\nOrderings (the paper's pairwise order within a group, on the mean over seeds):")
     for line in lines:

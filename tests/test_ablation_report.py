@@ -57,6 +57,39 @@ def test_orderings_count_only_differences_beyond_the_noise(tmp_path):
     # a difference inside the seeds' noise is not counted as reproduced
     matched, total, lines = ablation.orderings(results({"self_play": [1000, 1200, 800], "fsp": [990, 1190, 790]}))
     assert (matched, total) == (0, 1) and "unresolved" in lines[0]
+    # the standard error uses the sample standard deviation (ddof=1), worked by hand: two seeds
+    # each 20 apart have s = sqrt(200) = 14.14, so se = sqrt(200/2 + 200/2) = 14.14 > 12, the
+    # difference of the means (the population deviation, 10, would give se 10 < 12: "same")
+    matched, total, lines = ablation.orderings(results({"self_play": [1000, 1020], "fsp": [988, 1008]}))
+    assert (matched, total) == (0, 1) and "unresolved" in lines[0] and "se 14" in lines[0]
+    matched, total, lines = ablation.orderings(results({"self_play": [1000, 1020], "fsp": [984, 1004]}))
+    assert (matched, total) == (1, 1) and "same" in lines[0]
+
+
+def test_the_main_agents_learner_updates_come_from_its_runs_league_db(tmp_path):
+    """The report's "main agent's updates": the last `version` its learner reported in the run's
+    league.db, other agents' ignored; NaN when the run has no main agent (the held-out run)."""
+    from coordinator.history import LeagueHistory
+
+    run_dir = tmp_path / "pfsp-s0"
+    run_dir.mkdir()
+    history = LeagueHistory(str(run_dir / "league.db"))
+    history.add_learner_metrics("terran_main_agent_0", {"version": 40.0, "steps": 9600.0}, when=1.0)
+    history.add_learner_metrics("terran_main_agent_0", {"version": 96.0, "steps": 23040.0}, when=2.0)
+    history.add_learner_metrics("terran_main_exploiter_0", {"version": 500.0}, when=2.0)
+    history.close()
+    db = ablation.open_db(str(tmp_path))
+    db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?)",
+               ("pfsp", 0, str(run_dir), 2.0, 100, 3, "terran_main_agent_0", 0.0))
+    db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?)",
+               ("heldout", 1000, str(run_dir), 2.0, 100, 3, None, 0.0))
+    db.execute("INSERT INTO evaluations VALUES (?,?,?,?,?,?,?,?,?)",
+               ("pfsp", 0, "test", f"{run_dir}|terran_main_agent_0", ablation.HEURISTIC, 10, 5, 0, 5))
+    db.commit()
+    runs, _ = ablation.load(str(tmp_path))
+    assert runs[("pfsp", 0)]["updates"] == 96.0
+    assert np.isnan(runs[("heldout", 1000)]["updates"])
+    assert ablation.arm_stats(ablation.analyse(str(tmp_path)), "pfsp", "updates") == (96.0, 0.0, 1)
 
 
 def test_arms_start_from_a_supervised_start_with_its_kl_when_given():
