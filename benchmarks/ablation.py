@@ -381,8 +381,19 @@ def orderings(results: dict) -> tuple[int, int, list[str]]:
     return matched, total, lines
 
 
+def draw_fractions(root: str) -> dict[str, float]:
+    """The fraction of evaluation games drawn, by kind (test, past_self, population)."""
+    _, evaluations = load(root)
+    games, draws = {}, {}
+    for _, _, kind, _, _, n, _, d, _ in evaluations:
+        games[kind] = games.get(kind, 0) + n
+        draws[kind] = draws.get(kind, 0) + d
+    return {kind: draws[kind] / games[kind] for kind in sorted(games) if games[kind]}
+
+
 def report(root: str, png: str) -> int:
     results = analyse(root)
+    print("Games drawn: " + ", ".join(f"{kind} {f:.1%}" for kind, f in draw_fractions(root).items()))
     # mean ± the sample standard deviation over seeds (the number of seeds)
     fmt = lambda m, s, k, p=0: "n/a" if k == 0 else f"{m:.{p}f} ± {s:.{p}f} ({k})"  # noqa: E731
     print("Test opponents' Elo: " + ", ".join(f"{o.split('/')[-1]} {e:.0f}" for o, e in results["_opponents"].items()))

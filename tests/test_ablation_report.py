@@ -41,6 +41,9 @@ def test_win_rates_forgetting_population_and_elo_by_hand(tmp_path):
     assert sp["elo"] > 1000 > results[("fsp", 0)]["elo"]
     # the off-policy "vtrace_td_upgo" arm shares the pfsp_sp runs: none here
     assert ("vtrace_td_upgo", 0) not in results
+    # draws by kind: test 2 of 50 games, past selves 2 of 20, population 0 of 40
+    assert ablation.draw_fractions(str(tmp_path)) == pytest.approx(
+        {"past_self": 0.1, "population": 0.0, "test": 2 / 50})
 
 
 def test_orderings_count_only_differences_beyond_the_noise(tmp_path):
