@@ -4,6 +4,9 @@
     python -m benchmarks.ablation --all --seeds=0,1,2 --minutes=2          # the driver (resumable)
     python -m benchmarks.ablation --report                                  # tables + docs/ablation.png
     python -m benchmarks.ablation --all --init=supervised.npz --root=runs/ablation_sup  # from a supervised start
+    python -m benchmarks.ablation --all --arms=main_agents,main_exploiters,league_exploiters \
+        --learner_steps=200000 --minutes=15 --heldout_from=runs/ablation --root=runs/ablation_steps
+        # league composition with every agent given the same steps (not the same wall-clock)
 
 Every arm trains a league through the real program (`experiments.launchers.run_inprocess`) on
 SMAX races with one race (Terran mirror; the army composition is the strategic choice) for the
@@ -84,20 +87,23 @@ COMMON = dict(game="smax_races", races=1, runner="inprocess", dashboard_port=-1,
 HEURISTIC = "heuristic"
 
 
-def arm_config(arm: str, seed: int, minutes: float, run_dir: str, init: str = ""):
+def arm_config(arm: str, seed: int, minutes: float, run_dir: str, init: str = "", learner_steps: int = 0):
     """The arm's run config; with `init` (a supervised start file) every agent starts from its
-    terran parameters and learns with the KL to them (the program's default weight)."""
+    terran parameters and learns with the KL to them (the program's default weight). With
+    `learner_steps` the run stops once every learner has learnt that many agent steps (`minutes`
+    is then a cap): every agent gets the same budget, as if each had its own hardware."""
     from experiments.config import RunConfig
 
     start = {"init": init} if init else {}
-    return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, **COMMON, **ARMS[arm], **start)
+    return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, learner_steps=learner_steps,
+                          **COMMON, **ARMS[arm], **start)
 
 
 # ---------------------------------------------------------------------------------------------
 # Results database.
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (arm TEXT, seed INTEGER, run_dir TEXT, minutes REAL,
+CREATE TABLE IF NOT EXISTS runs (arm TEXT, seed INTEGER, run_dir TEXT, minutes REAL,  -- minutes trained
     games INTEGER, players INTEGER, main_agent TEXT, finished REAL,
     PRIMARY KEY (arm, seed));
 CREATE TABLE IF NOT EXISTS evaluations (arm TEXT, seed INTEGER, kind TEXT, player TEXT,
@@ -120,12 +126,12 @@ def done(db, arm: str, seed: int) -> bool:
 # Training and evaluation of one arm.
 
 
-def train(arm: str, seed: int, minutes: float, root: str, log, init: str = "") -> str:
+def train(arm: str, seed: int, minutes: float, root: str, log, init: str = "", learner_steps: int = 0) -> str:
     from experiments import launchers
     from experiments.config import prepare_run_dir
 
     run_dir = os.path.join(root, f"{arm}-s{seed}")
-    config = arm_config(arm, seed, minutes, run_dir, init)
+    config = arm_config(arm, seed, minutes, run_dir, init, learner_steps)
     if prepare_run_dir(config):
         print(f"  {run_dir} exists: resuming it for another {minutes} min", flush=True)
     launchers.run_inprocess(config, stop_event=threading.Event(), out=log)
@@ -242,30 +248,53 @@ def evaluate(db, arm: str, seed: int, run_dir: str, root: str, games: int, log=p
     db.commit()
 
 
-def run_one(arm: str, seed: int, minutes: float, root: str, games: int, init: str = "") -> None:
+def run_one(arm: str, seed: int, minutes: float, root: str, games: int, init: str = "",
+            learner_steps: int = 0) -> None:
     db = open_db(root)
     if done(db, arm, seed):
         print(f"{arm} seed {seed}: already in {root}/ablation.db", flush=True)
         return
     started = time.time()
-    print(f"{arm} seed {seed}: training {minutes} min ...", flush=True)
+    budget = f"{learner_steps:,} agent steps per learner (at most {minutes} min)" if learner_steps else f"{minutes} min"
+    print(f"{arm} seed {seed}: training {budget} ...", flush=True)
     with open(os.path.join(root, f"{arm}-s{seed}.log"), "a") as log:
-        run_dir = train(arm, seed, minutes, root, log, init)
+        run_dir = train(arm, seed, minutes, root, log, init, learner_steps)
     trained = time.time() - started
     if arm == "heldout":
         from coordinator.history import LeagueHistory
 
         history = LeagueHistory(run_dir, readonly=True)
         db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?)",
-                   (arm, seed, run_dir, minutes, history.game_count(), len(history.players()),
+                   (arm, seed, run_dir, trained / 60, history.game_count(), len(history.players()),
                     None, time.time()))
         db.commit()
     else:
         print(f"{arm} seed {seed}: evaluating ...", flush=True)
         evaluate(db, arm, seed, run_dir, root, games)
-        db.execute("UPDATE runs SET minutes=? WHERE arm=? AND seed=?", (minutes, arm, seed))
+        db.execute("UPDATE runs SET minutes=? WHERE arm=? AND seed=?", (trained / 60, arm, seed))
         db.commit()
     print(f"{arm} seed {seed}: done (train {trained:.0f} s, total {time.time() - started:.0f} s)", flush=True)
+
+
+def link_heldout(source_root: str, root: str) -> str:
+    """Use `source_root`'s finished held-out run in `root` (a symbolic link and its `runs` row),
+    so several roots share one set of test opponents. Returns an error message, or ""."""
+    source = open_db(source_root)
+    row = source.execute("SELECT * FROM runs WHERE arm='heldout' AND seed=?", (HELDOUT_SEED,)).fetchone()
+    source.close()
+    run_dir = os.path.join(source_root, f"heldout-s{HELDOUT_SEED}")
+    if row is None or not os.path.isdir(run_dir):
+        return f"--heldout_from={source_root} has no finished held-out run; run the driver there first"
+    link = os.path.join(root, f"heldout-s{HELDOUT_SEED}")
+    db = open_db(root)
+    if not os.path.lexists(link):
+        os.symlink(os.path.abspath(run_dir), link)
+    elif os.path.realpath(link) != os.path.realpath(run_dir):
+        return f"{link} already holds another held-out run; use a fresh --root"
+    db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?)", (row[0], row[1], link, *row[3:]))
+    db.commit()
+    db.close()
+    return ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,8 +428,8 @@ def report(root: str, png: str) -> int:
     print("Test opponents' Elo: " + ", ".join(f"{o.split('/')[-1]} {e:.0f}" for o, e in results["_opponents"].items()))
     for group, arms in GROUPS.items():
         print(f"\n### {group}\n")
-        print("| arm | Elo (paper) | Elo (ours) | win rate vs test opponents | min win rate vs past selves (paper) | min win rate (ours) | RPP vs held-out (paper) | RPP (ours) | main agent's updates |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| arm | Elo (paper) | Elo (ours) | win rate vs test opponents | min win rate vs past selves (paper) | min win rate (ours) | RPP vs held-out (paper) | RPP (ours) | main agent's updates | minutes trained |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for arm in arms:
             paper_elo = PAPER["elo"].get(arm, "")
             paper_min = PAPER["min_win_rate"].get(arm, "")
@@ -409,7 +438,7 @@ def report(root: str, png: str) -> int:
                   f"{fmt(*arm_stats(results, arm, 'test_win_rate'), 3)} | "
                   f"{'' if paper_min == '' else f'{paper_min:.0%}'} | {fmt(*arm_stats(results, arm, 'min_win_rate'), 3)} | "
                   f"{'' if paper_rpp == '' else f'{paper_rpp:.0%}'} | {fmt(*arm_stats(results, arm, 'rpp'), 3)} | "
-                  f"{fmt(*arm_stats(results, arm, 'updates'))} |")
+                  f"{fmt(*arm_stats(results, arm, 'updates'))} | {fmt(*arm_stats(results, arm, 'minutes'), 1)} |")
     matched, total, lines = orderings(results)
     print("\nOrderings (the paper's pairwise order within a group, on the mean over seeds):")
     for line in lines:
@@ -461,7 +490,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--all", action="store_true", help="run every arm for every --seeds (skips finished ones)")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--minutes", type=float, default=2.0, help="training wall-clock budget per arm")
+    parser.add_argument("--minutes", type=float, default=2.0, help="training wall-clock budget per arm "
+                        "(with --learner_steps: its cap)")
+    parser.add_argument("--learner_steps", type=int, default=0,
+                        help="train each arm until every learner has learnt this many agent steps instead "
+                        "of for equal wall-clock: every agent the same budget, as if on its own hardware "
+                        "(AlphaStar's setting), so arms with exploiters take longer")
+    parser.add_argument("--arms", default="", help="with --all: only these arms (comma-separated)")
+    parser.add_argument("--heldout_from", default="",
+                        help="a root whose held-out run to use (linked, not retrained) as test opponents")
     parser.add_argument("--games", type=int, default=64, help="evaluation games per pair")
     parser.add_argument("--root", default="runs/ablation")
     parser.add_argument("--report", action="store_true", help="print the tables from <root>/ablation.db")
@@ -470,11 +507,20 @@ def main(argv=None) -> int:
                         "or the automatic start's supervised.npz): every arm starts from its terran "
                         "parameters with the KL to them (AlphaStar's recipe); default: random parameters")
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or args.games < 1:
-        parser.error("--minutes must be > 0 and --games >= 1")
+    if args.minutes <= 0 or args.games < 1 or args.learner_steps < 0:
+        parser.error("--minutes must be > 0, --games >= 1 and --learner_steps >= 0")
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()] or [a for a in ARMS if a != "heldout"]
+    unknown = [a for a in arms if a not in ARMS or a == "heldout"]
+    if unknown:
+        parser.error(f"unknown --arms {', '.join(unknown)}; allowed: {', '.join(a for a in ARMS if a != 'heldout')}")
+    if args.heldout_from:
+        error = link_heldout(args.heldout_from, args.root)
+        if error:
+            parser.error(error)
     if args.init and not os.path.isfile(args.init):
         parser.error(f"--init={args.init} is not a file; pass a supervised start (.npz)")
-    run = functools.partial(run_one, minutes=args.minutes, root=args.root, games=args.games, init=args.init)
+    run = functools.partial(run_one, minutes=args.minutes, root=args.root, games=args.games, init=args.init,
+                            learner_steps=args.learner_steps)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.arm:
         arm = SHARED.get(args.arm, args.arm)
@@ -484,9 +530,8 @@ def main(argv=None) -> int:
     if args.all:
         run("heldout", HELDOUT_SEED)
         for seed in seeds:  # seed-major: every arm has some seeds early
-            for arm in ARMS:
-                if arm != "heldout":
-                    run(arm, seed)
+            for arm in arms:
+                run(arm, seed)
     if args.report or args.all or args.arm:
         return report(args.root, args.png)
     parser.error("pass --arm, --all or --report")

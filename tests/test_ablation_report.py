@@ -104,3 +104,36 @@ def test_arms_start_from_a_supervised_start_with_its_kl_when_given():
     assert config.league.main_agent_matchmaker == "pfsp"
     plain = ablation.arm_config("pfsp", 0, 1.0, "unused")
     assert plain.init_file is None and plain.learner.loss.kl_teacher_weight == 0.0
+
+
+def test_equal_steps_budget_and_a_shared_held_out_run(tmp_path, capsys):
+    """--learner_steps: every learner of an arm gets the same agent steps (the run's stop rule);
+    --heldout_from links another root's finished held-out run instead of training one; bad
+    values exit 2 naming the fix."""
+    config = ablation.arm_config("league_exploiters", 0, 15.0, "unused", learner_steps=200_000)
+    assert config.learner_steps == 200_000 and config.minutes == 15.0
+    assert ablation.arm_config("pfsp", 0, 2.0, "unused").learner_steps == 0
+
+    source, root = tmp_path / "wallclock", tmp_path / "steps"
+    assert "no finished held-out run" in ablation.link_heldout(str(source), str(root))
+    (source / f"heldout-s{ablation.HELDOUT_SEED}").mkdir(parents=True)
+    db = ablation.open_db(str(source))
+    db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?)",
+               ("heldout", ablation.HELDOUT_SEED, "old", 2.2, 5972, 8, None, 0.0))
+    db.commit()
+    assert ablation.link_heldout(str(source), str(root)) == ""
+    link = root / f"heldout-s{ablation.HELDOUT_SEED}"
+    assert link.is_symlink() and link.resolve() == (source / f"heldout-s{ablation.HELDOUT_SEED}").resolve()
+    assert ablation.done(ablation.open_db(str(root)), "heldout", ablation.HELDOUT_SEED)
+    assert ablation.link_heldout(str(source), str(root)) == ""  # again: the same link, no error
+    runs, _ = ablation.load(str(root))
+    assert runs[("heldout", ablation.HELDOUT_SEED)]["games"] == 5972
+
+    for argv, message in ((["--all", "--arms=main_agents,nope"], "unknown --arms nope"),
+                          (["--all", "--arms=heldout"], "unknown --arms heldout"),
+                          (["--all", "--learner_steps=-1"], "--learner_steps >= 0"),
+                          (["--all", f"--heldout_from={tmp_path / 'none'}", f"--root={tmp_path / 'x'}"],
+                           "no finished held-out run")):
+        with pytest.raises(SystemExit) as exit_:
+            ablation.main(argv)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
