@@ -94,9 +94,10 @@ def arm_config(arm: str, seed: int, minutes: float, run_dir: str, init: str = ""
     is then a cap): every agent gets the same budget, as if each had its own hardware."""
     from experiments.config import RunConfig
 
-    start = {"init": init} if init else {}
-    return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, learner_steps=learner_steps,
-                          **COMMON, **ARMS[arm], **start)
+    settings = {**COMMON, **ARMS[arm], **({"init": init} if init else {})}
+    if learner_steps:  # the stop rule reads the learners' steps at every progress report
+        settings.update(learner_steps=learner_steps, progress_every_seconds=5.0)
+    return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, **settings)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -112,6 +112,7 @@ def test_equal_steps_budget_and_a_shared_held_out_run(tmp_path, capsys):
     values exit 2 naming the fix."""
     config = ablation.arm_config("league_exploiters", 0, 15.0, "unused", learner_steps=200_000)
     assert config.learner_steps == 200_000 and config.minutes == 15.0
+    assert config.progress_every_seconds == 5.0  # the stop rule's resolution (30 s would overshoot)
     assert ablation.arm_config("pfsp", 0, 2.0, "unused").learner_steps == 0
 
     source, root = tmp_path / "wallclock", tmp_path / "steps"
