@@ -279,19 +279,23 @@ def run_one(arm: str, seed: int, minutes: float, root: str, games: int, init: st
 
 def link_heldout(source_root: str, root: str) -> str:
     """Use `source_root`'s finished held-out run in `root` (a symbolic link and its `runs` row),
-    so several roots share one set of test opponents. Returns an error message, or ""."""
+    so several roots share one set of test opponents. Returns an error message, or "" (and
+    writes nothing when it fails)."""
+    missing = f"--heldout_from={source_root} has no finished held-out run; run the driver there first"
+    if not os.path.isfile(os.path.join(source_root, "ablation.db")):
+        return missing
     source = open_db(source_root)
     row = source.execute("SELECT * FROM runs WHERE arm='heldout' AND seed=?", (HELDOUT_SEED,)).fetchone()
     source.close()
     run_dir = os.path.join(source_root, f"heldout-s{HELDOUT_SEED}")
     if row is None or not os.path.isdir(run_dir):
-        return f"--heldout_from={source_root} has no finished held-out run; run the driver there first"
+        return missing
     link = os.path.join(root, f"heldout-s{HELDOUT_SEED}")
+    if os.path.lexists(link) and os.path.realpath(link) != os.path.realpath(run_dir):
+        return f"{link} already holds another held-out run; use a fresh --root"
     db = open_db(root)
     if not os.path.lexists(link):
         os.symlink(os.path.abspath(run_dir), link)
-    elif os.path.realpath(link) != os.path.realpath(run_dir):
-        return f"{link} already holds another held-out run; use a fresh --root"
     db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?)", (row[0], row[1], link, *row[3:]))
     db.commit()
     db.close()
@@ -510,16 +514,18 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.games < 1 or args.learner_steps < 0:
         parser.error("--minutes must be > 0, --games >= 1 and --learner_steps >= 0")
-    arms = [a.strip() for a in args.arms.split(",") if a.strip()] or [a for a in ARMS if a != "heldout"]
+    arms = [SHARED.get(a.strip(), a.strip()) for a in args.arms.split(",") if a.strip()] or \
+        [a for a in ARMS if a != "heldout"]
     unknown = [a for a in arms if a not in ARMS or a == "heldout"]
     if unknown:
-        parser.error(f"unknown --arms {', '.join(unknown)}; allowed: {', '.join(a for a in ARMS if a != 'heldout')}")
+        allowed = [a for a in ARMS if a != "heldout"] + list(SHARED)
+        parser.error(f"unknown --arms {', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    if args.init and not os.path.isfile(args.init):
+        parser.error(f"--init={args.init} is not a file; pass a supervised start (.npz)")
     if args.heldout_from:
         error = link_heldout(args.heldout_from, args.root)
         if error:
             parser.error(error)
-    if args.init and not os.path.isfile(args.init):
-        parser.error(f"--init={args.init} is not a file; pass a supervised start (.npz)")
     run = functools.partial(run_one, minutes=args.minutes, root=args.root, games=args.games, init=args.init,
                             learner_steps=args.learner_steps)
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

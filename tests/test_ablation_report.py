@@ -117,6 +117,7 @@ def test_equal_steps_budget_and_a_shared_held_out_run(tmp_path, capsys):
 
     source, root = tmp_path / "wallclock", tmp_path / "steps"
     assert "no finished held-out run" in ablation.link_heldout(str(source), str(root))
+    assert not source.exists() and not root.exists()  # a failed link writes nothing
     (source / f"heldout-s{ablation.HELDOUT_SEED}").mkdir(parents=True)
     db = ablation.open_db(str(source))
     db.execute("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?)",
@@ -134,7 +135,15 @@ def test_equal_steps_budget_and_a_shared_held_out_run(tmp_path, capsys):
                           (["--all", "--arms=heldout"], "unknown --arms heldout"),
                           (["--all", "--learner_steps=-1"], "--learner_steps >= 0"),
                           (["--all", f"--heldout_from={tmp_path / 'none'}", f"--root={tmp_path / 'x'}"],
-                           "no finished held-out run")):
+                           "no finished held-out run"),
+                          (["--all", f"--heldout_from={source}", f"--root={tmp_path / 'y'}",
+                            f"--init={tmp_path / 'no.npz'}"], "is not a file")):
         with pytest.raises(SystemExit) as exit_:
             ablation.main(argv)
         assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "none").exists() and not (tmp_path / "y").exists()  # bad input writes nothing
+    # the off-policy arm that shares pfsp_sp's runs is accepted by its own name
+    with pytest.raises(SystemExit):
+        ablation.main(["--all", "--arms=vtrace_td_upgo", f"--init={tmp_path / 'no.npz'}"])
+    err = capsys.readouterr().err
+    assert "unknown --arms" not in err and "is not a file" in err  # past the arms' check
