@@ -417,12 +417,9 @@ def orderings(results: dict) -> tuple[int, int, list[str]]:
 
 def draw_fractions(root: str) -> dict[str, float]:
     """The fraction of evaluation games drawn, by kind (test, past_self, population)."""
-    _, evaluations = load(root)
-    games, draws = {}, {}
-    for _, _, kind, _, _, n, _, d, _ in evaluations:
-        games[kind] = games.get(kind, 0) + n
-        draws[kind] = draws.get(kind, 0) + d
-    return {kind: draws[kind] / games[kind] for kind in sorted(games) if games[kind]}
+    rows = open_db(root).execute("SELECT kind, SUM(draws), SUM(games) FROM evaluations GROUP BY kind "
+                                 "HAVING SUM(games) > 0 ORDER BY kind")
+    return {kind: draws / games for kind, draws, games in rows}
 
 
 def report(root: str, png: str) -> int:
