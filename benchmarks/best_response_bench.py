@@ -39,7 +39,6 @@ flags.DEFINE_integer("every", 500, "updates between exact measurements")
 flags.DEFINE_string("seeds", "0,1", "comma-separated seeds (initial parameters and games)")
 flags.DEFINE_string("arms", "defaults", "arms to run, in order: 'defaults' and the names of --arm")
 flags.DEFINE_multi_string("arm", [], "NAME:key=value,key=value (RunConfig field paths)")
-UPDATES_PER_CHUNK = 8
 
 
 def nash_target(run_dir: str):
@@ -77,11 +76,11 @@ def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, 
     network = build.make_network(config, game.spec)
     initial = build.initial_params(network, game.spec, 0, seed)
     build.check_shapes(f"player {ids[0]} of the run", params[0], initial)
-    slots = config.device.opponent_slots
+    slots, k = config.device.opponent_slots, config.device.updates_per_chunk
     rollout = DeviceRollout(network, game.fns, run.batch_size, slots, run.unroll_length,
                             rewards.device_reward(config.reward, game.spec), value_shape=value_shape(network))
     learner = DeviceLearner(network, initial, run, example_unroll(game.spec, network, run.unroll_length),
-                            rollout, updates_per_chunk=UPDATES_PER_CHUNK, seed=seed)
+                            rollout, updates_per_chunk=k, seed=seed)
     exact = poker.load_game(game_name)
     walk = poker_policy.PolicyWalk(exact, network)
     paths = poker_policy.TerminalPaths(exact)
@@ -100,10 +99,10 @@ def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, 
         start = time.perf_counter()
         learner.play_and_learn(Opponents(bank, jnp.zeros(slots, bool)))
         learning_time += time.perf_counter() - start if done else 0.0  # the first chunk compiles
-        done += UPDATES_PER_CHUNK
-        if done % every < UPDATES_PER_CHUNK or done >= updates:
+        done += k
+        if done % every < k or done >= updates:
             curve.append((done, measure()["exploiter_value"]))
-    steps = (done - UPDATES_PER_CHUNK) * run.batch_size * run.unroll_length
+    steps = (done - k) * run.batch_size * run.unroll_length
     return {"curve": curve, "br_value": gap["br_value"], "steps_per_s": steps / max(learning_time, 1e-9)}
 
 
