@@ -536,12 +536,15 @@ def _build(cls, data: dict):
 
 
 def _replace(instance, data: dict):
-    """`instance` with the fields in `data` replaced, sub-configs (dicts) recursively."""
+    """`instance` with the fields in `data` replaced, sub-configs (dicts) recursively. A whole
+    number given to a float setting becomes a float (JSON's `0` for `vtrace_lambda=0`: jitted
+    learning code checks its dtypes)."""
     known = {f.name for f in dataclasses.fields(instance)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown config keys {unknown} in {type(instance).__name__}; "
                           f"allowed: {sorted(known)}")
+    hints = typing.get_type_hints(type(instance))
     values = {}
     for name, value in data.items():
         current = getattr(instance, name)
@@ -549,6 +552,8 @@ def _replace(instance, data: dict):
             value = _replace(current, value)
         elif isinstance(value, list):
             value = tuple(value)
+        elif type(value) is int and _kinds(hints[name])[:1] == [float]:
+            value = float(value)
         values[name] = value
     return dataclasses.replace(instance, **values)
 
@@ -574,9 +579,13 @@ def field_kind(path: str) -> type:
     owner = RunConfig()
     for parent in parents:
         owner = getattr(owner, parent)
-    hint = typing.get_type_hints(type(owner))[name]
-    kinds = [k for k in (typing.get_args(hint) or (hint,)) if k in (bool, int, float, str)]
+    kinds = _kinds(typing.get_type_hints(type(owner))[name])
     return kinds[0] if kinds else str
+
+
+def _kinds(hint) -> list[type]:
+    """The plain types an annotation names, in order (`float | None` -> [float])."""
+    return [k for k in (typing.get_args(hint) or (hint,)) if k in (bool, int, float, str)]
 
 
 # Help for the fields whose comment in their own package (league/players.py,

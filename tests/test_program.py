@@ -284,6 +284,32 @@ def test_game_defaults_apply_to_flags_not_given():
     assert (exploiters["exploiter_learning_rate"], exploiters["loss"]["exploiter_entropy_weight"]) == (0.004, 0.02)
 
 
+def test_a_whole_number_for_a_float_setting_is_a_float_and_learns():
+    """JSON reads `vtrace_lambda=0` (a benchmark's --arm) as the int 0; rlax's V-trace refuses
+    an int lambda inside the jitted update. The config makes it 0.0; int and str settings keep
+    their types."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from learners.losses import total_loss
+
+    config = RunConfig.make(**{"game": "kuhn_poker", "learner.loss.vtrace_lambda": 0,
+                               "learner.exploiter_learning_rate": 1, "learner.batch_size": 8,
+                               "learner.loss.policy_loss": "vtrace"})
+    assert type(config.learner.loss.vtrace_lambda) is float and config.learner.loss.vtrace_lambda == 0.0
+    assert type(config.learner.exploiter_learning_rate) is float      # `float | None`
+    assert type(config.learner.batch_size) is int
+    assert RunConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    # The loss runs with it (on the old code: chex's "input 5 has type int64 but expected float").
+    logits = {"action": jnp.asarray(np.random.default_rng(0).normal(size=(3, 2, 2)), jnp.float32)}
+    actions = {"action": jnp.zeros((3, 2), jnp.int32)}
+    behaviour = {"action": jax.nn.log_softmax(logits["action"])[..., 0]}
+    zeros = jnp.zeros((3, 2))   # values and rewards; every discount 1
+    loss, _ = total_loss(config.learner.loss, logits, zeros, zeros[0], actions, behaviour, zeros, zeros + 1.0)
+    assert np.isfinite(float(loss))
+
+
 def test_every_sub_config_field_has_a_flag_and_config_json_round_trips(tmp_path):
     """One flag per leaf of the nested config, named by its path (every LossConfig,
     ReplayConfig, MatchmakingConfig and SnapshotConfig field included), with the field's
