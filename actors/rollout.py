@@ -55,7 +55,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents import act, pseudo_reward_count, z_size
+from agents import act, network_key, pseudo_reward_count, z_size
 from agents.trajectory import Step, Unroll
 
 PyTree = Any
@@ -292,13 +292,19 @@ class DeviceRollout:
 
     def __init__(self, network, fns, batch_size: int, num_slots: int, unroll_length: int,
                  reward_fn, value_shape: tuple[int, ...] = (), races: bool = False,
-                 z_probability: float = 0.25, devices: list | None = None):
+                 z_probability: float = 0.25, devices: list | None = None,
+                 opponent_network=None):
+        """`opponent_network` (None: `network`): what side 1 runs, for opponents of another
+        shape than the learner (`benchmarks.best_response_bench`: a wider learner against a
+        league's players). Its recurrent state must have the learner's shapes, and the
+        learner's own parameters cannot be an opponent (`Opponents.use_self` all False)."""
         if batch_size % num_slots:
             raise ValueError(f"the batch of {batch_size} games does not split into {num_slots} "
                              "opponent slots; pick a number of slots that divides it")
         if unroll_length < 2:
             raise ValueError("unroll_length must be >= 2 (one step to learn, one to bootstrap)")
         self.network, self.fns = network, fns
+        self.opponent_network = opponent_network
         self.batch_size, self.num_slots, self.unroll_length = batch_size, num_slots, unroll_length
         self.reward_fn, self.value_shape, self.races = reward_fn, tuple(value_shape), races
         self.z_size, self.pseudo_count = z_size(network), pseudo_reward_count(network)
@@ -317,7 +323,8 @@ class DeviceRollout:
         self._games = NamedSharding(mesh, PartitionSpec("games"))
         self.key = ("rollout", type(fns).__qualname__, getattr(fns, "config", None), batch_size,
                     num_slots, unroll_length, getattr(reward_fn, "key", id(reward_fn)),
-                    self.value_shape, races, self.z_probability, tuple(d.id for d in self.devices))
+                    self.value_shape, races, self.z_probability, tuple(d.id for d in self.devices),
+                    None if opponent_network is None else network_key(opponent_network))
 
     def _shard(self, tree, axis: int = 0):
         """Every array of `tree` with the games' axis at `axis` split over the devices."""
@@ -347,9 +354,11 @@ class DeviceRollout:
             flag = opponents.use_self.reshape((m,) + (1,) * own.ndim)
             return jnp.where(flag, own[None], bank)
 
-        slot_params = jax.tree_util.tree_map(choose, opponents.params, params)
+        network = self.network if self.opponent_network is None else self.opponent_network
+        slot_params = (opponents.params if self.opponent_network is not None
+                       else jax.tree_util.tree_map(choose, opponents.params, params))
         action, state = jax.vmap(
-            lambda p, k, o, s, f: act(self.network, p, k, o, s, f))(
+            lambda p, k, o, s, f: act(network, p, k, o, s, f))(
             slot_params, jax.random.split(key, m), jax.tree_util.tree_map(per_slot, obs),
             jax.tree_util.tree_map(per_slot, state), per_slot(first))
         return jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), (action, state))

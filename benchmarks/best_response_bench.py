@@ -15,8 +15,10 @@ Nothing else runs, so the learner gets the machine: thousands of updates take se
 league exploiter gets ~200 updates between snapshots (Leduc defaults).
 
 Each arm is the game's defaults with `--arm=NAME:key=value,...` settings (`RunConfig` field
-paths, JSON values) on top, once per seed of `--seeds`, one after the other. The run's players
-must have the arm's network: a clear error names the first parameter that differs.
+paths, JSON values) on top, once per seed of `--seeds`, one after the other. The arm's network
+may differ from the run's (`--arm=w256:network.hidden_size=256`: is the learner's width what
+holds it back?): the opponents then run the run's own network (`DeviceRollout`'s
+`opponent_network`). Both must be MLPs, or LSTMs of one core size.
 
 The last line: `RESULT best_response value=<v> br=<b> ratio=<v/b> target=1.0 arm=<a>`, for the
 arm whose mean final value is highest (ratio 1: a best response).
@@ -56,8 +58,9 @@ def nash_target(run_dir: str):
 
 
 def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, every: int,
-            seed: int) -> dict:
-    """One learner of one arm: {"curve": [(updates, exploiter value)], "br_value", "steps_per_s"}."""
+            seed: int, run_config=None) -> dict:
+    """One learner of one arm: {"curve": [(updates, exploiter value)], "br_value", "steps_per_s"}.
+    `run_config`: the config of the run whose players `params` are (None: the game's defaults)."""
     import jax
     import jax.numpy as jnp
 
@@ -66,25 +69,34 @@ def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, 
     from actors.evaluator import best_response_gap
     from actors.games import make_batch_game, poker, poker_policy
     from actors.rollout import DeviceRollout, Opponents
+    from agents import network_key
     from experiments import build
-    from experiments.config import RunConfig
+    from experiments.config import ConfigError, RunConfig
     from learners.device import DeviceLearner
 
     config = RunConfig.make(game=game_name, runner="inprocess", **settings)
     run = config.learner.for_role(main_agent=False)
     game = make_batch_game(game_name, run.batch_size)
     network = build.make_network(config, game.spec)
+    theirs = build.make_network(run_config or RunConfig.make(game=game_name), game.spec)
+    build.check_shapes(f"player {ids[0]} of the run", params[0],
+                       build.initial_params(theirs, game.spec, 0, 0))
+    other = network_key(network) != network_key(theirs)
+    if other and network.core_size != theirs.core_size:
+        raise ConfigError(f"the arm's recurrent core ({network.core_size}) differs from the run's "
+                          f"({theirs.core_size}); change the width only (network.hidden_size)")
     initial = build.initial_params(network, game.spec, 0, seed)
-    build.check_shapes(f"player {ids[0]} of the run", params[0], initial)
     slots, k = config.device.opponent_slots, config.device.updates_per_chunk
     rollout = DeviceRollout(network, game.fns, run.batch_size, slots, run.unroll_length,
-                            rewards.device_reward(config.reward, game.spec), value_shape=value_shape(network))
+                            rewards.device_reward(config.reward, game.spec), value_shape=value_shape(network),
+                            opponent_network=theirs if other else None)
     learner = DeviceLearner(network, initial, run, example_unroll(game.spec, network, run.unroll_length),
                             rollout, updates_per_chunk=k, seed=seed)
     exact = poker.load_game(game_name)
     walk = poker_policy.PolicyWalk(exact, network)
+    their_walk = poker_policy.PolicyWalk(exact, theirs) if other else walk
     paths = poker_policy.TerminalPaths(exact)
-    target = poker_policy.mix_policies(exact, [walk(p) for p in params], weights)
+    target = poker_policy.mix_policies(exact, [their_walk(p) for p in params], weights)
     on_device = [jax.device_put(p) for p in params]
     rng = np.random.default_rng(seed)
 
@@ -113,9 +125,10 @@ def main(argv):
     if not FLAGS.run_dir:
         raise SystemExit("--run_dir is required: a poker league's run directory (its league.db and params/)")
     try:
-        game_name = RunConfig.from_dict(json.load(open(f"{FLAGS.run_dir}/config.json"))).game
+        run_config = RunConfig.from_dict(json.load(open(f"{FLAGS.run_dir}/config.json")))
     except FileNotFoundError:
         raise SystemExit(f"{FLAGS.run_dir}/config.json not found: pass a league's run directory") from None
+    game_name = run_config.game
     if game_name not in ("kuhn_poker", "leduc_poker"):
         raise SystemExit(f"{FLAGS.run_dir} is a {game_name} league; this benchmark needs a poker league")
     defined = dict(parse_arm(text) for text in FLAGS.arm)
@@ -132,7 +145,7 @@ def main(argv):
         for seed in seeds:
             try:
                 out = run_arm(game_name, defined.get(arm, {}), ids, weights, params, FLAGS.updates,
-                              FLAGS.every, seed)
+                              FLAGS.every, seed, run_config)
             except ConfigError as e:
                 raise SystemExit(f"arm {arm}: {e}") from None
             finals.setdefault(arm, []).append(out["curve"][-1][1])

@@ -44,21 +44,10 @@ def kuhn_setup():
     return game, network, p0, p1
 
 
-def test_the_rollout_plays_the_games_the_batch_game_plays():
-    """Fixed parameters and keys: the device rollout's steps and per-slot results equal a Python
-    loop over the batch game's own `step` (the replay path's actor plays through it) with the
-    same actions, counting results the way the actor reports them."""
-    game, network, p0, p1 = kuhn_setup()
-    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec))
-    bank = jax.tree_util.tree_map(lambda a, b: jnp.stack([jnp.asarray(a), jnp.asarray(b)]), p1, p0)
-    opponents = Opponents(bank, jnp.array([False, True]))  # slot 1: self-play
-    key = jax.random.PRNGKey(3)
-    k_start, k_unroll = jax.random.split(key)
-    carry, first_results = jax.jit(rollout.start)(p0, 0, opponents, None, k_start, None)
-    carry, unroll, results = jax.jit(rollout.unroll)(p0, 0, opponents, None, carry, k_unroll)
-    total = jax.device_get(first_results + results)
-
-    # The same games, stepped by JaxPokerGame.step from Python.
+def python_games(game, network, p0, opponent_network, slot_params, k_start, k_unroll):
+    """The rollout's games stepped by JaxPokerGame.step from Python (the replay path's actor
+    plays through it), side 1 running `opponent_network` with slot m's parameters on its B / M
+    games: (results per slot, as the actor counts them; rewards [T, B]; first [T, B])."""
     reset_key, step_key = jax.random.split(k_start)
     keys = jax.random.split(reset_key, B)
     game.state, obs = game._reset(keys)
@@ -75,10 +64,10 @@ def test_the_rollout_plays_the_games_the_batch_game_plays():
         a0, state0 = act(network, p0, k0, obs[0], state0, first)
         slot_keys = jax.random.split(k1, M)
         halves = []
-        for m, params in enumerate((p1, p0)):
+        for m, params in enumerate(slot_params):
             part = slice(m * (B // M), (m + 1) * (B // M))
             half = jax.tree_util.tree_map(lambda x, part=part: x[part], (obs[1], state1, first))
-            halves.append(act(network, params, slot_keys[m], *half))
+            halves.append(act(opponent_network, params, slot_keys[m], *half))
         a1 = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[h[0] for h in halves])
         state1 = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs), *[h[1] for h in halves])
         t = game.step(({h: np.asarray(v) for h, v in a0.game.items()},
@@ -95,13 +84,54 @@ def test_the_rollout_plays_the_games_the_batch_game_plays():
             expected["length"][slot[b]] += lengths[b]
             lengths[b], scores[b] = 0, 0.0
         obs, first = t.observations, jnp.asarray(t.done)
+    return expected, np.stack(rewards_seen), np.stack(firsts)
 
+
+def play_both_ways(game, network, p0, rollout, opponents, opponent_network, slot_params):
+    """The rollout's first chunk and the same games from Python, compared result by result."""
+    key = jax.random.PRNGKey(3)
+    k_start, k_unroll = jax.random.split(key)
+    carry, first_results = jax.jit(rollout.start)(p0, 0, opponents, None, k_start, None)
+    carry, unroll, results = jax.jit(rollout.unroll)(p0, 0, opponents, None, carry, k_unroll)
+    total = jax.device_get(first_results + results)
+    expected, rewards_seen, firsts = python_games(game, network, p0, opponent_network, slot_params,
+                                                  k_start, k_unroll)
     for name, values in expected.items():
         np.testing.assert_allclose(getattr(total, name), values, err_msg=name)
     assert int(np.sum(expected["wins"] + expected["draws"] + expected["losses"])) > 0
-    np.testing.assert_allclose(np.asarray(unroll.steps.reward), np.stack(rewards_seen))  # chips
-    np.testing.assert_array_equal(np.asarray(unroll.steps.first), np.stack(firsts))
+    np.testing.assert_allclose(np.asarray(unroll.steps.reward), rewards_seen)  # chips
+    np.testing.assert_array_equal(np.asarray(unroll.steps.first), firsts)
     assert unroll.steps.reward.shape == (T, B)
+
+
+def stack(*params):
+    return jax.tree_util.tree_map(lambda *xs: jnp.stack([jnp.asarray(x) for x in xs]), *params)
+
+
+def test_the_rollout_plays_the_games_the_batch_game_plays():
+    """Fixed parameters and keys: the device rollout's steps and per-slot results equal a Python
+    loop over the batch game's own `step` (the replay path's actor plays through it) with the
+    same actions, counting results the way the actor reports them."""
+    game, network, p0, p1 = kuhn_setup()
+    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec))
+    opponents = Opponents(stack(p1, p0), jnp.array([False, True]))  # slot 1: self-play
+    play_both_ways(game, network, p0, rollout, opponents, network, (p1, p0))
+
+
+def test_opponents_of_another_width_play_with_their_own_network():
+    """`opponent_network` (a wider learner against a league's players in
+    `benchmarks.best_response_bench`): side 1 runs that network with the bank's parameters,
+    game for game as the Python loop does; the learner's own network cannot read them."""
+    from experiments import build
+
+    game, network, p0, _ = kuhn_setup()
+    theirs = build.make_network(RunConfig.make(game="kuhn_poker", hidden_size=32, core_size=16), game.spec)
+    q1, q2 = (build.initial_params(theirs, game.spec, 1, seed) for seed in (1, 2))
+    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec),
+                            opponent_network=theirs)
+    play_both_ways(game, network, p0, rollout, Opponents(stack(q1, q2), jnp.array([False, False])),
+                   theirs, (q1, q2))
+    assert rollout.key != DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec)).key
 
 
 def test_counted_games_update_the_payoff_as_the_mean_over_their_orders():
