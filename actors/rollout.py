@@ -117,9 +117,11 @@ class Played(NamedTuple):
     state_before: PyTree
 
 
-def network_policy(network, params, greedy: bool = False):
-    """A network's `act(key, obs, state, first) -> (Action, state)` with `params`."""
-    return lambda key, obs, state, first: act(network, params, key, obs, state, first, greedy)
+def network_policy(network, params, greedy: bool = False, exploration: float = 0.0):
+    """A network's `act(key, obs, state, first) -> (Action, state)` with `params`
+    (`exploration`: epsilon of `agents.act`'s exploring behaviour policy)."""
+    return lambda key, obs, state, first: act(network, params, key, obs, state, first, greedy,
+                                              exploration)
 
 
 def _advance(games: Games, obs0, a0, a1, game_state, obs, state0, state1, rewards, done,
@@ -405,15 +407,17 @@ class DeviceRollout:
         pseudo = jnp.where(ends[:, None], z.active * rewards, 0.0)
         return z._replace(army=army, first_attack=first_attack, step=z.step + 1), pseudo
 
-    def _step(self, params, version, opponents, c: Carry, key):
+    def _step(self, params, version, opponents, c: Carry, key, exploration: float = 0.0):
         """One step of every game: (carry with the new game state, the step's record, its
         results per slot)."""
-        c, record, finished = self.step_games(params, version, opponents, c, key)
+        c, record, finished = self.step_games(params, version, opponents, c, key, exploration)
         return c, record, self._results(*finished)
 
-    def step_games(self, params, version, opponents, c: Carry, key):
+    def step_games(self, params, version, opponents, c: Carry, key, exploration: float = 0.0):
         """One step of every game (`play_step`): (carry, the step's record, (done, outcome,
-        length, score) [B] of the games: the ones that ended this step have done set)."""
+        length, score) [B] of the games: the ones that ended this step have done set). Side 0
+        samples from its epsilon-exploring behaviour policy when `exploration` > 0 (the
+        record's log-probabilities are then mu's: V-trace corrects for it)."""
         from actors import rewards
 
         k_play, kz = jax.random.split(key)
@@ -423,7 +427,7 @@ class DeviceRollout:
             z = self._z_start(c, obs0, kz)
             obs0 = {**obs0, "z": z.z}
         games, p = play_step(
-            self.fns.step, network_policy(self.network, params),
+            self.fns.step, network_policy(self.network, params, exploration=exploration),
             lambda k, o, s, f: self._act_opponents(params, opponents, k, o, s, f),
             c.games, k_play, obs0=obs0)
         fields = {"done": p.done, "outcome": p.outcome, "rewards": p.rewards, **p.signals}
@@ -476,22 +480,25 @@ class DeviceRollout:
         return self._shard(c)
 
     def start(self, params, version, opponents: Opponents, teacher, key, races=None,
-              z_source: ZSource | None = None):
+              z_source: ZSource | None = None, exploration: float = 0.0):
         """Resets every game (in `races` [B, 2] where the game has races) and plays one step:
-        (carry, results of that step). `z_source`: side 0's z (networks with z; None: z = 0)."""
+        (carry, results of that step). `z_source`: side 0's z (networks with z; None: z = 0).
+        `exploration`: see `step_games`."""
         reset_key, step_key = jax.random.split(key)
         c = self.reset(reset_key, teacher, races, z_source)
         initial = c.games.state0
-        c, record, results = self._step(params, version, opponents, c, step_key)
+        c, record, results = self._step(params, version, opponents, c, step_key, exploration)
         return c._replace(last=record, last_state0=initial), results
 
-    def unroll(self, params, version, opponents: Opponents, teacher, c: Carry, key):
+    def unroll(self, params, version, opponents: Opponents, teacher, c: Carry, key,
+               exploration: float = 0.0):
         """T - 1 more steps: (carry, the unroll of T steps [T, B] with the core state (and, with
-        a teacher, the teacher's) before its step 0, results of the new steps)."""
+        a teacher, the teacher's) before its step 0, results of the new steps). `exploration`:
+        see `step_games`."""
         def body(carry, k):
             carry, results = carry
             state_before = carry.games.state0
-            carry, record, new = self._step(params, version, opponents, carry, k)
+            carry, record, new = self._step(params, version, opponents, carry, k, exploration)
             return (carry, results + new), (record, state_before)
 
         keys = jax.random.split(key, self.unroll_length - 1)

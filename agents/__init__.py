@@ -11,7 +11,7 @@ from typing import Any
 
 import jax
 
-from agents.networks import NetworkConfig, ReferenceNetwork, sample_actions
+from agents.networks import NetworkConfig, ReferenceNetwork, exploring_log_probs, sample_actions
 from agents.unit_network import Action, UnitNetwork, UnitNetworkConfig
 
 __all__ = ["Action", "NetworkConfig", "ReferenceNetwork", "UnitNetwork", "UnitNetworkConfig",
@@ -88,18 +88,25 @@ def head_names(network) -> list[str]:
     return sorted(network.config.heads)
 
 
-def act(network, params, rng, obs, state, first=None, greedy: bool = False) -> tuple[Action, Any]:
+def act(network, params, rng, obs, state, first=None, greedy: bool = False,
+        exploration: float = 0.0) -> tuple[Action, Any]:
     """One acting step for a batch: (Action(game, heads, log_probs), new core state).
 
     Networks with autoregressive heads sample inside (`network.act`); for the others every head
     is an independent categorical sampled from `step`'s logits, and the game's action is the
-    heads' action."""
+    heads' action. `exploration` = epsilon > 0 samples from the epsilon-exploring behaviour
+    policy instead, and its log-probabilities are mu's (`networks.exploring_log_probs`)."""
     if hasattr(network, "act"):
+        if exploration:
+            raise ValueError("exploration needs a network whose heads are sampled independently "
+                             f"({type(network).__name__} samples its own); leave it at 0")
         return network.act(params, rng, obs, state, first, greedy=greedy)
     out, state = network.step(params, obs, state, first)
     if greedy:
         actions = {h: x.argmax(-1).astype("int32") for h, x in out.logits.items()}
         log_probs = {h: jax.nn.log_softmax(x).max(-1) for h, x in out.logits.items()}
+    elif exploration:
+        actions, log_probs = sample_actions(rng, exploring_log_probs(out.logits, exploration))
     else:
         actions, log_probs = sample_actions(rng, out.logits)
     return Action(game=actions, heads=actions, log_probs=log_probs), state

@@ -222,6 +222,22 @@ def log_probs(logits: dict[str, Array], actions: dict[str, Array]) -> dict[str, 
             for h, x in logits.items()}
 
 
+def exploring_log_probs(logits: dict[str, Array], epsilon: float) -> dict[str, Array]:
+    """log mu per head for the epsilon-exploring behaviour policy
+
+        mu(a | s) = (1 - epsilon) pi(a | s) + epsilon / |legal(s)|  for legal a, 0 otherwise,
+
+    pi = softmax(logits) and the legal actions those whose logit is not `MASKED_LOGIT`: the
+    epsilon-greedy-style exploration of IMPALA-era actors (Espeholt et al. 2018 learn from a
+    behaviour policy mu != pi through V-trace's importance ratios pi / mu)."""
+    out = {}
+    for h, x in logits.items():
+        legal = (x > MASKED_LOGIT / 2).astype(jnp.float32)
+        mu = (1.0 - epsilon) * jax.nn.softmax(x) + epsilon * legal / legal.sum(-1, keepdims=True)
+        out[h] = jnp.where(legal > 0, jnp.log(jnp.maximum(mu, 1e-30)), -jnp.inf)
+    return out
+
+
 def sample_actions(rng: Array, logits: dict[str, Array]) -> tuple[dict[str, Array], dict[str, Array]]:
     """Samples every head independently; returns (actions int32, their log-probabilities)."""
     keys = jax.random.split(rng, len(logits))

@@ -231,6 +231,10 @@ def build_program(config: RunConfig) -> Program:
     experience = experience_path(config)
     if experience[0] == "device":
         return _device_program(config, experience)
+    if config.learner.exploration or config.learner.exploiter_exploration:
+        raise ConfigError("--learner.exploration and --learner.exploiter_exploration act on the device "
+                          f"path only, and this run is on the replay path ({experience[1]}); "
+                          "leave them at 0 or use --experience=device")
     agents = learning_agents(config.league)
     index = agent_indices(config)
     coordinator = Ref("coordinator")

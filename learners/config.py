@@ -141,6 +141,10 @@ class LearnerConfig:
     # a faster rate gets there in fewer updates (BENCHMARKS.md, "Leduc: exploiters that live
     # longer and learn faster").
     exploiter_learning_rate: float | None = None  # the exploiters' learning rate (None: learning_rate)
+    # The device path's behaviour policy: with probability epsilon a uniform legal action
+    # (`agents.networks.exploring_log_probs`; V-trace corrects for it). 0: the policy itself.
+    exploration: float = 0.0  # chance that a learner plays a uniform legal action, not its policy's (device path)
+    exploiter_exploration: float | None = None  # the exploiters' chance of a uniform legal action (None: exploration)
     adam_b1: float = 0.9  # Adam's beta 1
     adam_b2: float = 0.999  # Adam's beta 2
     adam_eps: float = 1e-8  # Adam's epsilon
@@ -163,12 +167,19 @@ class LearnerConfig:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0; got {value}")
+        for name in ("exploration", "exploiter_exploration"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 1:
+                raise ValueError(f"{name} must be in [0, 1); got {value}")
 
     def for_role(self, main_agent: bool) -> LearnerConfig:
         """The learner of one learning agent: main agents take this one; exploiters take
-        `exploiter_learning_rate` when set, and the loss of their role (`LossConfig.for_role`)."""
+        `exploiter_learning_rate` and `exploiter_exploration` when set, and the loss of their
+        role (`LossConfig.for_role`)."""
         own = not main_agent and self.exploiter_learning_rate is not None
+        explore = not main_agent and self.exploiter_exploration is not None
         return dataclasses.replace(self, learning_rate=self.exploiter_learning_rate if own else self.learning_rate,
+                                   exploration=self.exploiter_exploration if explore else self.exploration,
                                    loss=self.loss.for_role(main_agent))
 
     def to_json(self) -> str:

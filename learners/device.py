@@ -28,6 +28,7 @@ learnt on once).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from typing import Any
 
@@ -46,15 +47,16 @@ _COMPILED: dict = {}
 _COMPILED_LOCK = threading.Lock()
 
 
-def make_chunk_fn(update, rollout, num_updates: int):
+def make_chunk_fn(update, rollout, num_updates: int, exploration: float = 0.0):
     """The pure chunk: (state, carry, opponents, teacher, key) -> (state, carry, metrics averaged
-    over the K updates (staleness_max: the max), results summed over them)."""
+    over the K updates (staleness_max: the max), results summed over them). `exploration`:
+    epsilon of the learner's exploring behaviour policy (`DeviceRollout.step_games`)."""
 
     def chunk(state, carry, opponents, teacher, key):
         def body(c, k):
             state, carry = c
             carry, unroll, results = rollout.unroll(state.params, state.version, opponents,
-                                                    teacher, carry, k)
+                                                    teacher, carry, k, exploration)
             state, metrics = update(state, unroll, teacher)
             return (state, carry), (metrics, results)
 
@@ -76,8 +78,9 @@ def _compiled(network, config: LearnerConfig, rollout, num_updates: int, optimiz
     with _COMPILED_LOCK:
         if key not in _COMPILED:
             update = make_update_fn(network, config, optimizer)
-            _COMPILED[key] = (jax.jit(rollout.start),
-                              jax.jit(make_chunk_fn(update, rollout, num_updates)))
+            start = functools.partial(rollout.start, exploration=config.exploration)
+            _COMPILED[key] = (jax.jit(start),
+                              jax.jit(make_chunk_fn(update, rollout, num_updates, config.exploration)))
         return _COMPILED[key]
 
 

@@ -6,6 +6,7 @@ own `step` driven from Python, the payoff's per-game update over every order of 
 command line's exit status and the run directory."""
 
 import base64
+import functools
 import itertools
 import os
 import re
@@ -132,6 +133,39 @@ def test_opponents_of_another_width_play_with_their_own_network():
     play_both_ways(game, network, p0, rollout, Opponents(stack(q1, q2), jnp.array([False, False])),
                    theirs, (q1, q2))
     assert rollout.key != DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec)).key
+
+
+def test_an_exploring_learner_records_its_behaviour_policys_log_probabilities():
+    """With `exploration` the rollout's side 0 samples from mu = (1 - eps) pi + eps uniform(legal)
+    and records log mu (what V-trace divides by), not log pi; without it, log pi."""
+    from agents.networks import exploring_log_probs
+    from tests.test_networks import tilted
+
+    game, network, p0, p1 = kuhn_setup()
+    p0 = tilted(p0)   # pi far from uniform, so mu differs from it
+    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec))
+    opponents = Opponents(stack(p1, p1), jnp.array([False, False]))
+    k_start, k_unroll = jax.random.split(jax.random.PRNGKey(5))
+    for eps in (0.0, 0.5):
+        carry, _ = jax.jit(functools.partial(rollout.start, exploration=eps))(p0, 0, opponents, None, k_start)
+        _, unroll, _ = jax.jit(functools.partial(rollout.unroll, exploration=eps))(
+            p0, 0, opponents, None, carry, k_unroll)
+        steps = unroll.steps
+        out, _ = network.unroll(p0, steps.observation, steps.first, unroll.core_state, steps.opponent_observation)
+        mu = exploring_log_probs(out.logits, eps)
+        for h, taken in steps.action.items():
+            expected = np.take_along_axis(np.asarray(mu[h]), np.asarray(taken)[..., None], -1)[..., 0]
+            np.testing.assert_allclose(np.asarray(steps.behaviour_log_prob[h]), expected, rtol=1e-4, atol=1e-5)
+        if eps:
+            pi = np.take_along_axis(np.asarray(jax.nn.log_softmax(out.logits[h])),
+                                    np.asarray(taken)[..., None], -1)[..., 0]
+            assert np.max(np.abs(pi - expected)) > 0.05   # the test tells mu from pi
+
+
+def test_exploration_on_the_replay_path_is_refused():
+    config = RunConfig.make(game="kuhn_poker", experience="replay", **{"learner.exploiter_exploration": 0.1})
+    with pytest.raises(ConfigError, match="act on the device path only, and this run is on the replay path"):
+        build_program(config)
 
 
 def test_counted_games_update_the_payoff_as_the_mean_over_their_orders():

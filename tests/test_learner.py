@@ -717,3 +717,14 @@ def test_exploiter_learning_rate_reaches_the_optimizer():
                                    rtol=1e-4)
     with pytest.raises(ValueError, match="exploiter_learning_rate must be > 0"):
         LearnerConfig(exploiter_learning_rate=0.0)
+
+
+def test_exploiters_take_their_exploration_and_main_agents_the_runs():
+    from learners.config import LearnerConfig
+
+    config = LearnerConfig(exploration=0.05, exploiter_exploration=0.2)
+    assert (config.for_role(True).exploration, config.for_role(False).exploration) == (0.05, 0.2)
+    assert LearnerConfig(exploration=0.05).for_role(False).exploration == 0.05
+    assert LearnerConfig().for_role(False).exploration == 0.0
+    with pytest.raises(ValueError, match=r"exploiter_exploration must be in \[0, 1\); got 1.0"):
+        LearnerConfig(exploiter_exploration=1.0)

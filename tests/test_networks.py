@@ -10,6 +10,7 @@ from agents.networks import (
     MASKED_LOGIT,
     NetworkConfig,
     ReferenceNetwork,
+    exploring_log_probs,
     log_probs,
     sample_actions,
 )
@@ -158,3 +159,40 @@ def test_without_a_core_the_network_is_a_feed_forward_mlp():
     table = poker_policy.network_policy(game, net, params, walk=walk, report=report)
     assert report["max_infostate_spread"] < 1e-6
     np.testing.assert_allclose(table.action_probability_array.sum(-1), 1.0, atol=1e-6)
+
+
+def tilted(params, by: float = 2.0):
+    """`params` with every policy head's bias raised by `by` on action 0: pi far from uniform."""
+    import haiku as hk
+
+    return hk.data_structures.map(
+        lambda module, name, x: jnp.asarray(x).at[0].add(by) if "policy_" in module and name == "b" else x, params)
+
+
+def test_the_exploring_behaviour_policy_worked_by_hand():
+    """pi = (0.25, 0.75, masked), epsilon 0.2, 2 legal actions: mu = 0.8 pi + 0.1 on the legal
+    ones = (0.3, 0.7, 0). `agents.act` with `exploration` samples from mu and reports log mu."""
+    from agents import act
+
+    logits = {"a": jnp.asarray([[0.0, np.log(3.0), MASKED_LOGIT]], jnp.float32)}
+    mu = np.exp(np.asarray(exploring_log_probs(logits, 0.2)["a"][0]))
+    np.testing.assert_allclose(mu, [0.3, 0.7, 0.0], atol=1e-6)
+    np.testing.assert_allclose(np.exp(np.asarray(exploring_log_probs(logits, 0.0)["a"][0])), [0.25, 0.75, 0.0],
+                               atol=1e-6)
+
+    net = ReferenceNetwork(NetworkConfig(heads={"a": 3}, mlp_sizes=(8,), lstm_size=0))
+    n = 20000
+    obs = {"features": np.zeros((n, 4), np.float32),
+           "action_mask": {"a": np.tile(np.asarray([True, True, False]), (n, 1))}}
+    params = net.init(jax.random.PRNGKey(0), {"features": obs["features"][0],
+                                              "action_mask": {"a": obs["action_mask"]["a"][0]}})
+    params = tilted(params)
+    out, _ = net.step(params, obs, net.initial_state(n))
+    pi = np.asarray(jax.nn.softmax(out.logits["a"][0]))
+    expected = 0.6 * pi + 0.4 * np.asarray([0.5, 0.5, 0.0])
+    action, _ = act(net, params, jax.random.PRNGKey(1), obs, net.initial_state(n), exploration=0.4)
+    taken = np.asarray(action.game["a"])
+    assert not np.any(taken == 2)
+    np.testing.assert_allclose(np.bincount(taken, minlength=3) / n, expected, atol=0.015)
+    np.testing.assert_allclose(np.exp(np.asarray(action.log_probs["a"])), expected[taken], rtol=1e-4)
+    assert abs(expected[0] - pi[0]) > 0.03   # the test tells mu from pi
