@@ -19,7 +19,7 @@ class LossConfig:
     horizon 180 s: gamma = 0.9993).
     """
 
-    policy_loss: str = "vtrace"          # "vtrace" or "ppo"
+    policy_loss: str = "vtrace"          # "vtrace", "ppo" or "neurd" (V-trace's advantage, NeuRD's direction)
     discount: float = 1.0                # multiplied into the data's per-step discounts
     policy_weight: float = 1.0           # weight of the V-trace (or PPO) policy term
     upgo_weight: float = 1.0             # weight of the UPGO policy term (0: off)
@@ -51,6 +51,10 @@ class LossConfig:
     value_target: str = "td_lambda"      # "td_lambda" (AlphaStar) or "vtrace" (IMPALA; ablation)
     td_lambda: float = 0.8               # lambda of the TD(lambda) value target (AlphaStar: 0.8)
     ppo_clip_epsilon: float = 0.2        # PPO's clip (OpenAI Five: 0.2)
+    # NeuRD (`losses.neurd_policy_loss`): a centred logit stops moving outward beyond +-beta,
+    # and the all-actions advantage is clipped to +-clip (R-NaD: 2 and 10,000).
+    neurd_beta: float = 2.0              # NeuRD's logit threshold beta (R-NaD: 2)
+    neurd_clip: float = 10_000.0         # NeuRD's advantage clip (R-NaD: 10,000)
     gae_lambda: float = 0.95             # lambda of GAE for PPO (OpenAI Five: 0.95)
     # z's pseudo-rewards (SMAX main agents conditioned on z; `losses.pseudo_reward_losses`):
     # the weights of their policy-gradient and value terms (0: off). Unused by networks
@@ -59,8 +63,8 @@ class LossConfig:
     pseudo_value_weight: float = 1.0     # weight of the pseudo-rewards' TD(lambda) value term
 
     def __post_init__(self):
-        if self.policy_loss not in ("vtrace", "ppo"):
-            raise ValueError(f"policy_loss must be 'vtrace' or 'ppo', got {self.policy_loss!r}")
+        if self.policy_loss not in ("vtrace", "ppo", "neurd"):
+            raise ValueError(f"policy_loss must be 'vtrace', 'ppo' or 'neurd', got {self.policy_loss!r}")
         if self.value_target not in ("td_lambda", "vtrace"):
             raise ValueError(f"value_target must be 'td_lambda' or 'vtrace', got {self.value_target!r}")
         if not 0.0 <= self.discount <= 1.0:
@@ -71,7 +75,7 @@ class LossConfig:
         for name in ("policy_weight", "upgo_weight", "value_weight", "entropy_weight",
                      "kl_teacher_weight", "kl_behaviour_weight", "clip_rho_threshold", "clip_pg_rho_threshold",
                      "ppo_clip_epsilon", "pseudo_policy_weight", "pseudo_value_weight",
-                     "magnet_weight"):
+                     "magnet_weight", "neurd_beta", "neurd_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
         if self.exploiter_entropy_weight is not None and self.exploiter_entropy_weight < 0:

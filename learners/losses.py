@@ -176,6 +176,56 @@ def vtrace_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, re
     return loss, metrics
 
 
+def neurd_policy_loss(logits: Logits, actions: dict[str, Array], target_log_probs: Logits,
+                      behaviour_log_probs: Logits, rewards: Array, discounts: Array, values: Array,
+                      bootstrap_value: Array, lambda_: float = 1.0, clip_rho_threshold: float = 1.0,
+                      clip_pg_rho_threshold: float = 1.0, beta: float = 2.0,
+                      clip: float = 10_000.0) -> tuple[Array, dict[str, Array]]:
+    """Neural Replicator Dynamics on sampled steps (Hennes et al. 2020, eq. 8; as R-NaD's learner,
+    Perolat et al. 2022, uses it), one value per side ([T, B]):
+
+        L = - mean_{t,b} sum_h sum_{a legal} sg(clip(A_h(t, a))) F(ybar_h(t, a))
+        A_h(t, a) = q_h(t, a) - sum_b pi_h(b) q_h(t, b),
+        q_h(t, a) = V(s_t) + [a = a_t] A^h_t / pi_h(a_t | s_t)
+                  = V(s_t) + [a = a_t] (r_t + gamma_t v_{t+1} - V(s_t)) / mu_h(a_t)   (rho unclipped)
+
+    A^h_t is V-trace's policy-gradient advantage (`vtrace_advantages`, head h's ratio), so q is the
+    importance-sampled action value of every action (V for the ones not taken) and
+    A_h(t, a) = A^h_t ([a = a_t] / pi_h(a_t) - 1). ybar are the logits centred over the legal
+    actions; F(ybar) = ybar where it may still move the way A pushes it (ybar < beta for A > 0,
+    ybar > -beta for A < 0) and sg(ybar) beyond. The gradient on the logits is A itself: no
+    pi(a) factor, so an action whose probability fell near 0 still learns (softmax's gradient,
+    pi(a) (q(a) - sum pi q), vanishes there). A step with one legal action has A = 0."""
+    from agents.networks import MASKED_LOGIT
+
+    _check_heads(target_log_probs, behaviour_log_probs, rewards)
+    if values.ndim != 2:
+        raise ValueError(f"the NeuRD policy loss takes one value per side ([T, B]); got values of shape "
+                         f"{values.shape}: use policy_loss 'vtrace' or 'ppo' for unit networks")
+    log_pi, _ = stack_heads(target_log_probs, values)
+    log_mu, _ = stack_heads(behaviour_log_probs, values)
+    log_rho = jax.lax.stop_gradient(log_pi - log_mu)
+    _, taken_advantage = vtrace_advantages(
+        log_rho, *_per_head(rewards, discounts, values, bootstrap_value, log_pi),
+        lambda_, clip_rho_threshold, clip_pg_rho_threshold)
+    T, B = values.shape[:2]
+    loss, metrics = 0.0, {}
+    for k, head in enumerate(sorted(target_log_probs)):
+        y = logits[head]
+        legal = y > MASKED_LOGIT / 2
+        taken = jax.nn.one_hot(actions[head], y.shape[-1], dtype=y.dtype)
+        pi_taken = jax.lax.stop_gradient(jnp.exp(log_pi[..., k]))[..., None]
+        advantage = taken_advantage[..., k, None] * (taken / pi_taken - 1.0)
+        advantage = jax.lax.stop_gradient(jnp.clip(jnp.where(legal, advantage, 0.0), -clip, clip))
+        centred = y - (jnp.sum(jnp.where(legal, y, 0.0), -1, keepdims=True)
+                       / jnp.maximum(jnp.sum(legal, -1, keepdims=True), 1))
+        moves = jnp.where(advantage > 0, centred < beta, centred > -beta) & legal
+        loss = loss - jnp.sum(jnp.where(moves, advantage * centred, 0.0)) / (T * B)
+        metrics[f"neurd_held_fraction/{head}"] = jnp.sum(legal & ~moves & (advantage != 0)) / jnp.maximum(
+            jnp.sum(legal & (advantage != 0)), 1)
+    return loss, metrics
+
+
 def lambda_returns(rewards: Array, discounts: Array, values: Array, bootstrap_value: Array,
                    lambda_: float) -> Array:
     """Uncorrected lambda-returns G^lambda [T, B, *U] (Sutton & Barto 12.1; rlax.lambda_returns),
@@ -539,7 +589,8 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
         L = w_pi L_pi + w_upgo L_upgo + w_V L_TD(lambda) + w_H L_entropy + w_KL L_KL
             + w_mu L_KL(pi || mu) + alpha_rho L_KL(pi || rho)
 
-    where L_pi is V-trace (`config.policy_loss == "vtrace"`) or PPO-clip on GAE advantages,
+    where L_pi is V-trace (`config.policy_loss == "vtrace"`), NeuRD on V-trace's advantage
+    (`"neurd"`, `neurd_policy_loss`) or PPO-clip on GAE advantages,
     and the value loss is TD(lambda) or, with `config.value_target == "vtrace"`, V-trace;
     L_KL(pi || mu) (`kl_to_behaviour_loss`, MMD's proximal term) only when its weight > 0;
     L_KL(pi || rho) (`kl_to_magnet_loss`, the moving magnet) when `magnet_logits` are given and
@@ -563,6 +614,11 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
             target_log_probs, behaviour_log_probs, rewards, discounts, values, bootstrap_value,
             config.vtrace_lambda, config.clip_rho_threshold, config.clip_pg_rho_threshold,
             config.importance_correction)
+    elif config.policy_loss == "neurd":
+        policy, pm = neurd_policy_loss(
+            logits, actions, target_log_probs, behaviour_log_probs, rewards, discounts, values,
+            bootstrap_value, config.vtrace_lambda, config.clip_rho_threshold,
+            config.clip_pg_rho_threshold, config.neurd_beta, config.neurd_clip)
     else:
         advantages = gae_advantages(rewards, discounts, values, bootstrap_value, config.gae_lambda)
         policy, pm = ppo_clip_policy_loss(target_log_probs, behaviour_log_probs, advantages,

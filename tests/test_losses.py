@@ -763,3 +763,77 @@ def test_team_spirit_is_no_longer_a_no_op():
 
     g0, g1 = grads(0.0), grads(1.0)
     assert max(float(np.abs(g0[h] - g1[h]).max()) for h in g0) > 1e-3
+
+
+def _neurd_case():
+    """Two steps of one game (it ends after step 1), one head of 3 actions, on-policy (mu = pi):
+    step 0 has actions {0, 1} legal and took 0; step 1 all three and took 1."""
+    from agents.networks import MASKED_LOGIT
+
+    logits = np.asarray([[[0.2, -0.1, MASKED_LOGIT]], [[3.0, 0.0, -1.0]]], np.float32)   # [T=2, B=1, A=3]
+    actions = np.asarray([[0], [1]])
+    rewards = np.asarray([[0.5], [-1.0]], np.float32)
+    discounts = np.asarray([[1.0], [0.0]], np.float32)
+    values = np.asarray([[0.1], [0.3]], np.float32)
+    bootstrap = np.asarray([0.7], np.float32)
+    return logits, actions, rewards, discounts, values, bootstrap
+
+
+def _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, beta):
+    """NeuRD's loss and logit gradient from the formula, by hand: on-policy V-trace with
+    lambda 1 is the Monte-Carlo return, A_t = G_t - V(s_t); A(t, a) = A_t ([a = a_t] / pi(a_t) - 1)
+    on legal actions; the loss -1/(T B) sum over moving (t, a) of A(t, a) ybar(t, a)."""
+    T = len(rewards)
+    returns, g = np.zeros(T), float(bootstrap[0])
+    for t in reversed(range(T)):
+        g = rewards[t, 0] + discounts[t, 0] * g
+        returns[t] = g
+    loss, grad = 0.0, np.zeros_like(logits[:, 0], dtype=np.float64)
+    for t in range(T):
+        legal = logits[t, 0] > -1e8
+        y = np.where(legal, logits[t, 0], -np.inf)
+        pi = np.exp(y - y.max()) / np.exp(y - y.max()).sum()
+        a_t = actions[t, 0]
+        advantage = np.where(legal, (returns[t] - values[t, 0]) * ((np.arange(3) == a_t) / pi[a_t] - 1.0), 0.0)
+        centred = np.where(legal, logits[t, 0] - logits[t, 0][legal].mean(), 0.0)
+        moves = legal & np.where(advantage > 0, centred < beta, centred > -beta)
+        loss -= np.sum(np.where(moves, advantage * centred, 0.0)) / T
+        held = np.where(moves, advantage, 0.0)
+        grad[t] = np.where(legal, -(held - held[legal].sum() / legal.sum()) / T, 0.0)
+    return loss, grad
+
+
+@pytest.mark.parametrize("beta", [2.0, 100.0])
+def test_neurd_loss_and_its_gradient_worked_by_hand(beta):
+    """With beta 2, step 1's action 0 (centred logit 2.33, pushed up) is held; with 100 nothing is."""
+    logits, actions, rewards, discounts, values, bootstrap = _neurd_case()
+    log_pi = {"a": losses.log_prob(jnp.asarray(logits), jnp.asarray(actions))}
+
+    def loss_of(y):
+        return losses.neurd_policy_loss({"a": y}, {"a": jnp.asarray(actions)}, log_pi, log_pi,
+                                        jnp.asarray(rewards), jnp.asarray(discounts), jnp.asarray(values),
+                                        jnp.asarray(bootstrap), beta=beta)[0]
+
+    expected_loss, expected_grad = _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, beta)
+    np.testing.assert_allclose(float(loss_of(jnp.asarray(logits))), expected_loss, rtol=1e-5)
+    grad = np.asarray(jax.grad(loss_of)(jnp.asarray(logits)))[:, 0]
+    np.testing.assert_allclose(grad, expected_grad, rtol=1e-4, atol=1e-6)
+    held_loss, _ = _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, 2.0)
+    free_loss, _ = _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, 100.0)
+    assert abs(held_loss - free_loss) > 0.1   # the threshold matters in this case
+
+
+def test_total_loss_takes_the_neurd_policy_term():
+    from learners.config import LossConfig
+
+    logits, actions, rewards, discounts, values, bootstrap = _neurd_case()
+    log_pi = {"a": losses.log_prob(jnp.asarray(logits), jnp.asarray(actions))}
+    args = ({"a": jnp.asarray(logits)}, jnp.asarray(values), jnp.asarray(bootstrap), {"a": jnp.asarray(actions)},
+            log_pi, jnp.asarray(rewards), jnp.asarray(discounts))
+    _, metrics = losses.total_loss(LossConfig(policy_loss="neurd", upgo_weight=0.0), *args)
+    expected, _ = _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, 2.0)
+    np.testing.assert_allclose(float(metrics["loss/policy"]), expected, rtol=1e-5)
+    with pytest.raises(ValueError, match="one value per side"):
+        losses.neurd_policy_loss({"a": jnp.zeros((2, 1, 4, 3))}, {"a": jnp.zeros((2, 1, 4), jnp.int32)},
+                                 {"a": jnp.zeros((2, 1, 4))}, {"a": jnp.zeros((2, 1, 4))}, jnp.zeros((2, 1, 4)),
+                                 jnp.ones((2, 1)), jnp.zeros((2, 1, 4)), jnp.zeros((1, 4)))

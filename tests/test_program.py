@@ -218,7 +218,7 @@ def league_cli(*args, timeout=120):
         (["--game=kuhn_poker", "--learner.replay.selector=lifo"], "selector must be 'fifo' or 'uniform'"),
         (["--game=kuhn_poker", "--kl_teacher_cost=0.1", "--teacher=/nowhere:x"], "cannot load its parameters"),
         (["--game=kuhn_poker", "--main_pfsp_weighting=cubic"], "unknown PFSP weighting 'cubic'"),
-        (["--game=kuhn_poker", "--policy_loss=a2c"], "policy_loss must be 'vtrace' or 'ppo'"),
+        (["--game=kuhn_poker", "--policy_loss=a2c"], "policy_loss must be 'vtrace', 'ppo' or 'neurd'"),
         (["--game=kuhn_poker", "--learner.exploiter_learning_rate=-0.1"], "exploiter_learning_rate must be > 0"),
     ],
 )
