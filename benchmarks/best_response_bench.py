@@ -153,14 +153,20 @@ def main(argv):
             print(f"  [{arm} seed {seed}] best response {br:.3f}; value at updates "
                   + ", ".join(f"{u}: {v:+.3f}" for u, v in out["curve"])
                   + f"; {out['steps_per_s']:,.0f} learnt steps/s", flush=True)
-    print(f"\n| arm | final value against the Nash mixture (seeds {FLAGS.seeds}) | mean | of the best response ({br:.3f}) |")
+    print_finals("best_response", finals, br, f"final value against the Nash mixture (seeds {FLAGS.seeds})")
+
+
+def print_finals(name: str, finals: dict, br: float, column: str, digits: int = 3) -> None:
+    """The table of each arm's final values (`finals`: arm -> one per seed) against the best
+    response's value `br`, and the RESULT line of the arm with the highest mean."""
+    print(f"\n| arm | {column} | mean | of the best response ({br:.{digits}f}) |")
     print("|---|---|---|---|")
     for arm, values in finals.items():
-        print(f"| {arm} | {', '.join(f'{v:+.3f}' for v in values)} | {np.mean(values):+.3f} | "
+        print(f"| {arm} | {', '.join(f'{v:+.{digits}f}' for v in values)} | {np.mean(values):+.{digits}f} | "
               f"{np.mean(values) / br:.2f} |")
     best = max(finals, key=lambda a: np.mean(finals[a]))
     value = float(np.mean(finals[best]))
-    print(f"RESULT best_response value={value:.3f} br={br:.3f} ratio={value / br:.2f} target=1.0 arm={best}")
+    print(f"RESULT {name} value={value:.{digits}f} br={br:.{digits}f} ratio={value / br:.2f} target=1.0 arm={best}")
 
 
 if __name__ == "__main__":

@@ -182,7 +182,10 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from actors.games import make_batch_game, poker, poker_policy
-    from benchmarks.best_response_bench import nash_target  # its flags are absl's: none parsed here
+    from benchmarks.best_response_bench import (  # its flags are absl's: none parsed here
+        nash_target,
+        print_finals,
+    )
     from experiments import build
     from experiments.config import RunConfig
 
@@ -219,14 +222,7 @@ def main(argv=None):
             print(f"  [{arm} seed {seed}] best response {br:.4f}; value (saturated) at steps "
                   + ", ".join(f"{i}: {v:+.4f} ({s:.2f})" for i, v, s in out["curve"])
                   + f"; {time.perf_counter() - start:.0f} s", flush=True)
-    print(f"\n| arm | final value (seeds {args.seeds}) | mean | of the best response ({br:.4f}) |")
-    print("|---|---|---|---|")
-    for arm, values in finals.items():
-        print(f"| {arm} | {', '.join(f'{v:+.4f}' for v in values)} | {np.mean(values):+.4f} | "
-              f"{np.mean(values) / br:.2f} |")
-    best = max(finals, key=lambda a: np.mean(finals[a]))
-    value = float(np.mean(finals[best]))
-    print(f"RESULT exact_pg value={value:.4f} br={br:.4f} ratio={value / br:.2f} target=1.0 arm={best}")
+    print_finals("exact_pg", finals, br, f"final value (seeds {args.seeds})", digits=4)
 
 
 if __name__ == "__main__":
