@@ -213,7 +213,17 @@ def experience_path(config: RunConfig) -> tuple[str, str]:
     """("device" | "replay", why) of a run: `--experience=replay` or `device` as asked (device
     refused with ConfigError naming what it cannot do), `auto` the device path wherever
     `device_problem` finds nothing in the way, else replay. Whether this environment has
-    the replay path's packages is `replay_problem`'s to say."""
+    the replay path's packages is `replay_problem`'s to say. On the replay path the reason says
+    that exploration (`learner.exploration`, `exploiter_exploration`: Leduc's default) is not used:
+    its actors play the policy itself."""
+    path, why = _experience_path(config)
+    if path == "replay" and (config.learner.exploration or config.learner.exploiter_exploration):
+        why += ("; learner.exploration and learner.exploiter_exploration act on the device path "
+                "only: not used here (the actors play the policy itself)")
+    return path, why
+
+
+def _experience_path(config: RunConfig) -> tuple[str, str]:
     if config.experience == "replay":
         return "replay", "--experience=replay"
     problem = device_problem(config)
@@ -231,10 +241,6 @@ def build_program(config: RunConfig) -> Program:
     experience = experience_path(config)
     if experience[0] == "device":
         return _device_program(config, experience)
-    if config.learner.exploration or config.learner.exploiter_exploration:
-        raise ConfigError("--learner.exploration and --learner.exploiter_exploration act on the device "
-                          f"path only, and this run is on the replay path ({experience[1]}); "
-                          "leave them at 0 or use --experience=device")
     agents = learning_agents(config.league)
     index = agent_indices(config)
     coordinator = Ref("coordinator")

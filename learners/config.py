@@ -147,7 +147,7 @@ class LearnerConfig:
     exploiter_learning_rate: float | None = None  # the exploiters' learning rate (None: learning_rate)
     # The device path's behaviour policy: with probability epsilon a uniform legal action
     # (`agents.networks.exploring_log_probs`; V-trace corrects for it). 0: the policy itself.
-    exploration: float = 0.0  # chance that a learner plays a uniform legal action, not its policy's (device path)
+    exploration: float = 0.0  # chance that a learner plays a uniform legal action, not its policy's (device path only)
     exploiter_exploration: float | None = None  # the exploiters' chance of a uniform legal action (None: exploration)
     adam_b1: float = 0.9  # Adam's beta 1
     adam_b2: float = 0.999  # Adam's beta 2

@@ -162,10 +162,15 @@ def test_an_exploring_learner_records_its_behaviour_policys_log_probabilities():
             assert np.max(np.abs(pi - expected)) > 0.05   # the test tells mu from pi
 
 
-def test_exploration_on_the_replay_path_is_refused():
-    config = RunConfig.make(game="kuhn_poker", experience="replay", **{"learner.exploiter_exploration": 0.1})
-    with pytest.raises(ConfigError, match="act on the device path only, and this run is on the replay path"):
-        build_program(config)
+def test_exploration_on_the_replay_path_is_named_as_not_used():
+    """Leduc's defaults explore; a Leduc run on the replay path (whose actors play the policy
+    itself) says so on its experience line instead of failing."""
+    config = RunConfig.make(game="leduc_poker", experience="replay")
+    assert config.learner.exploiter_exploration > 0
+    assert experience_path(config) == ("replay", "--experience=replay; learner.exploration and "
+                                       "learner.exploiter_exploration act on the device path only: "
+                                       "not used here (the actors play the policy itself)")
+    assert experience_path(RunConfig.make(game="kuhn_poker", experience="replay")) == ("replay", "--experience=replay")
 
 
 def test_counted_games_update_the_payoff_as_the_mean_over_their_orders():
