@@ -545,15 +545,12 @@ def _build(cls, data: dict):
 
 
 def _replace(instance, data: dict):
-    """`instance` with the fields in `data` replaced, sub-configs (dicts) recursively. A whole
-    number given to a float setting becomes a float (JSON's `0` for `vtrace_lambda=0`: jitted
-    learning code checks its dtypes)."""
+    """`instance` with the fields in `data` replaced, sub-configs (dicts) recursively."""
     known = {f.name for f in dataclasses.fields(instance)}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"unknown config keys {unknown} in {type(instance).__name__}; "
                           f"allowed: {sorted(known)}")
-    hints = typing.get_type_hints(type(instance))
     values = {}
     for name, value in data.items():
         current = getattr(instance, name)
@@ -561,8 +558,6 @@ def _replace(instance, data: dict):
             value = _replace(current, value)
         elif isinstance(value, list):
             value = tuple(value)
-        elif type(value) is int and _kinds(hints[name])[:1] == [float]:
-            value = float(value)
         values[name] = value
     return dataclasses.replace(instance, **values)
 

@@ -7,6 +7,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
+
+
+def _floats(config) -> None:
+    """A whole number given to a float field becomes a float (JSON's `0` for `vtrace_lambda=0`:
+    jitted learning code checks its dtypes, and rlax refuses an int lambda)."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if type(value) is int and float in typing.get_args(hints[f.name]) + (hints[f.name],):
+            object.__setattr__(config, f.name, float(value))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +74,7 @@ class LossConfig:
     pseudo_value_weight: float = 1.0     # weight of the pseudo-rewards' TD(lambda) value term
 
     def __post_init__(self):
+        _floats(self)
         if self.policy_loss not in ("vtrace", "ppo", "neurd"):
             raise ValueError(f"policy_loss must be 'vtrace', 'ppo' or 'neurd', got {self.policy_loss!r}")
         if self.value_target not in ("td_lambda", "vtrace"):
@@ -161,6 +173,7 @@ class LearnerConfig:
     metrics_window: int = 100           # updates averaged in metrics()
 
     def __post_init__(self):
+        _floats(self)
         if self.batch_size < 1 or self.unroll_length < 2:
             raise ValueError("batch_size must be >= 1 and unroll_length >= 2")
         if self.sampler not in ("dataset", "client"):
