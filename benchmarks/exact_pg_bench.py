@@ -104,8 +104,10 @@ def neurd_surrogate(logits, advantages, legal, beta: float):
     import jax
     import jax.numpy as jnp
 
-    inside = jnp.where(advantages > 0, logits < beta, logits > -beta)
-    return jnp.sum(jnp.where(legal & inside, jax.lax.stop_gradient(advantages) * logits, 0.0))
+    from learners.losses import neurd_moves
+
+    moves = neurd_moves(logits, advantages, legal, beta)
+    return jnp.sum(jnp.where(moves, jax.lax.stop_gradient(advantages) * logits, 0.0))
 
 
 def run_arm(task: Task, arm: str, network, spec, steps: int, every: int, seed: int,

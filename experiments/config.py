@@ -583,13 +583,9 @@ def field_kind(path: str) -> type:
     owner = RunConfig()
     for parent in parents:
         owner = getattr(owner, parent)
-    kinds = _kinds(typing.get_type_hints(type(owner))[name])
+    hint = typing.get_type_hints(type(owner))[name]
+    kinds = [k for k in (typing.get_args(hint) or (hint,)) if k in (bool, int, float, str)]
     return kinds[0] if kinds else str
-
-
-def _kinds(hint) -> list[type]:
-    """The plain types an annotation names, in order (`float | None` -> [float])."""
-    return [k for k in (typing.get_args(hint) or (hint,)) if k in (bool, int, float, str)]
 
 
 # Help for the fields whose comment in their own package (league/players.py,

@@ -176,6 +176,12 @@ def vtrace_policy_loss(target_log_probs: Logits, behaviour_log_probs: Logits, re
     return loss, metrics
 
 
+def neurd_moves(logits: Array, advantages: Array, legal: Array, beta: float) -> Array:
+    """NeuRD's threshold (Hennes et al. 2020, sec. 4): the legal logits free to move the way their
+    advantage pushes them, y < beta where A > 0 and y > -beta where A <= 0."""
+    return jnp.where(advantages > 0, logits < beta, logits > -beta) & legal
+
+
 def neurd_policy_loss(logits: Logits, actions: dict[str, Array], target_log_probs: Logits,
                       behaviour_log_probs: Logits, rewards: Array, discounts: Array, values: Array,
                       bootstrap_value: Array, lambda_: float = 1.0, clip_rho_threshold: float = 1.0,
@@ -219,7 +225,7 @@ def neurd_policy_loss(logits: Logits, actions: dict[str, Array], target_log_prob
         advantage = jax.lax.stop_gradient(jnp.clip(jnp.where(legal, advantage, 0.0), -clip, clip))
         centred = y - (jnp.sum(jnp.where(legal, y, 0.0), -1, keepdims=True)
                        / jnp.maximum(jnp.sum(legal, -1, keepdims=True), 1))
-        moves = jnp.where(advantage > 0, centred < beta, centred > -beta) & legal
+        moves = neurd_moves(centred, advantage, legal, beta)
         loss = loss - jnp.sum(jnp.where(moves, advantage * centred, 0.0)) / (T * B)
         metrics[f"neurd_held_fraction/{head}"] = jnp.sum(legal & ~moves & (advantage != 0)) / jnp.maximum(
             jnp.sum(legal & (advantage != 0)), 1)
