@@ -614,7 +614,7 @@ HELP = {
         "probability that a league exploiter resets after adding a copy (AlphaStar: 0.25)",
     "learner.loss.policy_loss":
         ('"vtrace" (AlphaStar: V-trace + UPGO + TD(lambda)), "ppo" (OpenAI Five: PPO + GAE) or '
-         '"neurd" (R-NaD\'s Neural Replicator Dynamics on V-trace\'s advantage; one value per side)'),
+         '"neurd" (R-NaD\'s Neural Replicator Dynamics on V-trace\'s advantage)'),
     "learner.loss.value_weight": "weight of the value term (the value loss already carries the 1/2)",
     "learner.loss.importance_correction":
         "importance ratios of the off-policy corrections; False: every ratio is 1 (ablation)",

@@ -188,7 +188,7 @@ def neurd_policy_loss(logits: Logits, actions: dict[str, Array], target_log_prob
                       clip_pg_rho_threshold: float = 1.0, beta: float = 2.0,
                       clip: float = 10_000.0) -> tuple[Array, dict[str, Array]]:
     """Neural Replicator Dynamics on sampled steps (Hennes et al. 2020, eq. 8; as R-NaD's learner,
-    Perolat et al. 2022, uses it), one value per side ([T, B]):
+    Perolat et al. 2022, uses it), per unit like every loss here (module docstring):
 
         L = - mean_{t,b} sum_h sum_{a legal} sg(clip(A_h(t, a))) F(ybar_h(t, a))
         A_h(t, a) = q_h(t, a) - sum_b pi_h(b) q_h(t, b),
@@ -201,13 +201,12 @@ def neurd_policy_loss(logits: Logits, actions: dict[str, Array], target_log_prob
     actions; F(ybar) = ybar where it may still move the way A pushes it (ybar < beta for A > 0,
     ybar > -beta for A < 0) and sg(ybar) beyond. The gradient on the logits is A itself: no
     pi(a) factor, so an action whose probability fell near 0 still learns (softmax's gradient,
-    pi(a) (q(a) - sum pi q), vanishes there). A step with one legal action has A = 0."""
+    pi(a) (q(a) - sum pi q), vanishes there). A step with one legal action has A = 0.
+    With units (values [T, B, *U]) a unit head's A^h_t is its unit's own (the sum over units of
+    each unit's term) and a team head's is the mean over units, as in `vtrace_policy_loss`."""
     from agents.networks import MASKED_LOGIT
 
     _check_heads(target_log_probs, behaviour_log_probs, rewards)
-    if values.ndim != 2:
-        raise ValueError(f"the NeuRD policy loss takes one value per side ([T, B]); got values of shape "
-                         f"{values.shape}: use policy_loss 'vtrace' or 'ppo' for unit networks")
     log_pi, _ = stack_heads(target_log_probs, values)
     log_mu, _ = stack_heads(behaviour_log_probs, values)
     log_rho = jax.lax.stop_gradient(log_pi - log_mu)
@@ -220,8 +219,11 @@ def neurd_policy_loss(logits: Logits, actions: dict[str, Array], target_log_prob
         y = logits[head]
         legal = y > MASKED_LOGIT / 2
         taken = jax.nn.one_hot(actions[head], y.shape[-1], dtype=y.dtype)
-        pi_taken = jax.lax.stop_gradient(jnp.exp(log_pi[..., k]))[..., None]
-        advantage = taken_advantage[..., k, None] * (taken / pi_taken - 1.0)
+        pi_taken = jax.lax.stop_gradient(jnp.exp(target_log_probs[head]))[..., None]
+        head_advantage = taken_advantage[..., k]          # [T, B, *U]
+        if y.ndim == values.ndim:                         # a team head: the units' mean
+            head_advantage = jnp.mean(head_advantage.reshape(T, B, -1), axis=-1)
+        advantage = head_advantage[..., None] * (taken / pi_taken - 1.0)
         advantage = jax.lax.stop_gradient(jnp.clip(jnp.where(legal, advantage, 0.0), -clip, clip))
         centred = y - (jnp.sum(jnp.where(legal, y, 0.0), -1, keepdims=True)
                        / jnp.maximum(jnp.sum(legal, -1, keepdims=True), 1))

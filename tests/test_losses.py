@@ -833,7 +833,67 @@ def test_total_loss_takes_the_neurd_policy_term():
     _, metrics = losses.total_loss(LossConfig(policy_loss="neurd", upgo_weight=0.0), *args)
     expected, _ = _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, 2.0)
     np.testing.assert_allclose(float(metrics["loss/policy"]), expected, rtol=1e-5)
-    with pytest.raises(ValueError, match="one value per side"):
-        losses.neurd_policy_loss({"a": jnp.zeros((2, 1, 4, 3))}, {"a": jnp.zeros((2, 1, 4), jnp.int32)},
-                                 {"a": jnp.zeros((2, 1, 4))}, {"a": jnp.zeros((2, 1, 4))}, jnp.zeros((2, 1, 4)),
-                                 jnp.ones((2, 1)), jnp.zeros((2, 1, 4)), jnp.zeros((1, 4)))
+
+
+def _neurd_step_term(y, action, advantage, beta):
+    """One step of one head by hand: loss -sum over moving legal a of A(a) ybar(a), with
+    A(a) = advantage ([a = action] / pi(action) - 1), and its gradient on the logits y."""
+    legal = y > -1e8
+    z = np.where(legal, y, -np.inf)
+    pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    a_of = np.where(legal, advantage * ((np.arange(len(y)) == action) / pi[action] - 1.0), 0.0)
+    centred = np.where(legal, y - y[legal].mean(), 0.0)
+    moves = legal & np.where(a_of > 0, centred < beta, centred > -beta)
+    held = np.where(moves, a_of, 0.0)
+    return -np.sum(held * centred), np.where(legal, -(held - held[legal].sum() / legal.sum()), 0.0)
+
+
+def test_neurd_on_units_sums_each_units_term_and_gives_a_team_head_their_mean():
+    """A team game (2 units, SMAX's shapes): a unit head learns from its own unit's advantage
+    (the loss sums the units' terms), a team head from the mean over units of their advantages.
+    On-policy, lambda 1: A^i_t = G^i_t - V^i(s_t), the units' Monte-Carlo returns, by hand."""
+    from agents.networks import MASKED_LOGIT
+
+    rng = np.random.default_rng(7)
+    T, B, U = 3, 1, 2
+    move = rng.normal(scale=2.0, size=(T, B, U, 4)).astype(np.float32)
+    move[1, 0, 0, 3] = MASKED_LOGIT                                      # one illegal action
+    army = rng.normal(size=(T, B, 3)).astype(np.float32)
+    actions = {"move": rng.integers(0, 3, (T, B, U)), "army": rng.integers(0, 3, (T, B))}
+    rewards = rng.normal(size=(T, B, U)).astype(np.float32)
+    values = rng.normal(size=(T, B, U)).astype(np.float32)
+    discounts = np.asarray([[1.0], [0.0], [1.0]], np.float32)           # the game ends after step 1
+    bootstrap = rng.normal(size=(B, U)).astype(np.float32)
+    returns = np.zeros((T, U))
+    g = bootstrap[0].astype(np.float64)
+    for t in reversed(range(T)):
+        g = rewards[t, 0] + discounts[t, 0] * g
+        returns[t] = g
+    advantage = returns - values[:, 0]                                  # [T, U]
+    beta = 2.0
+    expected_loss, expected_move, expected_army = 0.0, np.zeros((T, U, 4)), np.zeros((T, 3))
+    for t in range(T):
+        for i in range(U):
+            term, grad = _neurd_step_term(move[t, 0, i], actions["move"][t, 0, i], advantage[t, i], beta)
+            expected_loss += term / T
+            expected_move[t, i] = grad / T
+        term, grad = _neurd_step_term(army[t, 0], actions["army"][t, 0], advantage[t].mean(), beta)
+        expected_loss += term / T
+        expected_army[t] = grad / T
+
+    acts = {h: jnp.asarray(a) for h, a in actions.items()}
+
+    def loss_of(logits):
+        log_pi = {h: losses.log_prob(logits[h], acts[h]) for h in logits}
+        log_pi = jax.tree_util.tree_map(jax.lax.stop_gradient, log_pi)
+        return losses.neurd_policy_loss(logits, acts, log_pi, log_pi, jnp.asarray(rewards),
+                                        jnp.asarray(discounts), jnp.asarray(values),
+                                        jnp.asarray(bootstrap), beta=beta)[0]
+
+    logits = {"move": jnp.asarray(move), "army": jnp.asarray(army)}
+    np.testing.assert_allclose(float(loss_of(logits)), expected_loss, rtol=1e-5)
+    grads = jax.grad(loss_of)(logits)
+    np.testing.assert_allclose(np.asarray(grads["move"])[:, 0], expected_move, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(grads["army"])[:, 0], expected_army, rtol=1e-4, atol=1e-6)
+    # the team head's mean is not any one unit's advantage, nor their sum
+    assert np.abs(advantage[:, 0] - advantage.mean(1)).min() > 1e-2
