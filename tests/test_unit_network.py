@@ -282,3 +282,40 @@ def test_a_checkpoint_of_the_network_before_per_unit_values_is_refused_clearly(t
     # today's own checkpoint restores
     checkpoint.save(path, checkpoint.Checkpoint(5, 100, 0, params, optimizer.init(params)))
     assert checkpoint.restore(path, params, jax.eval_shape(optimizer.init, params)).version == 5
+
+
+def test_neurd_trains_the_unit_networks_heads_and_leaves_unused_targets_alone():
+    """policy_loss=neurd on the unit network's own outputs (unit heads [T, B, N, A], the team's
+    composition head [T, B, C], one value per unit): every head gets a gradient, and the pointer
+    gets none at the units whose action type does not use it (its one-hot forced mask leaves one
+    legal target, where NeuRD's advantage is 0), nor at illegal logits."""
+    from learners import losses
+    from learners.config import LossConfig
+
+    net, params = make()
+    rng = np.random.default_rng(9)
+    T, B = 5, 3
+    obs, opp = random_obs(rng, (T, B)), random_obs(rng, (T, B))
+    first = np.zeros((T, B), bool)
+    action, _ = jax.jit(net.act)(params, jax.random.PRNGKey(2),
+                                 jax.tree_util.tree_map(lambda x: x.reshape(T * B, *x.shape[2:]), obs),
+                                 net.initial_state(T * B))
+    actions = jax.tree_util.tree_map(lambda x: x.reshape(T, B, *x.shape[1:]), action.heads)
+    rewards = rng.normal(size=(T, B, N)).astype(np.float32)
+    discounts = np.ones((T, B), np.float32)
+
+    out, _ = net.unroll(params, obs, first, net.initial_state(B), opp, actions_seq=actions)
+    behaviour = jax.tree_util.tree_map(jax.lax.stop_gradient, log_probs(out.logits, actions))
+
+    def loss_on_logits(logits):
+        return losses.total_loss(LossConfig(policy_loss="neurd", upgo_weight=0.0), logits,
+                                 jax.lax.stop_gradient(out.value), jnp.zeros((B, N)), actions,
+                                 behaviour, jnp.asarray(rewards), jnp.asarray(discounts))[1]["loss/policy"]
+
+    grads = jax.grad(loss_on_logits)(out.logits)
+    for head in ("composition", "action_type", "target"):
+        assert np.abs(np.asarray(grads[head])).max() > 1e-4, head
+        assert np.all(np.asarray(grads[head])[np.asarray(out.logits[head]) == MASKED_LOGIT] == 0), head
+    unused = ~np.isin(np.asarray(actions["action_type"]), [ATTACK])
+    assert unused.any() and (~unused).any()
+    assert np.all(np.asarray(grads["target"])[unused] == 0)
