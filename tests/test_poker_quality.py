@@ -106,6 +106,10 @@ UNIFORM_LEDUC = 4.747222222222222
 # on a quiet machine): Nash mixture 1.598, 1.927, 1.461 (main agent 2.917, 2.773, 3.297).
 # With the session-21 defaults (exploiters live 1M steps, learn at 5e-3) three runs passed in
 # 95-130 s; the one that printed read 1.655 (main agent 1.743, 7 players). The bars stay.
+# With the session-24 defaults (NeuRD, exploiters live 10M steps, so none is copied within this
+# budget) three runs passed in 65-96 s: Nash mixture 2.094, 2.576, 1.236 (3-5 players; main
+# agent 1.933, 1.730, 1.845). The 2.58 is near the bar: the mixture of 3 main-agent copies
+# swings as the main agent does. The bars stay.
 LEDUC_STEPS = 3_000_000
 LEDUC_MINUTES = 12.0
 LEDUC_NASH_BAR = 2.75
