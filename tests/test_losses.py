@@ -779,10 +779,23 @@ def _neurd_case():
     return logits, actions, rewards, discounts, values, bootstrap
 
 
+def _neurd_step_term(y, action, advantage, beta):
+    """One step of one head by hand: loss -sum over moving legal a of A(a) ybar(a), with
+    A(a) = advantage ([a = action] / pi(action) - 1), and its gradient on the logits y."""
+    legal = y > -1e8
+    z = np.where(legal, y, -np.inf)
+    pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+    a_of = np.where(legal, advantage * ((np.arange(len(y)) == action) / pi[action] - 1.0), 0.0)
+    centred = np.where(legal, y - y[legal].mean(), 0.0)
+    moves = legal & np.where(a_of > 0, centred < beta, centred > -beta)
+    held = np.where(moves, a_of, 0.0)
+    return -np.sum(held * centred), np.where(legal, -(held - held[legal].sum() / legal.sum()), 0.0)
+
+
 def _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, beta):
     """NeuRD's loss and logit gradient from the formula, by hand: on-policy V-trace with
-    lambda 1 is the Monte-Carlo return, A_t = G_t - V(s_t); A(t, a) = A_t ([a = a_t] / pi(a_t) - 1)
-    on legal actions; the loss -1/(T B) sum over moving (t, a) of A(t, a) ybar(t, a)."""
+    lambda 1 is the Monte-Carlo return, A_t = G_t - V(s_t); each step's term is
+    `_neurd_step_term`, the loss their mean over the T steps."""
     T = len(rewards)
     returns, g = np.zeros(T), float(bootstrap[0])
     for t in reversed(range(T)):
@@ -790,16 +803,9 @@ def _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, bet
         returns[t] = g
     loss, grad = 0.0, np.zeros_like(logits[:, 0], dtype=np.float64)
     for t in range(T):
-        legal = logits[t, 0] > -1e8
-        y = np.where(legal, logits[t, 0], -np.inf)
-        pi = np.exp(y - y.max()) / np.exp(y - y.max()).sum()
-        a_t = actions[t, 0]
-        advantage = np.where(legal, (returns[t] - values[t, 0]) * ((np.arange(3) == a_t) / pi[a_t] - 1.0), 0.0)
-        centred = np.where(legal, logits[t, 0] - logits[t, 0][legal].mean(), 0.0)
-        moves = legal & np.where(advantage > 0, centred < beta, centred > -beta)
-        loss -= np.sum(np.where(moves, advantage * centred, 0.0)) / T
-        held = np.where(moves, advantage, 0.0)
-        grad[t] = np.where(legal, -(held - held[legal].sum() / legal.sum()) / T, 0.0)
+        term, step_grad = _neurd_step_term(logits[t, 0], actions[t, 0], returns[t] - values[t, 0], beta)
+        loss += term / T
+        grad[t] = step_grad / T
     return loss, grad
 
 
@@ -833,19 +839,6 @@ def test_total_loss_takes_the_neurd_policy_term():
     _, metrics = losses.total_loss(LossConfig(policy_loss="neurd", upgo_weight=0.0), *args)
     expected, _ = _neurd_reference(logits, actions, rewards, discounts, values, bootstrap, 2.0)
     np.testing.assert_allclose(float(metrics["loss/policy"]), expected, rtol=1e-5)
-
-
-def _neurd_step_term(y, action, advantage, beta):
-    """One step of one head by hand: loss -sum over moving legal a of A(a) ybar(a), with
-    A(a) = advantage ([a = action] / pi(action) - 1), and its gradient on the logits y."""
-    legal = y > -1e8
-    z = np.where(legal, y, -np.inf)
-    pi = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
-    a_of = np.where(legal, advantage * ((np.arange(len(y)) == action) / pi[action] - 1.0), 0.0)
-    centred = np.where(legal, y - y[legal].mean(), 0.0)
-    moves = legal & np.where(a_of > 0, centred < beta, centred > -beta)
-    held = np.where(moves, a_of, 0.0)
-    return -np.sum(held * centred), np.where(legal, -(held - held[legal].sum() / legal.sum()), 0.0)
 
 
 def test_neurd_on_units_sums_each_units_term_and_gives_a_team_head_their_mean():
