@@ -295,11 +295,16 @@ class DeviceRollout:
     def __init__(self, network, fns, batch_size: int, num_slots: int, unroll_length: int,
                  reward_fn, value_shape: tuple[int, ...] = (), races: bool = False,
                  z_probability: float = 0.25, devices: list | None = None,
-                 opponent_network=None):
+                 opponent_network=None, scripted=None, scripted_slots: int = 0):
         """`opponent_network` (None: `network`): what side 1 runs, for opponents of another
         shape than the learner (`benchmarks.best_response_bench`: a wider learner against a
         league's players). Its recurrent state must have the learner's shapes, and the
-        learner's own parameters cannot be an opponent (`Opponents.use_self` all False)."""
+        learner's own parameters cannot be an opponent (`Opponents.use_self` all False).
+
+        `scripted` (a function `games -> (act, initial state)` of a scripted side 1 for that
+        many games, e.g. `functools.partial(actors.games.smax_races.heuristic_side, fns, 1)`)
+        and `scripted_slots` S: the first S opponent slots are played by it (their
+        `Opponents` entries are ignored), the other M - S by their parameters."""
         if batch_size % num_slots:
             raise ValueError(f"the batch of {batch_size} games does not split into {num_slots} "
                              "opponent slots; pick a number of slots that divides it")
@@ -311,6 +316,12 @@ class DeviceRollout:
         self.reward_fn, self.value_shape, self.races = reward_fn, tuple(value_shape), races
         self.z_size, self.pseudo_count = z_size(network), pseudo_reward_count(network)
         self.z_probability = float(z_probability)
+        if not 0 <= scripted_slots < num_slots or (scripted_slots and scripted is None):
+            raise ValueError(f"scripted_slots must be in [0, {num_slots}) (the opponent slots) and "
+                             f"needs a scripted side; got {scripted_slots}")
+        self.scripted_slots = int(scripted_slots)
+        self._scripted_games = self.scripted_slots * (batch_size // num_slots)
+        self._scripted = scripted(self._scripted_games) if self.scripted_slots else None
         menu = getattr(getattr(fns, "env", None), "menu_table", None)
         self._menu = None if menu is None else jnp.asarray(menu)
         # Data parallel over `devices`: every array with the games' axis is split over them
@@ -326,7 +337,8 @@ class DeviceRollout:
         self.key = ("rollout", type(fns).__qualname__, getattr(fns, "config", None), batch_size,
                     num_slots, unroll_length, getattr(reward_fn, "key", id(reward_fn)),
                     self.value_shape, races, self.z_probability, tuple(d.id for d in self.devices),
-                    None if opponent_network is None else network_key(opponent_network))
+                    None if opponent_network is None else network_key(opponent_network),
+                    self.scripted_slots, getattr(scripted, "key", None))
 
     def _shard(self, tree, axis: int = 0):
         """Every array of `tree` with the games' axis at `axis` split over the devices."""
@@ -346,8 +358,28 @@ class DeviceRollout:
     # -- acting ---------------------------------------------------------------------------
 
     def _act_opponents(self, params, opponents: Opponents, key, obs, state, first):
-        """Side 1's actions: slot m's parameters (or `params`) on its B / M games."""
-        m = self.num_slots
+        """Side 1's actions: slot m's parameters (or `params`) on its B / M games; with
+        `scripted_slots` S, the scripted side on the first S slots' games (`state`: the
+        scripted side's state and the network's, one for each part)."""
+        from agents import Action
+
+        if not self.scripted_slots:
+            return self._act_network(params, opponents, key, obs, state, first)
+        n, s = self._scripted_games, self.scripted_slots
+        head, tail = (lambda x: x[:n]), (lambda x: x[n:])
+        k_scripted, k_network = jax.random.split(key)
+        a_s, state_s = self._scripted[0](k_scripted, jax.tree_util.tree_map(head, obs), state[0],
+                                         first[:n])
+        rest = Opponents(jax.tree_util.tree_map(lambda x: x[s:], opponents.params),
+                         opponents.use_self[s:])
+        a_n, state_n = self._act_network(params, rest, k_network, jax.tree_util.tree_map(tail, obs),
+                                         state[1], first[n:])
+        game = {k: jnp.concatenate([a_s.game[k].astype(v.dtype), v]) for k, v in a_n.game.items()}
+        return Action(game=game, heads={}, log_probs={}), (state_s, state_n)
+
+    def _act_network(self, params, opponents: Opponents, key, obs, state, first):
+        """Side 1's actions on the games of `opponents`' slots, B' / M' games each."""
+        m = opponents.use_self.shape[0]
 
         def per_slot(x):
             return x.reshape((m, x.shape[0] // m) + x.shape[1:])
@@ -467,7 +499,11 @@ class DeviceRollout:
         else:
             game_state, obs = jax.vmap(self.fns.reset)(keys)
         initial = self.network.initial_state(self.batch_size)
-        c = Carry(games=Games.start(game_state, obs, initial, initial, self.batch_size),
+        opponent = initial
+        if self.scripted_slots:
+            opponent = (self._scripted[1],
+                        self.network.initial_state(self.batch_size - self._scripted_games))
+        c = Carry(games=Games.start(game_state, obs, initial, opponent, self.batch_size),
                   last={}, last_state0=initial, teacher_state=None if teacher is None else initial)
         if self.z_size and self.pseudo_count:
             b, k = self.batch_size, self.pseudo_count

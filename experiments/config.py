@@ -43,7 +43,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -135,6 +135,7 @@ ALIASES = {
     "team_spirit_end": "actor.team_spirit_end",
     "team_spirit_updates": "actor.team_spirit_updates",
     "learner_batch_size": "learner.batch_size",
+    "heuristic_slots": "device.heuristic_slots",
     "unroll_length": "learner.unroll_length",
     "learning_rate": "learner.learning_rate",
     "learner_sampler": "learner.sampler",
@@ -196,6 +197,10 @@ class DeviceSettings:
     opponent_slots: int = 4  # opponents drawn per chunk from the match distribution (divides learner.batch_size)
     threads: int = 0  # chunks of a learner group run at once; 0: one per core (at most one per agent)
     evaluation_pairs: int = 8  # pairs of players an evaluator plays at once in one vmapped program
+    # SMAX: main agents play this many of their opponent slots against jaxmarl's scripted
+    # heuristic (a race of the run at random): training on the test opponent of
+    # benchmarks/builtin_opponent.py, which AlphaStar's league did not do; 0: never
+    heuristic_slots: int = 0
 
 
 @dataclass(frozen=True)
@@ -367,6 +372,14 @@ class RunConfig:
                      "evaluator.heuristic_every_seconds"):
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
+        if self.device.heuristic_slots:
+            if self.game != "smax_races":
+                raise ConfigError(f"--device.heuristic_slots: the scripted heuristic plays smax_races only; "
+                                  f"leave it at 0 for --game={self.game}")
+            if not 0 < self.device.heuristic_slots < self.device.opponent_slots:
+                raise ConfigError(f"--device.heuristic_slots must be in [0, --device.opponent_slots) = "
+                                  f"[0, {self.device.opponent_slots}) (the other slots play league "
+                                  f"opponents); got {self.device.heuristic_slots}")
         if self.league.main_agents_per_race < 1:
             raise ConfigError("a league needs at least one main agent per race (--league.main_agents_per_race >= 1)")
         if self.init not in ("", "none") and self.game != "smax_races":

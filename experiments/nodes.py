@@ -18,10 +18,12 @@ Handles to other nodes are the nodes themselves or proxies that read like them (
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +41,7 @@ from experiments.build import (
     make_network,
 )
 from experiments.config import POKER_GAMES, RACES, RunConfig
-from league.players import WithdrawnPlayer, draw_past_withdrawn
+from league.players import WithdrawnPlayer, draw_past_withdrawn, learning_agents
 from league.results import GameResult
 
 
@@ -212,7 +214,11 @@ class DeviceLearnerGroup(_Learners):
     (frozen players cached by id; learning opponents refreshed every
     `actor.param_refresh_seconds`; the agent itself for self-play), K updates in one jitted
     call, then the chunk's results in one `Coordinator.report` batch (one `GameResult` per
-    opponent and branch)."""
+    opponent and branch). With `device.heuristic_slots` S (SMAX), a main agent's first S slots
+    play jaxmarl's scripted heuristic (enemy race at random per game) instead: those games are
+    not league games (no payoff); their win rate is the learner metric `heuristic_win_rate`."""
+
+    HEURISTIC = "heuristic"  # the opponent named in a chunk's slots played by the scripted AI
 
     BANK_SIZE = 256  # frozen players kept on the device (least recently used leave first)
 
@@ -234,13 +240,24 @@ class DeviceLearnerGroup(_Learners):
         probe, self.network, self._initial, self._teachers = learner_setup(config, agent_ids, agent_indices)
         self.spec = probe.spec
         run = config.learner
-        rollout = DeviceRollout(
-            self.network, probe.fns, batch_size=run.batch_size, num_slots=config.device.opponent_slots,
-            unroll_length=run.unroll_length,
-            reward_fn=rewards.device_reward(config.reward, self.spec, team_spirit=(
-                config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
-            value_shape=value_shape(self.network), races=config.game == "smax_races",
-            z_probability=config.actor.z_pseudo_reward_probability, devices=jax.local_devices())
+        main = {p.player_id for p in learning_agents(config.league) if p.role == "main_agent"}
+        self.heuristic_slots = {a: config.device.heuristic_slots if a in main else 0 for a in agent_ids}
+
+        def rollout(scripted_slots: int):
+            scripted = None
+            if scripted_slots:
+                from actors.games.smax_races import heuristic_side
+
+                scripted = functools.partial(heuristic_side, probe.fns, 1)
+            return DeviceRollout(
+                self.network, probe.fns, batch_size=run.batch_size, num_slots=config.device.opponent_slots,
+                unroll_length=run.unroll_length,
+                reward_fn=rewards.device_reward(config.reward, self.spec, team_spirit=(
+                    config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
+                value_shape=value_shape(self.network), races=config.game == "smax_races",
+                z_probability=config.actor.z_pseudo_reward_probability, devices=jax.local_devices(),
+                scripted=scripted, scripted_slots=scripted_slots)
+        rollouts = {s: rollout(s) for s in set(self.heuristic_slots.values())}
         # AlphaStar: main agents are conditioned on z sampled from their race's replays;
         # exploiters are not (z = 0).
         banks = agent_z_banks(config, load_z_bank(config, self.spec)) if config.z_network else {}
@@ -250,7 +267,8 @@ class DeviceLearnerGroup(_Learners):
         example = example_unroll(self.spec, self.network, run.unroll_length, teacher=teachers)
         learner_configs = agent_learner_configs(config, agent_ids)
         self.learners = {
-            agent: DeviceLearner(self.network, self._initial[agent], learner_configs[agent], example, rollout,
+            agent: DeviceLearner(self.network, self._initial[agent], learner_configs[agent], example,
+                                 rollouts[self.heuristic_slots[agent]],
                                  updates_per_chunk=config.device.updates_per_chunk,
                                  seed=config.seed * 1009 + agent_indices[agent],
                                  checkpoint_dir=checkpoint.directory(config.run_dir, agent),
@@ -265,6 +283,8 @@ class DeviceLearnerGroup(_Learners):
         self._stop = threading.Event()
         self.games = 0
         self.errors: list[str] = []
+        # agent -> its last chunks' (wins, draws, losses) against the heuristic
+        self._heuristic_results = {a: deque(maxlen=16) for a in agent_ids if self.heuristic_slots[a]}
 
     # -- opponents ------------------------------------------------------------------------
 
@@ -304,12 +324,13 @@ class DeviceLearnerGroup(_Learners):
 
         from actors.rollout import Opponents
 
-        m = self.config.device.opponent_slots
+        m, scripted = self.config.device.opponent_slots, self.heuristic_slots[agent_id]
 
         def draw():
             dist = self._coordinator.match_distribution(agent_id)
             with self._lock:
-                picks = self._rng.choice(len(dist["opponents"]), size=m, p=np.asarray(dist["probabilities"]))
+                picks = self._rng.choice(len(dist["opponents"]), size=m - scripted,
+                                         p=np.asarray(dist["probabilities"]))
             slots = [(dist["opponents"][i], dist["branches"][i]) for i in picks]
             learning = set(dist["learning"])
             own = self.learners[agent_id].current_params()
@@ -317,13 +338,21 @@ class DeviceLearnerGroup(_Learners):
             return dist, slots, [own if opp == agent_id else self._opponent_params(opp, opp in learning)
                                  for opp, _ in slots]
         dist, slots, params = draw_past_withdrawn(draw, agent_id)
+        # the scripted slots come first; their parameters are not used
+        slots = [(self.HEURISTIC, self.HEURISTIC)] * scripted + slots
+        params = [params[0]] * scripted + params
         bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
         use_self = jnp.asarray([opp == agent_id for opp, _ in slots])
         races = None
         if self.config.game == "smax_races":
-            home = RACES.index(dist["home_race"])
-            per_slot = [(home, RACES.index(dist["races"][opp])) for opp, _ in slots]
-            races = jnp.asarray(np.repeat(np.asarray(per_slot, np.int32), self.config.learner.batch_size // m, 0))
+            home, per_game = RACES.index(dist["home_race"]), self.config.learner.batch_size // m
+            away = [RACES.index(dist["races"][opp]) for opp, _ in slots[scripted:]]
+            with self._lock:
+                enemies = self._rng.choice([RACES.index(r) for r in self.config.race_names],
+                                           size=scripted * per_game)
+            races = jnp.asarray(np.stack([np.full(m * per_game, home),
+                                          np.concatenate([enemies, np.repeat(away, per_game)])], 1)
+                                .astype(np.int32))
         return Opponents(bank, use_self), races, slots, dist
 
     def play_chunk(self, agent_id: str) -> int:
@@ -332,7 +361,11 @@ class DeviceLearnerGroup(_Learners):
         results = self.learners[agent_id].play_and_learn(opponents, races)
         keys = ("wins", "draws", "losses", "score", "length")
         sums: dict[tuple[str, str], dict] = {}
-        for m, (opp, branch) in enumerate(slots):   # slots drawing the same opponent and branch add up
+        scripted = self.heuristic_slots[agent_id]
+        if scripted:
+            self._heuristic_results[agent_id].append(
+                [int(getattr(results, k)[:scripted].sum()) for k in ("wins", "draws", "losses")])
+        for m, (opp, branch) in enumerate(slots[scripted:], scripted):  # same opponent and branch: added up
             total = sums.setdefault((opp, branch), dict.fromkeys(keys, 0))
             for k in keys:
                 total[k] += getattr(results, k)[m].item()
@@ -364,7 +397,15 @@ class DeviceLearnerGroup(_Learners):
             future.result()
 
     def metrics(self) -> dict[str, dict[str, float]]:
-        return {agent: learner.metrics() for agent, learner in self.learners.items()}
+        """Each learner's metrics; with heuristic slots, `heuristic_win_rate` (wins and half the
+        draws, the agent's last 16 chunks against the heuristic) and `heuristic_games`."""
+        out = {agent: learner.metrics() for agent, learner in self.learners.items()}
+        for agent, chunks in self._heuristic_results.items():
+            wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
+            if wins + draws + losses:
+                out[agent].update(heuristic_win_rate=(wins + 0.5 * draws) / (wins + draws + losses),
+                                  heuristic_games=float(wins + draws + losses))
+        return out
 
     def close(self) -> None:
         self._stop.set()

@@ -79,3 +79,36 @@ def test_a_unit_network_plays_and_bad_input_is_refused():
         scripted.play_against_heuristic(network, params, ("terran", "protoss"), 0)
     with pytest.raises(ValueError):
         scripted.play_against_heuristic(network, params, ("terran", "elves"), 4)
+
+
+def test_the_device_rollouts_scripted_slots_are_played_by_the_heuristic():
+    """`DeviceRollout(scripted=..., scripted_slots=S)`: side 0 plays the heuristic itself (army 0,
+    as in the test above); side 1's network slots a passive player, which side 0 never loses
+    to; the first S slots the real heuristic, which beats it in some games. Games in the
+    scripted slots are lost, the others never: slots swapped, or the scripted slots left to the
+    network, would fail it."""
+    import functools
+
+    from actors.rollout import DeviceRollout, Opponents
+
+    fns = sr._cached_functions(CONFIG)
+    batch, slots, scripted_slots = 32, 4, 2
+    rollout = DeviceRollout(
+        ScriptedNetwork("heuristic"), fns, batch_size=batch, num_slots=slots, unroll_length=40,
+        reward_fn=lambda b, contiguous, version: b["reward"], races=True,
+        opponent_network=ScriptedNetwork("passive"),
+        scripted=functools.partial(sr.heuristic_side, fns, 1), scripted_slots=scripted_slots)
+    opponents = Opponents(jnp.zeros((slots, 1)), jnp.zeros(slots, bool))
+    races = jnp.asarray(np.tile([sr.RACES.index("terran"), sr.RACES.index("terran")], (batch, 1)))
+    start = jax.jit(rollout.start)
+    unroll = jax.jit(rollout.unroll)
+    carry, results = start({}, 0, opponents, None, jax.random.PRNGKey(0), races)
+    for k in jax.random.split(jax.random.PRNGKey(1), 6):
+        carry, _, new = unroll({}, 0, opponents, None, carry, k)
+        results = results + new
+    losses, games = np.asarray(results.losses), np.asarray(results.wins + results.draws + results.losses)
+    assert games.min() > 0, games
+    assert losses[:scripted_slots].sum() > 0 and losses[scripted_slots:].sum() == 0, (losses, games)
+    with pytest.raises(ValueError, match="scripted_slots"):
+        DeviceRollout(ScriptedNetwork("heuristic"), fns, batch_size=batch, num_slots=slots,
+                      unroll_length=40, reward_fn=None, races=True, scripted_slots=1)
