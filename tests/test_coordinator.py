@@ -559,6 +559,12 @@ def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_
     out = io.StringIO()
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report()
     assert f"(slowest {chunked} 10.7/s)" in out.getvalue(), out.getvalue()
+    assert "heuristic" not in out.getvalue()
+    # --device.heuristic_slots: the main agent's training games against the heuristic, named
+    learners[chunked].m["heuristic_win_rate"] = 0.75
+    out = io.StringIO()
+    Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    assert "vs heuristic (training games): terran 0.75" in out.getvalue(), out.getvalue()
 
 
 def test_a_nash_conv_that_is_not_finite_is_not_recorded(tmp_path):

@@ -112,3 +112,49 @@ def test_the_device_rollouts_scripted_slots_are_played_by_the_heuristic():
     with pytest.raises(ValueError, match="scripted_slots"):
         DeviceRollout(ScriptedNetwork("heuristic"), fns, batch_size=batch, num_slots=slots,
                       unroll_length=40, reward_fn=None, races=True, scripted_slots=1)
+
+
+def test_main_agents_heuristic_slots_stay_out_of_the_league(tmp_path):
+    """--heuristic_slots=2 on a 2-race device league: a main agent's chunk draws the heuristic in
+    its first 2 of 4 slots (its own race at home, an enemy race of the run), league opponents in
+    the others; its games against the heuristic reach the learner metric `heuristic_win_rate`,
+    never league.db or the payoff; exploiters draw no heuristic slot."""
+    from coordinator.coordinator import Coordinator
+    from experiments.nodes import DeviceLearnerGroup
+    from experiments.program import agent_indices
+
+    config = RunConfig.make(game="smax_races", races=2, hidden_size=16, core_size=16, init="none",
+                            heuristic_slots=2, learner_batch_size=8, unroll_length=32,
+                            run_dir=str(tmp_path / "run"), runner="inprocess",
+                            **{"device.updates_per_chunk": 4})
+    coordinator = Coordinator(config.league, config.run_dir, seed=0)
+    indices = agent_indices(config)
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
+    coordinator.connect_learners(group, list(indices))
+    main, exploiter = "protoss_main_agent_0", "protoss_main_exploiter_0"
+    try:
+        enemies = set()
+        for _ in range(5):
+            _, races, slots, dist = group.draw_opponents(main)
+            assert slots[:2] == [(group.HEURISTIC, group.HEURISTIC)] * 2
+            assert all(opp in dist["opponents"] for opp, _ in slots[2:])
+            races = np.asarray(races)
+            assert (races[:, 0] == sr.RACES.index("protoss")).all()
+            enemies |= set(races[:4, 1].tolist())
+            want = [sr.RACES.index(dist["races"][opp]) for opp, _ in slots[2:] for _ in range(2)]
+            assert races[4:, 1].tolist() == want
+        assert enemies == {0, 1}  # terran and protoss, the run's races
+        assert all(opp != group.HEURISTIC for opp, _ in group.draw_opponents(exploiter)[2])
+
+        reported = sum(group.play_chunk(main) for _ in range(3))
+        metrics = group.metrics()
+        played = group.learners[main].games_played
+        assert metrics[main]["heuristic_games"] > 0 and 0 <= metrics[main]["heuristic_win_rate"] <= 1
+        assert played == reported + metrics[main]["heuristic_games"]
+        rows = coordinator.history.game_counts()
+        assert rows and sum(r["wins"] + r["draws"] + r["losses"] for r in rows) == reported
+        assert all(r["away"] != group.HEURISTIC for r in rows)
+        assert "heuristic_win_rate" not in metrics[exploiter]
+    finally:
+        group.close()
+        coordinator.close()
