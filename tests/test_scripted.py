@@ -158,3 +158,18 @@ def test_main_agents_heuristic_slots_stay_out_of_the_league(tmp_path):
     finally:
         group.close()
         coordinator.close()
+
+
+def test_heuristic_slots_are_refused_where_they_cannot_act():
+    from experiments.config import ConfigError
+    from experiments.program import experience_path
+
+    with pytest.raises(ConfigError, match="heuristic_slots: the scripted heuristic plays smax_races only"):
+        RunConfig.make(game="kuhn_poker", heuristic_slots=1)
+    with pytest.raises(ConfigError, match=r"heuristic_slots must be in \[0, --device.opponent_slots\) = \[0, 4\)"):
+        RunConfig.make(game="smax_races", init="none", heuristic_slots=4)
+    with pytest.raises(ConfigError, match="heuristic_slots must be in"):
+        RunConfig.make(game="smax_races", init="none", heuristic_slots=-1)
+    with pytest.raises(ConfigError, match="device path only.*--experience=device"):
+        experience_path(RunConfig.make(game="smax_races", init="none", experience="replay", heuristic_slots=1))
+    assert experience_path(RunConfig.make(game="smax_races", init="none", heuristic_slots=3))[0] == "device"
