@@ -338,7 +338,7 @@ class DeviceRollout:
                     num_slots, unroll_length, getattr(reward_fn, "key", id(reward_fn)),
                     self.value_shape, races, self.z_probability, tuple(d.id for d in self.devices),
                     None if opponent_network is None else network_key(opponent_network),
-                    self.scripted_slots, getattr(scripted, "key", None))
+                    self.scripted_slots, scripted)   # the scripted side is its own key
 
     def _shard(self, tree, axis: int = 0):
         """Every array of `tree` with the games' axis at `axis` split over the devices."""

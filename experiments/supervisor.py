@@ -51,10 +51,12 @@ class Supervisor:
         updates = sum(rates.values())
         slowest = min(rates, key=rates.get) if len(rates) > 1 else None
         slowest = f" (slowest {slowest} {rates[slowest]:.1f}/s)" if slowest else ""
-        vs = "  ".join(f"{a.split('_main_agent')[0]} {w:.2f}" for a, w in summary["main_win_rate_vs_league"].items())
+        def by_race(rates):
+            return "  ".join(f"{a.split('_main_agent')[0]} {w:.2f}" for a, w in rates.items())
+
+        vs = by_race(summary["main_win_rate_vs_league"])
         # --device.heuristic_slots: the main agents' training games against the heuristic
-        scripted = "  ".join(f"{a.split('_main_agent')[0]} {m['heuristic_win_rate']:.2f}"
-                             for a, m in metrics.items() if "heuristic_win_rate" in m)
+        scripted = by_race({a: m["heuristic_win_rate"] for a, m in metrics.items() if "heuristic_win_rate" in m})
         print(
             f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
             f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s{slowest}  "
