@@ -43,7 +43,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.main_agent_chunks", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -136,6 +136,7 @@ ALIASES = {
     "team_spirit_updates": "actor.team_spirit_updates",
     "learner_batch_size": "learner.batch_size",
     "heuristic_slots": "device.heuristic_slots",
+    "main_agent_chunks": "device.main_agent_chunks",
     "unroll_length": "learner.unroll_length",
     "learning_rate": "learner.learning_rate",
     "learner_sampler": "learner.sampler",
@@ -201,6 +202,10 @@ class DeviceSettings:
     # heuristic (a race of the run at random): training on the test opponent of
     # benchmarks/builtin_opponent.py, which AlphaStar's league did not do; 0: never
     heuristic_slots: int = 0
+    # Chunks a main agent plays and learns from per round of its learner group, where every
+    # exploiter plays one: the share of a small machine that goes to the main agents (AlphaStar
+    # gave every agent the same hardware; 1 does the same here)
+    main_agent_chunks: int = 1
 
 
 @dataclass(frozen=True)
@@ -372,6 +377,9 @@ class RunConfig:
                      "evaluator.heuristic_every_seconds"):
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
+        if self.device.main_agent_chunks < 1:
+            raise ConfigError(f"--device.main_agent_chunks must be at least 1 (1: a main agent plays as many "
+                              f"chunks as an exploiter); got {self.device.main_agent_chunks}")
         if self.device.heuristic_slots:
             if self.game != "smax_races":
                 raise ConfigError(f"--device.heuristic_slots: the scripted heuristic plays smax_races only; "

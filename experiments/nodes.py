@@ -216,7 +216,9 @@ class DeviceLearnerGroup(_Learners):
     call, then the chunk's results in one `Coordinator.report` batch (one `GameResult` per
     opponent and branch). With `device.heuristic_slots` S (SMAX), a main agent's first S slots
     play jaxmarl's scripted heuristic (enemy race at random per game) instead: those games are
-    not league games (no payoff); their win rate is the learner metric `heuristic_win_rate`."""
+    not league games (no payoff); their win rate is the learner metric `heuristic_win_rate`.
+    With `device.main_agent_chunks` N, a round gives each main agent N chunks in a row and
+    each exploiter one."""
 
     HEURISTIC = "heuristic"  # the opponent named in a chunk's slots played by the scripted AI
 
@@ -242,6 +244,7 @@ class DeviceLearnerGroup(_Learners):
         run = config.learner
         main = {p.player_id for p in learning_agents(config.league) if p.role == "main_agent"}
         self.heuristic_slots = {a: config.device.heuristic_slots if a in main else 0 for a in agent_ids}
+        self.chunks_per_round = {a: config.device.main_agent_chunks if a in main else 1 for a in agent_ids}
 
         def rollout(scripted_slots: int):
             scripted = None
@@ -381,19 +384,24 @@ class DeviceLearnerGroup(_Learners):
     # -- the node's loop ------------------------------------------------------------------
 
     def _round(self) -> None:
-        """One chunk for each agent, `device.threads` at a time (JAX runs them side by side:
-        one jitted program alone does not keep this machine's cores busy)."""
+        """A round: each agent's chunks (`chunks_per_round`: main agents
+        `device.main_agent_chunks`, exploiters one) in a row, `device.threads` agents at a time
+        (JAX runs them side by side: one jitted program alone does not keep this machine's
+        cores busy), the agents with the most chunks first."""
         from concurrent.futures import ThreadPoolExecutor
 
         if self._pool is None:
             threads = self.config.device.threads or min(len(self.agent_ids), os.cpu_count() or 1)
             self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"{self.name}-chunk")
 
-        def chunk(agent_id):
-            if not self._stop.is_set():
+        def chunks(agent_id):
+            for _ in range(self.chunks_per_round[agent_id]):
+                if self._stop.is_set():
+                    return
                 self.play_chunk(agent_id)
 
-        for future in [self._pool.submit(chunk, a) for a in self.agent_ids]:
+        order = sorted(self.agent_ids, key=lambda a: -self.chunks_per_round[a])  # stable: ties keep theirs
+        for future in [self._pool.submit(chunks, a) for a in order]:
             future.result()
 
     def metrics(self) -> dict[str, dict[str, float]]:

@@ -220,6 +220,9 @@ def experience_path(config: RunConfig) -> tuple[str, str]:
     if path == "replay" and config.device.heuristic_slots:
         raise ConfigError(f"--device.heuristic_slots acts on the device path only, and this run takes "
                           f"the replay path ({why}); pass --experience=device or leave it at 0")
+    if path == "replay" and config.device.main_agent_chunks != 1:
+        raise ConfigError(f"--device.main_agent_chunks acts on the device path only, and this run takes "
+                          f"the replay path ({why}); pass --experience=device or leave it at 1")
     if path == "replay" and (config.learner.exploration or config.learner.exploiter_exploration):
         why += ("; learner.exploration and learner.exploiter_exploration act on the device path "
                 "only: not used here (the actors play the policy itself)")

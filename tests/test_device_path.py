@@ -641,3 +641,34 @@ def test_device_evaluation_matches_the_exact_payoff():
         assert abs(measured_rate - win_rate) < 4 * np.sqrt(0.25 / games), (home, measured_rate, win_rate)
         assert abs(results.score[i] / games - chips) < 4 * 1.5 / np.sqrt(games), (home, results.score[i] / games, chips)
     assert abs(exact.payoffs("a", ["b"])["b"][1]) > 0.05  # the pair is not even: the test can tell
+
+
+def test_main_agent_chunks_give_main_agents_that_many_chunks_a_round(tmp_path):
+    """--device.main_agent_chunks=3 on Kuhn: one round of the learner group applies 3 chunks of
+    updates to each main agent and one to each exploiter (counted by the learners' versions and
+    by league.db's games), and is refused where it cannot act."""
+    from experiments.nodes import DeviceLearnerGroup
+    from experiments.program import agent_indices
+    from league.players import learning_agents
+
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
+                            learner_batch_size=8, run_dir=str(tmp_path / "run"), main_agent_chunks=3,
+                            **{"device.updates_per_chunk": 2, "device.threads": 2})
+    coordinator = Coordinator(config.league, config.run_dir, seed=0)
+    indices = agent_indices(config)
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
+    coordinator.connect_learners(group, list(indices))
+    try:
+        group._round()
+        roles = {p.player_id: p.role for p in learning_agents(config.league)}
+        versions = {a: learner.version() for a, learner in group.learners.items()}
+        want = {a: 2 * (3 if roles[a] == "main_agent" else 1) for a in versions}
+        assert versions == want and set(roles.values()) >= {"main_agent", "main_exploiter"}
+        assert group.games == coordinator.history.game_count() > 0
+    finally:
+        group.close()
+        coordinator.close()
+    with pytest.raises(ConfigError, match="main_agent_chunks must be at least 1"):
+        RunConfig.make(game="kuhn_poker", main_agent_chunks=0)
+    with pytest.raises(ConfigError, match="main_agent_chunks acts on the device path only"):
+        experience_path(RunConfig.make(game="kuhn_poker", experience="replay", main_agent_chunks=2))
