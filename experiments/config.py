@@ -361,7 +361,8 @@ class RunConfig:
         for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
                      "network.hidden_size", "evaluator.games", "evaluator.heuristic_games",
                      "supervised.games", "supervised.steps", "supervised.batch_size",
-                     "device.updates_per_chunk", "device.opponent_slots", "device.evaluation_pairs"):
+                     "device.updates_per_chunk", "device.opponent_slots", "device.evaluation_pairs",
+                     "device.main_agent_chunks"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
         if self.network.core_size < (1 if self.game == "smax_races" else 0):
@@ -377,9 +378,6 @@ class RunConfig:
                      "evaluator.heuristic_every_seconds"):
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
-        if self.device.main_agent_chunks < 1:
-            raise ConfigError(f"--device.main_agent_chunks must be at least 1 (1: a main agent plays as many "
-                              f"chunks as an exploiter); got {self.device.main_agent_chunks}")
         if self.device.heuristic_slots:
             if self.game != "smax_races":
                 raise ConfigError(f"--device.heuristic_slots: the scripted heuristic plays smax_races only; "

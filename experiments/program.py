@@ -217,12 +217,10 @@ def experience_path(config: RunConfig) -> tuple[str, str]:
     that exploration (`learner.exploration`, `exploiter_exploration`: Leduc's default) is not used:
     its actors play the policy itself."""
     path, why = _experience_path(config)
-    if path == "replay" and config.device.heuristic_slots:
-        raise ConfigError(f"--device.heuristic_slots acts on the device path only, and this run takes "
-                          f"the replay path ({why}); pass --experience=device or leave it at 0")
-    if path == "replay" and config.device.main_agent_chunks != 1:
-        raise ConfigError(f"--device.main_agent_chunks acts on the device path only, and this run takes "
-                          f"the replay path ({why}); pass --experience=device or leave it at 1")
+    for name, off in (("device.heuristic_slots", 0), ("device.main_agent_chunks", 1)):
+        if path == "replay" and config.get(name) != off:
+            raise ConfigError(f"--{name} acts on the device path only, and this run takes "
+                              f"the replay path ({why}); pass --experience=device or leave it at {off}")
     if path == "replay" and (config.learner.exploration or config.learner.exploiter_exploration):
         why += ("; learner.exploration and learner.exploiter_exploration act on the device path "
                 "only: not used here (the actors play the policy itself)")
