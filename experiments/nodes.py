@@ -288,6 +288,7 @@ class DeviceLearnerGroup(_Learners):
         self.errors: list[str] = []
         # agent -> its last chunks' (wins, draws, losses) against the heuristic
         self._heuristic_results = {a: deque(maxlen=16) for a in agent_ids if self.heuristic_slots[a]}
+        self.round_seconds = 0.0  # the last whole round's wall time (0 before the first ends)
 
     # -- opponents ------------------------------------------------------------------------
 
@@ -400,14 +401,22 @@ class DeviceLearnerGroup(_Learners):
                     return
                 self.play_chunk(agent_id)
 
+        started = time.monotonic()
         order = sorted(self.agent_ids, key=lambda a: -self.chunks_per_round[a])  # stable: ties keep theirs
         for future in [self._pool.submit(chunks, a) for a in order]:
             future.result()
+        if not self._stop.is_set():
+            self.round_seconds = time.monotonic() - started
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Each learner's metrics; with heuristic slots, `heuristic_win_rate` (wins and half the
-        draws, the agent's last 16 chunks against the heuristic) and `heuristic_games`."""
+        draws, the agent's last 16 chunks against the heuristic) and `heuristic_games`; once a
+        round has ended, `round_seconds` (the last one's wall time: an agent waits up to about
+        that long for its turn, which the coordinator's stall watch allows for)."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
+        if self.round_seconds:
+            for m in out.values():
+                m["round_seconds"] = self.round_seconds
         for agent, chunks in self._heuristic_results.items():
             wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
             if wins + draws + losses:

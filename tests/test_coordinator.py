@@ -532,6 +532,40 @@ def test_a_learner_whose_updates_are_all_skipped_or_that_gets_no_experience_is_n
     assert reading(10, **{nan: lambda m: {"version": m["version"] + 1}}) == [("recovered", nan)]
 
 
+def test_a_device_learner_waiting_for_its_turn_in_a_long_round_is_not_named_stalled(tmp_path):
+    """With `--device.main_agent_chunks` an exploiter's chunk comes once a round, after the
+    main agents' (session 27's 40-minute run: rounds of ~180 s, 17 false "stalled" events at
+    `stall_seconds` 180). The watch allows two of the group's rounds (`round_seconds`) and
+    still names a learner that gets no update for longer."""
+    now = [1000.0]
+    config = LeagueConfig(races=("terran",), snapshots=SNAPSHOTS, initial_snapshots=False)
+    coordinator = Coordinator(config, str(tmp_path), seed=3, clock=lambda: now[0],
+                              config=CoordinatorConfig(meta_game_every_seconds=float("inf"),
+                                                       checkpoint_every_seconds=float("inf"),
+                                                       stall_seconds=60.0))
+    learners = {a: _MeteredLearner() for a in coordinator.agent_ids()}
+    for learner in learners.values():
+        learner.m["round_seconds"] = 100.0
+    coordinator.set_learners(learners)
+    waiting = "terran_main_exploiter_0"
+
+    def reading(seconds):
+        now[0] += seconds
+        for agent, learner in learners.items():
+            if agent != waiting:
+                learner.m["updates_dispatched"] += 5
+                learner.m["version"] += 5
+        coordinator.record_learners()
+        return [(e["kind"], e["agent_id"]) for e in coordinator.take_events()]
+
+    assert reading(0) == []
+    assert reading(90) == [] and reading(90) == []     # 180 s: past stall_seconds, within two rounds
+    assert reading(30) == [("stalled", waiting)]       # 210 s: past two rounds
+    reason = [e for e in coordinator.history.events() if e["kind"] == "stalled"][-1]["reason"]
+    assert "no update for 210 s" in reason
+    coordinator.close()
+
+
 def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_names_the_slowest(tmp_path):
     """A device learner's updates come a chunk at a time (here 320 every 30 s): over single
     10 s readings its rate read 0 two times in three; over the last two minutes it reads the

@@ -665,6 +665,8 @@ def test_main_agent_chunks_give_main_agents_that_many_chunks_a_round(tmp_path):
         want = {a: 2 * (3 if roles[a] == "main_agent" else 1) for a in versions}
         assert versions == want and set(roles.values()) >= {"main_agent", "main_exploiter"}
         assert group.games == coordinator.history.game_count() > 0
+        # the round's length reaches the coordinator's stall watch (an exploiter waits for its turn)
+        assert all(m["round_seconds"] == group.round_seconds > 0 for m in group.metrics().values())
     finally:
         group.close()
         coordinator.close()
