@@ -410,7 +410,8 @@ class DeviceLearnerGroup(_Learners):
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Each learner's metrics; with heuristic slots, `heuristic_win_rate` (wins and half the
-        draws, the agent's last 16 chunks against the heuristic) and `heuristic_games`; once a
+        draws, the agent's last 16 chunks against the heuristic), `heuristic_draw_rate` (a side
+        that cannot win draws out the clock: SMAX zerg, session 28) and `heuristic_games`; once a
         round has ended, `round_seconds` (the last one's wall time: an agent waits up to about
         that long for its turn, which the coordinator's stall watch allows for)."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
@@ -420,8 +421,9 @@ class DeviceLearnerGroup(_Learners):
         for agent, chunks in self._heuristic_results.items():
             wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
             if wins + draws + losses:
-                out[agent].update(heuristic_win_rate=(wins + 0.5 * draws) / (wins + draws + losses),
-                                  heuristic_games=float(wins + draws + losses))
+                games = wins + draws + losses
+                out[agent].update(heuristic_win_rate=(wins + 0.5 * draws) / games,
+                                  heuristic_draw_rate=draws / games, heuristic_games=float(games))
         return out
 
     def close(self) -> None:

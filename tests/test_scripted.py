@@ -150,6 +150,10 @@ def test_main_agents_heuristic_slots_stay_out_of_the_league(tmp_path):
         metrics = group.metrics()
         played = group.learners[main].games_played
         assert metrics[main]["heuristic_games"] > 0 and 0 <= metrics[main]["heuristic_win_rate"] <= 1
+        # the draw rate: the heuristic slots' draws over their games, from the chunks' game results
+        wins, draws, losses = np.sum(list(group._heuristic_results[main]), 0)
+        assert metrics[main]["heuristic_games"] == wins + draws + losses
+        assert metrics[main]["heuristic_draw_rate"] == pytest.approx(draws / (wins + draws + losses))
         assert played == reported + metrics[main]["heuristic_games"]
         rows = coordinator.history.game_counts()
         assert rows and sum(r["wins"] + r["draws"] + r["losses"] for r in rows) == reported
