@@ -686,11 +686,11 @@ class Coordinator:
     def _watch_learner(self, agent: str, m: Mapping) -> None:
         """Names a stalled learner (issue 31, "no silent stall"): `stall_skipped_updates`
         updates in a row skipped as non-finite (its version stays while `updates_skipped`
-        grows), or no update dispatched for `stall_seconds`, or for two of its group's rounds
-        where they take longer (`round_seconds`, a device learner group: an agent's chunks come
-        once a round, so with `--device.main_agent_chunks` an exploiter waits most of a round for
-        its turn). A "stalled" event (league.db, `take_events`) when it starts, a "recovered" one
-        when the learner applies updates again."""
+        grows), or no update dispatched for `stall_seconds` of its own time: a device learner
+        group's agent waiting for its turn in a round (`waiting_for_turn`: other agents' chunks
+        run, with `--device.main_agent_chunks` most of a round for an exploiter) is not counted.
+        A "stalled" event (league.db, `take_events`) when it starts, a "recovered" one when the
+        learner applies updates again."""
         if "version" not in m:
             return
         now = self._clock()
@@ -707,7 +707,7 @@ class Coordinator:
             seen["in_a_row"] = 0
         elif skipped > seen["skipped"]:
             seen["in_a_row"] += skipped - seen["skipped"]
-        if dispatched > seen["dispatched"]:
+        if dispatched > seen["dispatched"] or m.get("waiting_for_turn"):
             seen["experience"] = now
         seen.update(version=version, skipped=skipped, dispatched=dispatched)
         reason = None
@@ -715,7 +715,7 @@ class Coordinator:
             reason = (f"its last {seen['in_a_row']} updates were all skipped as non-finite (NaN or inf "
                       "in the loss, gradients or parameters); its version stays at "
                       f"{version}: look at its learner metrics, or restore an earlier checkpoint")
-        elif now - seen["experience"] >= max(self.config.stall_seconds, 2 * float(m.get("round_seconds", 0.0))):
+        elif now - seen["experience"] >= self.config.stall_seconds:
             reason = (f"no update for {now - seen['experience']:.0f} s: it gets no experience "
                       "(its games or replay table are not reaching it)")
         if bool(reason) == seen["stalled"]:

@@ -288,7 +288,7 @@ class DeviceLearnerGroup(_Learners):
         self.errors: list[str] = []
         # agent -> its last chunks' (wins, draws, losses) against the heuristic
         self._heuristic_results = {a: deque(maxlen=16) for a in agent_ids if self.heuristic_slots[a]}
-        self.round_seconds = 0.0  # the last whole round's wall time (0 before the first ends)
+        self._in_round, self._playing = False, set()  # agents whose chunks run now
 
     # -- opponents ------------------------------------------------------------------------
 
@@ -396,28 +396,32 @@ class DeviceLearnerGroup(_Learners):
             self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"{self.name}-chunk")
 
         def chunks(agent_id):
-            for _ in range(self.chunks_per_round[agent_id]):
-                if self._stop.is_set():
-                    return
-                self.play_chunk(agent_id)
+            self._playing.add(agent_id)
+            try:
+                for _ in range(self.chunks_per_round[agent_id]):
+                    if self._stop.is_set():
+                        return
+                    self.play_chunk(agent_id)
+            finally:
+                self._playing.discard(agent_id)
 
-        started = time.monotonic()
         order = sorted(self.agent_ids, key=lambda a: -self.chunks_per_round[a])  # stable: ties keep theirs
-        for future in [self._pool.submit(chunks, a) for a in order]:
-            future.result()
-        if not self._stop.is_set():
-            self.round_seconds = time.monotonic() - started
+        self._in_round = True
+        try:
+            for future in [self._pool.submit(chunks, a) for a in order]:
+                future.result()
+        finally:
+            self._in_round = False
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Each learner's metrics; with heuristic slots, `heuristic_win_rate` (wins and half the
         draws, the agent's last 16 chunks against the heuristic), `heuristic_draw_rate` (a side
-        that cannot win draws out the clock: SMAX zerg, session 28) and `heuristic_games`; once a
-        round has ended, `round_seconds` (the last one's wall time: an agent waits up to about
-        that long for its turn, which the coordinator's stall watch allows for)."""
+        that cannot win draws out the clock: SMAX zerg, session 28) and `heuristic_games`;
+        `waiting_for_turn` 1 while a round runs other agents' chunks and none of this one's
+        (the coordinator's stall watch does not count that time)."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
-        if self.round_seconds:
-            for m in out.values():
-                m["round_seconds"] = self.round_seconds
+        for agent, m in out.items():
+            m["waiting_for_turn"] = float(self._in_round and agent not in self._playing)
         for agent, chunks in self._heuristic_results.items():
             wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
             if wins + draws + losses:

@@ -532,11 +532,11 @@ def test_a_learner_whose_updates_are_all_skipped_or_that_gets_no_experience_is_n
     assert reading(10, **{nan: lambda m: {"version": m["version"] + 1}}) == [("recovered", nan)]
 
 
-def test_a_device_learner_waiting_for_its_turn_in_a_long_round_is_not_named_stalled(tmp_path):
+def test_a_device_learner_waiting_for_its_turn_in_a_round_is_not_named_stalled(tmp_path):
     """With `--device.main_agent_chunks` an exploiter's chunk comes once a round, after the
-    main agents' (session 27's 40-minute run: rounds of ~180 s, 17 false "stalled" events at
-    `stall_seconds` 180). The watch allows two of the group's rounds (`round_seconds`) and
-    still names a learner that gets no update for longer."""
+    main agents' (session 27's 40-minute run: 17 false "stalled" events for exploiters that
+    waited ~185 s, at `stall_seconds` 180). Time spent waiting for its turn
+    (`waiting_for_turn`) is not counted; a learner whose own turn brings no update is named."""
     now = [1000.0]
     config = LeagueConfig(races=("terran",), snapshots=SNAPSHOTS, initial_snapshots=False)
     coordinator = Coordinator(config, str(tmp_path), seed=3, clock=lambda: now[0],
@@ -544,10 +544,9 @@ def test_a_device_learner_waiting_for_its_turn_in_a_long_round_is_not_named_stal
                                                        checkpoint_every_seconds=float("inf"),
                                                        stall_seconds=60.0))
     learners = {a: _MeteredLearner() for a in coordinator.agent_ids()}
-    for learner in learners.values():
-        learner.m["round_seconds"] = 100.0
     coordinator.set_learners(learners)
     waiting = "terran_main_exploiter_0"
+    learners[waiting].m["waiting_for_turn"] = 1.0
 
     def reading(seconds):
         now[0] += seconds
@@ -559,10 +558,12 @@ def test_a_device_learner_waiting_for_its_turn_in_a_long_round_is_not_named_stal
         return [(e["kind"], e["agent_id"]) for e in coordinator.take_events()]
 
     assert reading(0) == []
-    assert reading(90) == [] and reading(90) == []     # 180 s: past stall_seconds, within two rounds
-    assert reading(30) == [("stalled", waiting)]       # 210 s: past two rounds
+    assert [reading(50) for _ in range(6)] == [[]] * 6   # 300 s without an update, all of it waiting
+    learners[waiting].m["waiting_for_turn"] = 0.0        # its turn: no update comes
+    assert reading(30) == []
+    assert reading(40) == [("stalled", waiting)]         # 70 s of its own turn
     reason = [e for e in coordinator.history.events() if e["kind"] == "stalled"][-1]["reason"]
-    assert "no update for 210 s" in reason
+    assert "no update for 70 s" in reason
     coordinator.close()
 
 
