@@ -52,11 +52,14 @@ class Supervisor:
         slowest = min(rates, key=rates.get) if len(rates) > 1 else None
         slowest = f" (slowest {slowest} {rates[slowest]:.1f}/s)" if slowest else ""
         def by_race(rates):
-            return "  ".join(f"{a.split('_main_agent')[0]} {w:.2f}" for a, w in rates.items())
+            return "  ".join(f"{a.split('_main_agent')[0]} {w}" for a, w in rates.items())
 
-        vs = by_race(summary["main_win_rate_vs_league"])
-        # --device.heuristic_slots: the main agents' training games against the heuristic
-        scripted = by_race({a: m["heuristic_win_rate"] for a, m in metrics.items() if "heuristic_win_rate" in m})
+        vs = by_race({a: f"{w:.2f}" for a, w in summary["main_win_rate_vs_league"].items()})
+        # --device.heuristic_slots: the main agents' training games against the heuristic (and
+        # how many of them were drawn: a side that cannot win plays out the clock)
+        scripted = by_race({a: f"{m['heuristic_win_rate']:.2f}" + (
+            f" ({m['heuristic_draw_rate']:.0%} drawn)" if m.get("heuristic_draw_rate") else "")
+            for a, m in metrics.items() if "heuristic_win_rate" in m})
         print(
             f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
             f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s{slowest}  "

@@ -600,6 +600,11 @@ def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_
     out = io.StringIO()
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
     assert "vs heuristic (training games): terran 0.75" in out.getvalue(), out.getvalue()
+    assert "drawn" not in out.getvalue()
+    learners[chunked].m["heuristic_draw_rate"] = 0.3   # and its draws, where there are any
+    out = io.StringIO()
+    Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    assert "vs heuristic (training games): terran 0.75 (30% drawn)" in out.getvalue(), out.getvalue()
 
 
 def test_a_nash_conv_that_is_not_finite_is_not_recorded(tmp_path):
