@@ -424,8 +424,7 @@ class DeviceLearnerGroup(_Learners):
             m["waiting_for_turn"] = float(self._in_round and agent not in self._playing)
         for agent, chunks in self._heuristic_results.items():
             wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
-            if wins + draws + losses:
-                games = wins + draws + losses
+            if games := wins + draws + losses:
                 out[agent].update(heuristic_win_rate=(wins + 0.5 * draws) / games,
                                   heuristic_draw_rate=draws / games, heuristic_games=float(games))
         return out

@@ -146,12 +146,21 @@ def test_main_agents_heuristic_slots_stay_out_of_the_league(tmp_path):
         assert enemies == {0, 1}  # terran and protoss, the run's races
         assert all(opp != group.HEURISTIC for opp, _ in group.draw_opponents(exploiter)[2])
 
+        outcomes = []   # the heuristic slots' (wins, draws, losses) of each chunk, as the games returned them
+        play_and_learn = group.learners[main].play_and_learn
+
+        def recorded(*args):
+            results = play_and_learn(*args)
+            outcomes.append([int(np.sum(getattr(results, k)[:2])) for k in ("wins", "draws", "losses")])
+            return results
+
+        group.learners[main].play_and_learn = recorded
         reported = sum(group.play_chunk(main) for _ in range(3))
         metrics = group.metrics()
         played = group.learners[main].games_played
         assert metrics[main]["heuristic_games"] > 0 and 0 <= metrics[main]["heuristic_win_rate"] <= 1
-        # the draw rate: the heuristic slots' draws over their games, from the chunks' game results
-        wins, draws, losses = np.sum(list(group._heuristic_results[main]), 0)
+        # the draw rate: the heuristic slots' draws over their games, from the games' own results
+        wins, draws, losses = np.sum(outcomes, 0)
         assert metrics[main]["heuristic_games"] == wins + draws + losses
         assert metrics[main]["heuristic_draw_rate"] == pytest.approx(draws / (wins + draws + losses))
         assert played == reported + metrics[main]["heuristic_games"]
