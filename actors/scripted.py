@@ -15,13 +15,14 @@ one jitted `lax.while_loop` until every game has ended), so the sample is unbias
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from actors.games import smax_races
-from actors.rollout import network_policy, play_to_end
+from actors.rollout import network_policy, play_step, play_to_end
 
 
 @functools.lru_cache(maxsize=16)
@@ -30,17 +31,43 @@ def _play_fn(network, config: smax_races.SmaxRacesConfig, greedy: bool):
     max_steps = config.max_steps + 1
 
     @jax.jit
-    def play(params, races, key):
+    def play(params, races, forced, key):
         batch = races.shape[0]
         key, reset_key = jax.random.split(key)
         heuristic, scripted_state = smax_races.heuristic_side(fns, 1, batch)
         games = smax_races.start_games(fns, races, reset_key, network.initial_state(batch),
                                        scripted_state)
-        outcome, _, _, ended = play_to_end(fns.step, network_policy(network, params, greedy),
-                                           heuristic, games, key, max_steps)
-        return outcome, ended
+        act0 = _forcing(network_policy(network, params, greedy), forced[0])
+        act1 = _forcing(heuristic, forced[1])
+        # The strategy step (no game ends on it; its key split as play_to_end splits each
+        # step's), then the battle: the armies both sides played.
+        key, strategy_key = jax.random.split(key)
+        games, _ = play_step(fns.step, act0, act1, games, strategy_key)
+        compositions = games.game_state.compositions
+        outcome, _, _, ended = play_to_end(fns.step, act0, act1, games, key, max_steps - 1)
+        return outcome, ended, compositions
 
     return play
+
+
+def _forcing(act, composition):
+    """`act` with its army pick replaced by `composition` where that is >= 0 (-1: its own)."""
+    def forced(key, obs, state, first):
+        action, state = act(key, obs, state, first)
+        head = smax_races.COMPOSITION_HEAD
+        pick = jnp.where(composition >= 0, composition, action.game[head]).astype(action.game[head].dtype)
+        return action._replace(game=dict(action.game, **{head: pick}),
+                               heads=dict(action.heads, **{head: pick})), state
+    return forced
+
+
+class HeuristicGames(NamedTuple):
+    """Games against the heuristic: `outcomes` [B] int8 from the player's side (+1 win, 0 draw,
+    -1 loss) and the armies both sides played, `compositions` [B, 2] (menu indices of each
+    side's race: the player's, the heuristic's)."""
+
+    outcomes: np.ndarray
+    compositions: np.ndarray
 
 
 def play_against_heuristic(network, params, races: tuple[str, str], num_games: int, seed: int = 0,
@@ -49,15 +76,29 @@ def play_against_heuristic(network, params, races: tuple[str, str], num_games: i
     """Plays `num_games` SMAX races games of the network's player (side 0, race `races[0]`)
     against the scripted heuristic (side 1, race `races[1]`); returns the outcomes [num_games]
     int8 from the player's side (+1 win, 0 draw, -1 loss)."""
+    return play_detailed(network, params, races, num_games, seed, config, greedy).outcomes
+
+
+def play_detailed(network, params, races: tuple[str, str], num_games: int, seed: int = 0,
+                  config: smax_races.SmaxRacesConfig | None = None, greedy: bool = False,
+                  compositions: tuple[int | None, int | None] = (None, None)) -> HeuristicGames:
+    """`play_against_heuristic` with the armies played: `compositions` forces the player's
+    and/or the heuristic's army (a menu index of its race; None: the side picks its own, the
+    player with its composition head, the heuristic uniformly)."""
     if num_games < 1:
         raise ValueError(f"num_games must be at least 1; got {num_games}")
     config = config or smax_races.SmaxRacesConfig()
+    forced = [-1 if c is None else int(c) for c in compositions]
+    if len(forced) != 2 or not all(-1 <= c < smax_races.COMPOSITIONS_PER_RACE for c in forced):
+        raise ValueError(f"compositions must be two menu indices 0..{smax_races.COMPOSITIONS_PER_RACE - 1} "
+                         f"or None; got {compositions}")
     race_pair = smax_races.matchup_array(tuple(races), num_games)
     play = _play_fn(network, config, bool(greedy))
-    outcomes, finished = play(jax.device_put(params), jnp.asarray(race_pair), jax.random.PRNGKey(seed))
+    outcomes, finished, played = play(jax.device_put(params), jnp.asarray(race_pair),
+                                      jnp.asarray(forced, jnp.int32), jax.random.PRNGKey(seed))
     if not bool(np.all(np.asarray(finished))):  # the game ends every game at max_steps
         raise RuntimeError("a game against the heuristic did not end within max_steps")
-    return np.asarray(outcomes, np.int8)
+    return HeuristicGames(np.asarray(outcomes, np.int8), np.asarray(played, np.int32))
 
 
 def win_rate(outcomes: np.ndarray) -> float:

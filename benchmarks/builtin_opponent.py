@@ -12,6 +12,12 @@ heuristic picks its army uniformly from its race's menu; the agent picks with it
 composition head. Prints a markdown table and, last,
 `RESULT builtin_opponent mean_win_rate=<x> ratio=<x/0.5> target=1.0`
 (0.5: an even match with the built-in opponent, on average over the matchups).
+
+`--by_composition` says what limits a matchup: the agent's army picks, its win rate with each
+of its race's armies against each of the heuristic's (both forced, `--games` games per pair),
+and the best single army against the heuristic's uniform pick, the ceiling of any pick with
+the agent's micro (`composition_breakdown`). A matchup below 0.80 whose ceiling is above it is
+held back by the pick; one whose ceiling is below it, by the micro.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ import sys
 import numpy as np
 
 
-def measure(run_dir: str, games: int, seed: int = 0) -> dict:
-    """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts."""
+def measure(run_dir: str, games: int, seed: int = 0, by_composition: bool = False) -> dict:
+    """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
+    `by_composition` each row also holds the trained agent's `composition_breakdown`."""
     from actors import scripted
     from coordinator.history import LeagueHistory
     from coordinator.param_store import player_params
@@ -61,10 +68,73 @@ def measure(run_dir: str, games: int, seed: int = 0) -> dict:
                 outcomes = scripted.play_against_heuristic(network, params, races, games, seed=seed)
                 row[name] = scripted.win_rate(outcomes)
                 row[f"{name}_outcomes"] = np.bincount(outcomes + 1, minlength=3).tolist()
+            if by_composition:
+                row["by_composition"] = composition_breakdown(network, trained, races, games, seed)
             table[races] = row
             print(f"  {races[0]:>8} vs heuristic {races[1]:<8} trained {row['trained']:.3f} "
                   f"(loss/draw/win {row['trained_outcomes']})  initial {row['initial']:.3f}", flush=True)
     return {"table": table, "games": history.game_count(), "players": len(players), "config": config}
+
+
+def composition_breakdown(network, params, races: tuple[str, str], games: int, seed: int = 0) -> dict:
+    """Which armies the agent picks against the heuristic, and how each army fares.
+
+    `picks` [K]: the agent's army frequencies in `games` games of its own choosing; `rates`
+    [K, K] / `draws` [K, K]: its win rate (draws half) / draw fraction with army a forced
+    against the heuristic's army h forced, `games` games each; `army_rates` [K]: rates averaged
+    over h, the win rate of always picking army a against the heuristic's uniform pick;
+    `ceiling`: the best of those (what a best-responding pick reaches with this agent's micro);
+    `with_picks`: picks @ army_rates (what its own picks should reach; its measured win rate
+    differs by sampling only)."""
+    from actors import scripted
+    from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
+
+    own = scripted.play_detailed(network, params, races, games, seed)
+    picks = np.bincount(own.compositions[:, 0], minlength=K) / games
+    rates, draws = np.zeros((K, K)), np.zeros((K, K))
+    for a in range(K):
+        for h in range(K):
+            forced = scripted.play_detailed(network, params, races, games, seed, compositions=(a, h))
+            rates[a, h] = scripted.win_rate(forced.outcomes)
+            draws[a, h] = float(np.mean(forced.outcomes == 0))
+    army_rates = rates.mean(1)
+    return {"picks": picks, "rates": rates, "draws": draws, "army_rates": army_rates,
+            "ceiling": float(army_rates.max()), "best": int(np.argmax(army_rates)),
+            "with_picks": float(picks @ army_rates)}
+
+
+def format_breakdown(result: dict, games: int) -> str:
+    """Per matchup, the agent's armies against the heuristic's (`composition_breakdown`), then
+    the ceiling table: each matchup's best single army against the heuristic's uniform pick."""
+    from actors.games.smax_races import DEFAULT_MENU, RACES
+
+    races = result["config"].race_names
+    lines = []
+    for (r, o), row in result["table"].items():
+        b = row.get("by_composition")
+        if b is None:
+            continue
+        own, theirs = (DEFAULT_MENU[RACES.index(x)] for x in (r, o))
+        lines += [f"\n**{r} main agent vs heuristic {o}** (win rate, draws half; in brackets the "
+                  f"draws; {games} games a cell, armies forced)\n",
+                  f"| {r} army (picked) \\ heuristic {o} army | " + " | ".join(c.name for c in theirs)
+                  + " | vs uniform pick |", "|---|" + "---|" * (len(theirs) + 1)]
+        for a, comp in enumerate(own):
+            cells = [f"{b['rates'][a, h]:.2f}" + (f" ({b['draws'][a, h]:.0%})" if b["draws"][a, h] else "")
+                     for h in range(len(theirs))]
+            lines.append(f"| {comp.name} ({b['picks'][a]:.0%}) | " + " | ".join(cells)
+                         + f" | {b['army_rates'][a]:.2f} |")
+    lines += ["\n**Best single army against the heuristic's uniform pick** (ceiling of a pick "
+              "with this micro; in brackets what the agent's own picks reach)\n",
+              "| main agent \\ heuristic | " + " | ".join(races) + " |", "|---|" + "---|" * len(races)]
+    for r in races:
+        cells = []
+        for o in races:
+            b = result["table"].get((r, o), {}).get("by_composition")
+            name = "n/a" if b is None else DEFAULT_MENU[RACES.index(r)][b["best"]].name
+            cells.append("n/a" if b is None else f"{name} {b['ceiling']:.2f} ({b['with_picks']:.2f})")
+        lines.append(f"| {r} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def format_table(result: dict, games: int) -> str:
@@ -88,13 +158,18 @@ def main(argv=None) -> int:
                         "that its learner checkpoints hold the final parameters)")
     parser.add_argument("--games", type=int, default=256, help="games per matchup")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--by_composition", action="store_true", help="also each matchup's "
+                        "armies: the agent's picks and its win rate with every army against "
+                        "every heuristic army (--games games per pair, 9x the games)")
     args = parser.parse_args(argv)
     if args.games < 1:
         parser.error("--games must be at least 1")
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
-    result = measure(args.run_dir, args.games, args.seed)
+    result = measure(args.run_dir, args.games, args.seed, args.by_composition)
     print(format_table(result, args.games))
+    if args.by_composition:
+        print(format_breakdown(result, args.games))
     rates = [row["trained"] for row in result["table"].values()]
     mean = float(np.mean(rates))
     print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} ratio={mean / 0.5:.2f} target=1.0")

@@ -9,12 +9,15 @@ rate: a minute of SMAX training decides nothing against the heuristic (measured:
 
 import threading
 
+import numpy as np
 import pytest
 
+from actors.games import smax_races as sr
 from benchmarks import builtin_opponent
 from experiments import launchers
 from experiments.config import RunConfig, prepare_run_dir
 from learners import checkpoint
+from tests.test_scripted import CONFIG, ScriptedNetwork
 
 GAMES = 32
 
@@ -55,3 +58,21 @@ def test_a_run_of_another_game_is_refused(tmp_path):
     prepare_run_dir(RunConfig(game="kuhn_poker", races=1, runner="inprocess", run_dir=run_dir))
     with pytest.raises(SystemExit, match="kuhn_poker run"):
         builtin_opponent.measure(run_dir, 4)
+
+
+def test_the_breakdown_by_army_matches_both_sides_scripted():
+    """`composition_breakdown` of the heuristic as the player (it picks army 0 itself): every
+    forced pair's win rate must match both sides scripted with the same armies
+    (`play_heuristic_games`, an independent measurement), and its picks are all army 0."""
+    games, races = 48, ("protoss", "terran")
+    b = builtin_opponent.composition_breakdown(ScriptedNetwork("heuristic"), {}, races, games, seed=2)
+    assert b["picks"].tolist() == [1.0, 0.0, 0.0]
+    k = sr.COMPOSITIONS_PER_RACE
+    armies = np.array([(a, h) for a in range(k) for h in range(k) for _ in range(games)], np.int32)
+    pair = np.tile([sr.RACES.index(r) for r in races], (len(armies), 1))
+    outcomes = sr.play_heuristic_games(CONFIG, pair, armies, seed=7).reshape(k, k, games)
+    reference = np.mean((outcomes > 0) + 0.5 * (outcomes == 0), axis=-1)
+    assert np.ptp(reference) > 0.5  # the pairs differ, so a mixed-up pair cannot pass
+    assert np.abs(b["rates"] - reference).mean() < 0.08, (b["rates"], reference)
+    assert np.allclose(b["army_rates"], reference.mean(1), atol=0.1)
+    assert b["ceiling"] == b["army_rates"].max() and b["with_picks"] == b["army_rates"][0]
