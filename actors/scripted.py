@@ -51,7 +51,7 @@ def _play_fn(network, config: smax_races.SmaxRacesConfig, greedy: bool):
 
 
 def _forcing(act, composition):
-    """`act` with its army pick replaced by `composition` where that is >= 0 (-1: its own)."""
+    """`act` with its army pick replaced by `composition` [B] where that is >= 0 (-1: its own)."""
     def forced(key, obs, state, first):
         action, state = act(key, obs, state, first)
         head = smax_races.COMPOSITION_HEAD
@@ -81,17 +81,23 @@ def play_against_heuristic(network, params, races: tuple[str, str], num_games: i
 
 def play_detailed(network, params, races: tuple[str, str], num_games: int, seed: int = 0,
                   config: smax_races.SmaxRacesConfig | None = None, greedy: bool = False,
-                  compositions: tuple[int | None, int | None] = (None, None)) -> HeuristicGames:
+                  compositions=(None, None)) -> HeuristicGames:
     """`play_against_heuristic` with the armies played: `compositions` forces the player's
-    and/or the heuristic's army (a menu index of its race; None: the side picks its own, the
-    player with its composition head, the heuristic uniformly)."""
+    and/or the heuristic's army, each a menu index of its race or [num_games] of them (one per
+    game, -1: its own pick) or None (the side picks its own: the player with its composition
+    head, the heuristic uniformly)."""
     if num_games < 1:
         raise ValueError(f"num_games must be at least 1; got {num_games}")
     config = config or smax_races.SmaxRacesConfig()
-    forced = [-1 if c is None else int(c) for c in compositions]
-    if len(forced) != 2 or not all(-1 <= c < smax_races.COMPOSITIONS_PER_RACE for c in forced):
-        raise ValueError(f"compositions must be two menu indices 0..{smax_races.COMPOSITIONS_PER_RACE - 1} "
-                         f"or None; got {compositions}")
+    if len(compositions) != 2 or any(c is not None and np.shape(c) not in ((), (num_games,))
+                                     for c in compositions):
+        raise ValueError(f"compositions must be one entry per side, each None, an index or "
+                         f"[num_games={num_games}] indices; got {compositions}")
+    forced = np.stack([np.broadcast_to(np.asarray(-1 if c is None else c, np.int64), (num_games,))
+                       for c in compositions])
+    if forced.min() < -1 or forced.max() >= smax_races.COMPOSITIONS_PER_RACE:
+        raise ValueError(f"compositions must be menu indices 0..{smax_races.COMPOSITIONS_PER_RACE - 1} "
+                         f"(or None / -1: the side's own pick); got {compositions}")
     race_pair = smax_races.matchup_array(tuple(races), num_games)
     play = _play_fn(network, config, bool(greedy))
     outcomes, finished, played = play(jax.device_put(params), jnp.asarray(race_pair),

@@ -91,12 +91,13 @@ def composition_breakdown(network, params, races: tuple[str, str], games: int, s
 
     own = scripted.play_detailed(network, params, races, games, seed)
     picks = np.bincount(own.compositions[:, 0], minlength=K) / games
-    rates, draws = np.zeros((K, K)), np.zeros((K, K))
-    for a in range(K):
-        for h in range(K):
-            forced = scripted.play_detailed(network, params, races, games, seed, compositions=(a, h))
-            rates[a, h] = scripted.win_rate(forced.outcomes)
-            draws[a, h] = float(np.mean(forced.outcomes == 0))
+    # Every pair of armies in one batch: games [K, K, games] in row-major order.
+    pairs = np.repeat(np.arange(K * K), games)
+    forced = scripted.play_detailed(network, params, races, K * K * games, seed,
+                                    compositions=(pairs // K, pairs % K))
+    outcomes = forced.outcomes.reshape(K, K, games)
+    rates = np.mean((outcomes > 0) + 0.5 * (outcomes == 0), axis=-1)
+    draws = np.mean(outcomes == 0, axis=-1)
     army_rates = rates.mean(1)
     return {"picks": picks, "rates": rates, "draws": draws, "army_rates": army_rates,
             "ceiling": float(army_rates.max()), "best": int(np.argmax(army_rates)),
