@@ -16,7 +16,8 @@ composition head. Prints a markdown table and, last,
 `--by_composition` says what limits a matchup: the agent's army picks, its win rate with each
 of its race's armies against each of the heuristic's (both forced, `--games` games per pair),
 and the best single army against the heuristic's uniform pick, the ceiling of any pick with
-the agent's micro (`composition_breakdown`). A matchup below 0.80 whose ceiling is above it is
+the agent's micro (`composition_breakdown`; `--by_composition=initial`: of the initial
+parameters). A matchup below 0.80 whose ceiling is above it is
 held back by the pick; one whose ceiling is below it, by the micro.
 """
 
@@ -30,9 +31,10 @@ import sys
 import numpy as np
 
 
-def measure(run_dir: str, games: int, seed: int = 0, by_composition: bool = False) -> dict:
+def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None = None) -> dict:
     """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
-    `by_composition` each row also holds the trained agent's `composition_breakdown`."""
+    `by_composition` ("trained" or "initial") each row also holds the `composition_breakdown`
+    of those parameters."""
     from actors import scripted
     from coordinator.history import LeagueHistory
     from coordinator.param_store import player_params
@@ -64,12 +66,14 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: bool = Fals
         for opponent_race in config.race_names:
             races = (main["race"], opponent_race)
             row = {}
-            for name, params in (("trained", trained), ("initial", initial)):
+            versions = {"trained": trained, "initial": initial}
+            for name, params in versions.items():
                 outcomes = scripted.play_against_heuristic(network, params, races, games, seed=seed)
                 row[name] = scripted.win_rate(outcomes)
                 row[f"{name}_outcomes"] = np.bincount(outcomes + 1, minlength=3).tolist()
             if by_composition:
-                row["by_composition"] = composition_breakdown(network, trained, races, games, seed)
+                row["by_composition"] = composition_breakdown(network, versions[by_composition],
+                                                              races, games, seed)
             table[races] = row
             print(f"  {races[0]:>8} vs heuristic {races[1]:<8} trained {row['trained']:.3f} "
                   f"(loss/draw/win {row['trained_outcomes']})  initial {row['initial']:.3f}", flush=True)
@@ -104,9 +108,10 @@ def composition_breakdown(network, params, races: tuple[str, str], games: int, s
             "with_picks": float(picks @ army_rates)}
 
 
-def format_breakdown(result: dict, games: int) -> str:
-    """Per matchup, the agent's armies against the heuristic's (`composition_breakdown`), then
-    the ceiling table: each matchup's best single army against the heuristic's uniform pick."""
+def format_breakdown(result: dict, games: int, params: str = "trained") -> str:
+    """Per matchup, the agent's armies against the heuristic's (`composition_breakdown` of the
+    `params` named), then the ceiling table: each matchup's best single army against the
+    heuristic's uniform pick."""
     from actors.games.smax_races import DEFAULT_MENU, RACES
 
     races = result["config"].race_names
@@ -116,7 +121,7 @@ def format_breakdown(result: dict, games: int) -> str:
         if b is None:
             continue
         own, theirs = (DEFAULT_MENU[RACES.index(x)] for x in (r, o))
-        lines += [f"\n**{r} main agent vs heuristic {o}** (win rate, draws half; in brackets the "
+        lines += [f"\n**{r} main agent ({params}) vs heuristic {o}** (win rate, draws half; in brackets the "
                   f"draws; {games} games a cell, armies forced)\n",
                   f"| {r} army (picked) \\ heuristic {o} army | " + " | ".join(c.name for c in theirs)
                   + " | vs uniform pick |", "|---|" + "---|" * (len(theirs) + 1)]
@@ -125,7 +130,7 @@ def format_breakdown(result: dict, games: int) -> str:
                      for h in range(len(theirs))]
             lines.append(f"| {comp.name} ({b['picks'][a]:.0%}) | " + " | ".join(cells)
                          + f" | {b['army_rates'][a]:.2f} |")
-    lines += ["\n**Best single army against the heuristic's uniform pick** (ceiling of a pick "
+    lines += [f"\n**Best single army against the heuristic's uniform pick, {params} parameters** (ceiling of a pick "
               "with this micro; in brackets what the agent's own picks reach)\n",
               "| main agent \\ heuristic | " + " | ".join(races) + " |", "|---|" + "---|" * len(races)]
     for r in races:
@@ -159,9 +164,10 @@ def main(argv=None) -> int:
                         "that its learner checkpoints hold the final parameters)")
     parser.add_argument("--games", type=int, default=256, help="games per matchup")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--by_composition", action="store_true", help="also each matchup's "
-                        "armies: the agent's picks and its win rate with every army against "
-                        "every heuristic army (--games games per pair, 9x the games)")
+    parser.add_argument("--by_composition", nargs="?", const="trained", choices=("trained", "initial"),
+                        help="also each matchup's armies: the agent's picks and its win rate "
+                        "with every army against every heuristic army (--games games per pair, "
+                        "9x the games), of its trained (default) or initial parameters")
     args = parser.parse_args(argv)
     if args.games < 1:
         parser.error("--games must be at least 1")
@@ -170,7 +176,7 @@ def main(argv=None) -> int:
     result = measure(args.run_dir, args.games, args.seed, args.by_composition)
     print(format_table(result, args.games))
     if args.by_composition:
-        print(format_breakdown(result, args.games))
+        print(format_breakdown(result, args.games, args.by_composition))
     rates = [row["trained"] for row in result["table"].values()]
     mean = float(np.mean(rates))
     print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} ratio={mean / 0.5:.2f} target=1.0")
