@@ -107,7 +107,8 @@ def play_detailed(network, params, races: tuple[str, str], num_games: int, seed:
     return HeuristicGames(np.asarray(outcomes, np.int8), np.asarray(played, np.int32))
 
 
-def win_rate(outcomes: np.ndarray) -> float:
-    """Wins plus half the draws, over games."""
+def win_rate(outcomes: np.ndarray, axis: int | None = None):
+    """Wins plus half the draws, over games (a float; with `axis`, an array over that axis)."""
     outcomes = np.asarray(outcomes)
-    return float(np.mean((outcomes > 0) + 0.5 * (outcomes == 0)))
+    rate = np.mean((outcomes > 0) + 0.5 * (outcomes == 0), axis=axis)
+    return float(rate) if axis is None else rate

@@ -100,7 +100,7 @@ def composition_breakdown(network, params, races: tuple[str, str], games: int, s
     forced = scripted.play_detailed(network, params, races, K * K * games, seed,
                                     compositions=(pairs // K, pairs % K))
     outcomes = forced.outcomes.reshape(K, K, games)
-    rates = np.mean((outcomes > 0) + 0.5 * (outcomes == 0), axis=-1)
+    rates = scripted.win_rate(outcomes, axis=-1)
     draws = np.mean(outcomes == 0, axis=-1)
     army_rates = rates.mean(1)
     return {"picks": picks, "rates": rates, "draws": draws, "army_rates": army_rates,
