@@ -67,20 +67,23 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
             races = (main["race"], opponent_race)
             row = {}
             versions = {"trained": trained, "initial": initial}
+            played = {}
             for name, params in versions.items():
-                outcomes = scripted.play_against_heuristic(network, params, races, games, seed=seed)
+                played[name] = scripted.play_detailed(network, params, races, games, seed=seed)
+                outcomes = played[name].outcomes
                 row[name] = scripted.win_rate(outcomes)
                 row[f"{name}_outcomes"] = np.bincount(outcomes + 1, minlength=3).tolist()
-            if by_composition:
-                row["by_composition"] = composition_breakdown(network, versions[by_composition],
-                                                              races, games, seed)
+            if by_composition:  # its own picks: the games just played
+                row["by_composition"] = composition_breakdown(
+                    network, versions[by_composition], races, games, seed, played[by_composition])
             table[races] = row
             print(f"  {races[0]:>8} vs heuristic {races[1]:<8} trained {row['trained']:.3f} "
                   f"(loss/draw/win {row['trained_outcomes']})  initial {row['initial']:.3f}", flush=True)
     return {"table": table, "games": history.game_count(), "players": len(players), "config": config}
 
 
-def composition_breakdown(network, params, races: tuple[str, str], games: int, seed: int = 0) -> dict:
+def composition_breakdown(network, params, races: tuple[str, str], games: int, seed: int = 0,
+                          own=None) -> dict:
     """Which armies the agent picks against the heuristic, and how each army fares.
 
     `picks` [K]: the agent's army frequencies in `games` games of its own choosing; `rates`
@@ -89,11 +92,13 @@ def composition_breakdown(network, params, races: tuple[str, str], games: int, s
     over h, the win rate of always picking army a against the heuristic's uniform pick;
     `ceiling`: the best of those (what a best-responding pick reaches with this agent's micro);
     `with_picks`: picks @ army_rates (what its own picks should reach; its measured win rate
-    differs by sampling only)."""
+    differs by sampling only). `own`: the agent's `games` games of its own choosing
+    (`scripted.HeuristicGames`) where already played, else played here."""
     from actors import scripted
     from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
 
-    own = scripted.play_detailed(network, params, races, games, seed)
+    if own is None:
+        own = scripted.play_detailed(network, params, races, games, seed)
     picks = np.bincount(own.compositions[:, 0], minlength=K) / games
     # Every pair of armies in one batch: games [K, K, games] in row-major order.
     pairs = np.repeat(np.arange(K * K), games)

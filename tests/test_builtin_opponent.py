@@ -77,4 +77,5 @@ def test_the_breakdown_by_army_matches_both_sides_scripted():
     assert np.ptp(reference) > 0.5  # the pairs differ, so a mixed-up pair cannot pass
     assert np.abs(b["rates"] - reference).mean() < 0.08, (b["rates"], reference)
     assert np.allclose(b["army_rates"], reference.mean(1), atol=0.1)
-    assert b["ceiling"] == b["army_rates"].max() and b["with_picks"] == b["army_rates"][0]
+    assert abs(b["ceiling"] - reference.mean(1).max()) < 0.1
+    assert abs(b["with_picks"] - reference.mean(1)[0]) < 0.1  # it always picks army 0
