@@ -56,6 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import act, network_key, pseudo_reward_count, z_size
+from agents.specs import MASK_KEY
 from agents.trajectory import Step, Unroll
 
 PyTree = Any
@@ -413,7 +414,10 @@ class DeviceRollout:
         pick = jnp.floor(jax.random.uniform(k_pick, (b,)) * jnp.maximum(counts, 1)).astype(jnp.int32)
         have = counts > 0
         candidate = c.z_source.table[matchup, pick] * have[:, None]
-        active = ((jax.random.uniform(k_active, (b, k)) < self.z_probability) & have[:, None])
+        # a game whose army is forced on side 0 (one legal composition: SMAX's forced armies)
+        # gets no pseudo-rewards: its army is not the agent's to match
+        free = obs0[MASK_KEY]["composition"].sum(-1) > 1
+        active = ((jax.random.uniform(k_active, (b, k)) < self.z_probability) & (have & free)[:, None])
         starts = c.games.first
         z = c.z
         return ZState(z=jnp.where(starts[:, None], candidate, z.z),

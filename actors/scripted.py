@@ -107,6 +107,32 @@ def play_detailed(network, params, races: tuple[str, str], num_games: int, seed:
     return HeuristicGames(np.asarray(outcomes, np.int8), np.asarray(played, np.int32))
 
 
+@functools.lru_cache(maxsize=16)
+def _pick_fn(network, config: smax_races.SmaxRacesConfig):
+    fns = smax_races._cached_functions(config)
+
+    @jax.jit
+    def picks(params, races):
+        batch = races.shape[0]   # the strategy step's observation depends on the races only
+        _, obs = jax.vmap(fns.reset)(jax.random.split(jax.random.PRNGKey(0), batch), races)
+        out, _ = network.step(params, obs[0], network.initial_state(batch), jnp.ones(batch, bool))
+        return jax.nn.softmax(out.logits[smax_races.COMPOSITION_HEAD], -1)
+
+    return picks
+
+
+def pick_probabilities(network, params, races, config: smax_races.SmaxRacesConfig | None = None
+                       ) -> np.ndarray:
+    """The player's army pick at the start of a game, pi(army | races) from its composition
+    head: [P, COMPOSITIONS_PER_RACE] for the race pairs `races` [P, 2] (side 0's race, side
+    1's), as `play_detailed` plays them (no z)."""
+    races = np.asarray(races, np.int32)
+    if races.ndim != 2 or races.shape[1] != 2:
+        raise ValueError(f"races must be [P, 2] race indices (side 0, side 1); got shape {races.shape}")
+    play = _pick_fn(network, config or smax_races.SmaxRacesConfig())
+    return np.asarray(play(params, jnp.asarray(races)), np.float64)
+
+
 def win_rate(outcomes: np.ndarray, axis: int | None = None):
     """Wins plus half the draws, over games (a float; with `axis`, an array over that axis)."""
     outcomes = np.asarray(outcomes)

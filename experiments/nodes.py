@@ -217,6 +217,9 @@ class DeviceLearnerGroup(_Learners):
     opponent and branch). With `device.heuristic_slots` S (SMAX), a main agent's first S slots
     play jaxmarl's scripted heuristic (enemy race at random per game) instead: those games are
     not league games (no payoff); their win rate is the learner metric `heuristic_win_rate`.
+    With `device.heuristic_forced_slots` F, the first F of them each play one forced cell (an
+    enemy race, the agent's army, the heuristic's: `forced_cells`) for all their games, its
+    win rate the metric `heuristic_forced_win_rate`.
     With `device.main_agent_chunks` N, a round gives each main agent N chunks in a row and
     each exploiter one."""
 
@@ -244,6 +247,8 @@ class DeviceLearnerGroup(_Learners):
         run = config.learner
         main = {p.player_id for p in learning_agents(config.league) if p.role == "main_agent"}
         self.heuristic_slots = {a: config.device.heuristic_slots if a in main else 0 for a in agent_ids}
+        self.forced_slots = {a: config.device.heuristic_forced_slots if a in main else 0 for a in agent_ids}
+        self._fns = probe.fns
         self.chunks_per_round = {a: config.device.main_agent_chunks if a in main else 1 for a in agent_ids}
 
         def rollout(scripted_slots: int):
@@ -288,6 +293,9 @@ class DeviceLearnerGroup(_Learners):
         self.errors: list[str] = []
         # agent -> its last chunks' (wins, draws, losses) against the heuristic
         self._heuristic_results = {a: deque(maxlen=16) for a in agent_ids if self.heuristic_slots[a]}
+        self._forced_results = {a: deque(maxlen=16) for a in agent_ids if self.forced_slots[a]}
+        # agent -> forced cell -> its last chunks' (wins + draws / 2, games)
+        self._cells: dict[str, dict[tuple[int, int, int], deque]] = {a: {} for a in agent_ids}
         self._in_round, self._playing = False, set()  # agents whose chunks run now
 
     # -- opponents ------------------------------------------------------------------------
@@ -342,8 +350,12 @@ class DeviceLearnerGroup(_Learners):
             return dist, slots, [own if opp == agent_id else self._opponent_params(opp, opp in learning)
                                  for opp, _ in slots]
         dist, slots, params = draw_past_withdrawn(draw, agent_id)
-        # the scripted slots come first; their parameters are not used
-        slots = [(self.HEURISTIC, self.HEURISTIC)] * scripted + slots
+        # the scripted slots come first (the forced ones first of them, named by their cell);
+        # their parameters are not used
+        forced = (self.forced_cells(agent_id, RACES.index(dist["home_race"]))
+                  if self.forced_slots[agent_id] else [])
+        slots = ([(self.HEURISTIC, cell) for cell in forced]
+                 + [(self.HEURISTIC, self.HEURISTIC)] * (scripted - len(forced)) + slots)
         params = [params[0]] * scripted + params
         bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
         use_self = jnp.asarray([opp == agent_id for opp, _ in slots])
@@ -353,11 +365,48 @@ class DeviceLearnerGroup(_Learners):
             away = [RACES.index(dist["races"][opp]) for opp, _ in slots[scripted:]]
             with self._lock:
                 enemies = self._rng.choice([RACES.index(r) for r in self.config.race_names],
-                                           size=scripted * per_game)
-            races = jnp.asarray(np.stack([np.full(m * per_game, home),
-                                          np.concatenate([enemies, np.repeat(away, per_game)])], 1)
-                                .astype(np.int32))
+                                           size=(scripted - len(forced)) * per_game)
+            forced_races = [race for race, _, _ in forced]
+            races = np.stack([np.full(m * per_game, home),
+                              np.concatenate([np.repeat(forced_races, per_game).astype(int), enemies,
+                                              np.repeat(away, per_game)])], 1)
+            if forced:   # [B, 2, 2]: the races and the armies (-1: the side's own pick)
+                armies = np.full((m * per_game, 2), -1)
+                armies[:len(forced) * per_game] = np.repeat([cell[1:] for cell in forced], per_game, 0)
+                races = np.stack([races, armies], 1)
+            races = jnp.asarray(races.astype(np.int32))
         return Opponents(bank, use_self), races, slots, dist
+
+    def forced_cells(self, agent_id: str, home: int) -> list[tuple[int, int, int]]:
+        """The agent's forced cells for its next chunk (`device.heuristic_forced_slots` of
+        them): (enemy race, the agent's army, the heuristic's army), indices into `RACES` and
+        the races' menus, drawn with replacement from every cell of the run's races by
+        `league.pfsp.weighted_pfsp_probabilities`: squared PFSP over the cells' win rates (the
+        last 4 chunks that played the cell, wins plus half the draws; 0.5 before any) times
+        the agent's probability of picking the cell's army in that matchup
+        (`actors.scripted.pick_probabilities`, its current parameters): the cells that count
+        most toward its result against the heuristic's uniform pick and that it wins least."""
+        from actors.scripted import pick_probabilities
+        from league.pfsp import weighted_pfsp_probabilities
+
+        enemies = [RACES.index(r) for r in self.config.race_names]
+        picks = pick_probabilities(self.network, self.learners[agent_id].current_params(),
+                                   [[home, enemy] for enemy in enemies], self._fns.config)
+        k = picks.shape[1]
+        cells = [(enemy, own, army) for enemy in enemies for own in range(k) for army in range(k)]
+        shares = [picks[i, own] for i, _ in enumerate(enemies) for own in range(k) for _ in range(k)]
+        with self._lock:
+            rates = [self.cell_win_rate(agent_id, cell) for cell in cells]
+            probs = weighted_pfsp_probabilities(rates, shares)
+            drawn = self._rng.choice(len(cells), size=self.forced_slots[agent_id], p=probs)
+        return [cells[i] for i in drawn]
+
+    def cell_win_rate(self, agent_id: str, cell: tuple[int, int, int]) -> float:
+        """The agent's win rate in a forced cell over the last chunks that played it (wins plus
+        half the draws); 0.5 before any."""
+        played = self._cells[agent_id].get(cell)
+        score, games = np.sum(list(played), 0) if played else (0.0, 0)
+        return float(score / games) if games else 0.5
 
     def play_chunk(self, agent_id: str) -> int:
         """One chunk of the agent (see the class docstring); returns the games reported."""
@@ -365,10 +414,21 @@ class DeviceLearnerGroup(_Learners):
         results = self.learners[agent_id].play_and_learn(opponents, races)
         keys = ("wins", "draws", "losses", "score", "length")
         sums: dict[tuple[str, str], dict] = {}
-        scripted = self.heuristic_slots[agent_id]
-        if scripted:
-            self._heuristic_results[agent_id].append(
-                [int(getattr(results, k)[:scripted].sum()) for k in ("wins", "draws", "losses")])
+        scripted, forced = self.heuristic_slots[agent_id], self.forced_slots[agent_id]
+
+        def outcomes(part: slice):
+            return [int(getattr(results, k)[part].sum()) for k in ("wins", "draws", "losses")]
+
+        if forced:
+            self._forced_results[agent_id].append(outcomes(slice(0, forced)))
+            with self._lock:
+                for m, (_, cell) in enumerate(slots[:forced]):
+                    wins, draws, losses = outcomes(slice(m, m + 1))
+                    if wins + draws + losses:
+                        self._cells[agent_id].setdefault(cell, deque(maxlen=4)).append(
+                            (wins + 0.5 * draws, wins + draws + losses))
+        if scripted > forced:
+            self._heuristic_results[agent_id].append(outcomes(slice(forced, scripted)))
         for m, (opp, branch) in enumerate(slots[scripted:], scripted):  # same opponent and branch: added up
             total = sums.setdefault((opp, branch), dict.fromkeys(keys, 0))
             for k in keys:
@@ -415,8 +475,10 @@ class DeviceLearnerGroup(_Learners):
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Each learner's metrics; with heuristic slots, `heuristic_win_rate` (wins and half the
-        draws, the agent's last 16 chunks against the heuristic), `heuristic_draw_rate` (a side
-        that cannot win draws out the clock: SMAX zerg, session 28) and `heuristic_games`;
+        draws, the agent's last 16 chunks against the heuristic, its own pick against the
+        heuristic's uniform one), `heuristic_draw_rate` (a side that cannot win draws out the
+        clock: SMAX zerg, session 28) and `heuristic_games`; with forced slots
+        `heuristic_forced_win_rate` and `heuristic_forced_games` (their games, last 16 chunks);
         `waiting_for_turn` 1 while a round runs other agents' chunks and none of this one's
         (the coordinator's stall watch does not count that time)."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
@@ -427,6 +489,11 @@ class DeviceLearnerGroup(_Learners):
             if games := wins + draws + losses:
                 out[agent].update(heuristic_win_rate=(wins + 0.5 * draws) / games,
                                   heuristic_draw_rate=draws / games, heuristic_games=float(games))
+        for agent, chunks in self._forced_results.items():
+            wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
+            if games := wins + draws + losses:
+                out[agent].update(heuristic_forced_win_rate=(wins + 0.5 * draws) / games,
+                                  heuristic_forced_games=float(games))
         return out
 
     def close(self) -> None:

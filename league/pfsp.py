@@ -68,3 +68,24 @@ def pfsp_probabilities(
     if total < 1e-10:
         return np.full(rates.shape, 1.0 / rates.size)
     return weights / total
+
+
+def weighted_pfsp_probabilities(win_rates, shares, weighting: str = "squared",
+                                p: float | None = None) -> np.ndarray:
+    """PFSP over candidates that count toward the agent's result in unequal shares:
+
+        P(c) = s_c f(x_c) / sum_d s_d f(x_d)
+
+    with `shares` s_c >= 0 (e.g. SMAX army pairs against the heuristic: how often the agent
+    picks the pair's army, so a pair it never plays is not trained on however badly it does
+    there). `pfsp_probabilities` is the case of equal shares. When every product is zero the
+    distribution falls back to the shares (then uniform)."""
+    shares = np.asarray(shares, dtype=np.float64)
+    weights = pfsp_probabilities(win_rates, weighting, p)   # checks the rates and the weighting
+    if shares.shape != weights.shape or not np.all(np.isfinite(shares)) or (shares < 0).any():
+        raise ValueError(f"shares must be finite, >= 0 and one per win rate ({weights.shape}); "
+                         f"got {shares.tolist()}")
+    for candidate in (weights * shares, shares):
+        if candidate.sum() > 1e-10:
+            return candidate / candidate.sum()
+    return np.full(weights.shape, 1.0 / weights.size)

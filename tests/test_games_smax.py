@@ -85,6 +85,38 @@ def test_all_nine_matchups_run(game):
     assert finished.all(), "every matchup must end by the time limit"
 
 
+def test_forced_armies_are_the_only_legal_pick_and_are_played_game_after_game():
+    """reset(key, [races, armies]): a forced side's strategy step allows its forced army only,
+    the game plays it whatever the side sends (here the other army), and auto-reset keeps
+    forcing it; -1 leaves the side's pick free and its own."""
+    fns = sr._cached_functions(CONFIG)
+    batch = len(MATCHUPS)
+    armies = np.stack([np.arange(batch) % 3, np.where(np.arange(batch) % 2, -1, 2)], 1)
+    races = jnp.asarray(np.stack([MATCHUPS, armies], 1), jnp.int32)       # [B, 2, 2]
+    state, obs = jax.vmap(fns.reset)(jax.random.split(jax.random.PRNGKey(0), batch), races)
+    step = jax.jit(jax.vmap(fns.step))
+    sent = np.stack([(armies[:, 0] + 1) % 3, np.zeros(batch, int)], 1)   # never the forced army
+    played, games = [], np.zeros(batch, int)
+    for _ in range(3 * (CONFIG.max_steps + 1)):
+        for side in range(2):
+            mask = np.asarray(obs[side][MASK_KEY]["composition"])
+            choosing = np.asarray(obs[side]["choosing"])
+            forced = armies[:, side] >= 0
+            want = np.where(forced[:, None], np.arange(3) == armies[:, side, None], True)
+            np.testing.assert_array_equal(mask[choosing], want[choosing])
+        actions = tuple({"composition": jnp.asarray(sent[:, side], jnp.int32),
+                         "action_type": jnp.full((batch, fns.n), sr.STOP, jnp.int32),
+                         "target": jnp.zeros((batch, fns.n), jnp.int32)} for side in range(2))
+        choosing = np.asarray(state.choosing)
+        state, obs, _, done, _, _ = step(state, actions)
+        if choosing.any():
+            played.append(np.asarray(state.compositions)[choosing])
+            want = np.where(armies >= 0, armies, sent)[choosing]
+            np.testing.assert_array_equal(played[-1], want)
+        games += np.asarray(done)
+    assert games.min() >= 2, games   # the armies held over auto-resets
+
+
 def test_scripted_micro_beats_an_idle_army(game):
     init, act = sr.heuristic_policy(game.fns, side=0, composition=0)
     act = jax.jit(jax.vmap(act))

@@ -16,7 +16,7 @@ from league.matchmaking import (
     remove_monotonic_suffix,
 )
 from league.payoff import Payoff
-from league.pfsp import pfsp_probabilities
+from league.pfsp import pfsp_probabilities, weighted_pfsp_probabilities
 from league.players import (
     MATCH_ATTEMPTS,
     LeagueConfig,
@@ -60,6 +60,19 @@ def test_pfsp_is_a_distribution_that_never_favours_beaten_opponents(rates, weigh
         # f_hard, linear and capped are non-increasing: harder opponents are at least as likely.
         order = np.argsort(rates)
         assert np.all(np.diff(probs[order]) <= 1e-12)
+
+
+def test_weighted_pfsp_worked_by_hand():
+    """P(c) = s_c (1 - x_c)^2 / sum: rates 0.2, 0.5, 1.0 with shares 0.5, 0.25, 0.25 give
+    0.32, 0.0625, 0 over 0.3825; all beaten: the shares; shares and weights all zero: uniform."""
+    np.testing.assert_allclose(weighted_pfsp_probabilities([0.2, 0.5, 1.0], [0.5, 0.25, 0.25]),
+                               [0.32 / 0.3825, 0.0625 / 0.3825, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(weighted_pfsp_probabilities([1.0, 1.0], [3.0, 1.0]), [0.75, 0.25])
+    np.testing.assert_allclose(weighted_pfsp_probabilities([1.0, 0.5], [1.0, 0.0]), [1.0, 0.0])
+    np.testing.assert_allclose(weighted_pfsp_probabilities([0.5, 0.5], [0.0, 0.0]), [0.5, 0.5])
+    for shares in ([0.5], [-1.0, 1.0], [np.nan, 1.0]):
+        with pytest.raises(ValueError, match="shares must be finite"):
+            weighted_pfsp_probabilities([0.5, 0.5], shares)
 
 
 @pytest.mark.parametrize(

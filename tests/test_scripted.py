@@ -10,6 +10,8 @@ Two stand-in "networks" with known behaviour check the sides and the counting:
 Then a real unit network plays, through the function the benchmark uses.
 """
 
+from collections import deque
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,6 +102,34 @@ def test_a_unit_network_plays_and_bad_input_is_refused():
         scripted.play_against_heuristic(network, params, ("terran", "protoss"), 0)
     with pytest.raises(ValueError):
         scripted.play_against_heuristic(network, params, ("terran", "elves"), 4)
+
+
+def test_pick_probabilities_are_the_frequencies_of_the_picks_the_network_samples():
+    """pi(army | races) from the composition head's softmax against the armies the network's
+    own sampling picks on the strategy step (4,096 samples a race pair); the head's bias is
+    set to make the picks uneven, and they differ between the race pairs' z-free inputs."""
+    from agents import act
+
+    config = RunConfig(races=3, runner="inprocess", run_dir="unused")
+    game = make_game(config, 1)
+    network = make_network(config, game.spec)
+    params = initial_params(network, game.spec, 0, 0)
+    head = "unit_agent/~/policy_composition"
+    params = {**params, head: {**params[head], "b": jnp.array([1.5, 0.0, -1.5])}}
+    pairs = np.array([[0, 1], [2, 2]])
+    probs = scripted.pick_probabilities(network, params, pairs)
+    assert probs.shape == (2, 3) and np.allclose(probs.sum(1), 1)
+    fns = sr._cached_functions(CONFIG)
+    n = 4096
+    for pair, p in zip(pairs, probs):
+        _, obs = jax.vmap(fns.reset)(jax.random.split(jax.random.PRNGKey(1), n), jnp.tile(pair, (n, 1)))
+        action, _ = act(network, params, jax.random.PRNGKey(2), obs[0], network.initial_state(n),
+                        jnp.ones(n, bool))
+        freq = np.bincount(np.asarray(action.game[sr.COMPOSITION_HEAD]), minlength=3) / n
+        np.testing.assert_allclose(p, freq, atol=0.03)
+        assert p[0] > p[2] + 0.3, p   # the bias shows: uneven picks
+    with pytest.raises(ValueError, match="races must be"):
+        scripted.pick_probabilities(network, params, [0, 1])
 
 
 def test_the_device_rollouts_scripted_slots_are_played_by_the_heuristic():
@@ -194,6 +224,82 @@ def test_main_agents_heuristic_slots_stay_out_of_the_league(tmp_path):
         coordinator.close()
 
 
+def test_forced_slots_play_the_cells_pfsp_draws_and_learn_their_win_rates(tmp_path):
+    """--heuristic_slots=2 --heuristic_forced_slots=1: a main agent's first slot plays one
+    forced cell (enemy race, own army, heuristic's army) for all its games: the races array
+    carries the armies for those games (-1 for the others); a cell the agent loses while it
+    wins every other is the only one drawn; the forced slot's results reach that cell's win
+    rate and `heuristic_forced_win_rate`, the other heuristic slot alone `heuristic_win_rate`."""
+    from coordinator.coordinator import Coordinator
+    from experiments.nodes import DeviceLearnerGroup
+    from experiments.program import agent_indices
+
+    config = RunConfig.make(game="smax_races", races=2, hidden_size=16, core_size=16, init="none",
+                            heuristic_slots=2, heuristic_forced_slots=1, learner_batch_size=8,
+                            unroll_length=32, run_dir=str(tmp_path / "run"), runner="inprocess",
+                            **{"device.updates_per_chunk": 4})
+    coordinator = Coordinator(config.league, config.run_dir, seed=0)
+    indices = agent_indices(config)
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
+    coordinator.connect_learners(group, list(indices))
+    main = "protoss_main_agent_0"
+    try:
+        cells = set()
+        for _ in range(6):
+            _, races, slots, _ = group.draw_opponents(main)
+            (first, cell), second = slots[0], slots[1]
+            assert first == group.HEURISTIC and second == (group.HEURISTIC, group.HEURISTIC)
+            races = np.asarray(races)
+            assert races.shape == (8, 2, 2)
+            enemy, own, army = cell
+            assert enemy in (0, 1) and 0 <= own < 3 and 0 <= army < 3
+            np.testing.assert_array_equal(races[:2, 0], [[1, enemy]] * 2)   # protoss at home
+            np.testing.assert_array_equal(races[:2, 1], [[own, army]] * 2)
+            assert (races[2:, 1] == -1).all()
+            cells.add(cell)
+        assert len(cells) > 1   # no cell played yet: drawn by the agent's picks alone
+        hard = (1, 2, 0)
+        for c in [(e, o, a) for e in (0, 1) for o in range(3) for a in range(3)]:
+            group._cells[main][c] = deque([(0.0 if c == hard else 5.0, 5)])
+        assert {group.draw_opponents(main)[2][0][1] for _ in range(8)} == {hard}
+        group._cells[main].clear()
+
+        outcomes = []   # each chunk's (wins, draws, losses) in the forced slot and in the other
+        play_and_learn = group.learners[main].play_and_learn
+        drawn = []
+
+        def recorded(opponents, races):
+            (_, enemy), (own, army) = np.asarray(races)[0].tolist()   # game 0: the forced slot's
+            drawn.append((enemy, own, army))
+            results = play_and_learn(opponents, races)
+            outcomes.append([[int(getattr(results, k)[m]) for k in ("wins", "draws", "losses")]
+                             for m in (0, 1)])
+            return results
+
+        group.learners[main].play_and_learn = recorded
+        reported = sum(group.play_chunk(main) for _ in range(2))
+        metrics = group.metrics()
+        forced, other = np.sum(outcomes, 0)
+        assert forced.sum() > 0 and other.sum() > 0
+        assert metrics[main]["heuristic_forced_games"] == forced.sum()
+        assert metrics[main]["heuristic_forced_win_rate"] == pytest.approx(
+            (forced[0] + 0.5 * forced[1]) / forced.sum())
+        assert metrics[main]["heuristic_games"] == other.sum()
+        assert metrics[main]["heuristic_win_rate"] == pytest.approx((other[0] + 0.5 * other[1]) / other.sum())
+        assert group.learners[main].games_played == reported + forced.sum() + other.sum()
+        # each chunk's forced results went to the cell its races array forced
+        per_cell = {}
+        for (enemy, own, army), (w, d, lost) in zip(drawn, [o[0] for o in outcomes]):
+            score, games = per_cell.get((enemy, own, army), (0.0, 0))
+            per_cell[(enemy, own, army)] = (score + w + 0.5 * d, games + w + d + lost)
+        assert set(group._cells[main]) == set(per_cell)
+        for c, (score, games) in per_cell.items():
+            assert group.cell_win_rate(main, c) == pytest.approx(score / games)
+    finally:
+        group.close()
+        coordinator.close()
+
+
 def test_heuristic_slots_are_refused_where_they_cannot_act():
     from experiments.config import ConfigError
     from experiments.program import experience_path
@@ -204,6 +310,10 @@ def test_heuristic_slots_are_refused_where_they_cannot_act():
         RunConfig.make(game="smax_races", init="none", heuristic_slots=4)
     with pytest.raises(ConfigError, match="heuristic_slots must be in"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=-1)
+    with pytest.raises(ConfigError, match=r"heuristic_forced_slots must be in \[0, --device.heuristic_slots\] = \[0, 2\]"):
+        RunConfig.make(game="smax_races", init="none", heuristic_slots=2, heuristic_forced_slots=3)
+    with pytest.raises(ConfigError, match="heuristic_forced_slots must be in"):
+        RunConfig.make(game="smax_races", init="none", heuristic_forced_slots=1)
     with pytest.raises(ConfigError, match="device path only.*--experience=device"):
         experience_path(RunConfig.make(game="smax_races", init="none", experience="replay", heuristic_slots=1))
     assert experience_path(RunConfig.make(game="smax_races", init="none", heuristic_slots=3))[0] == "device"

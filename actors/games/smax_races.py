@@ -311,6 +311,7 @@ class RacesState:
     compositions: jax.Array  # [2] int32, -1 before the strategy step
     choosing: jax.Array  # bool: the next step is the strategy step
     key: jax.Array
+    armies: jax.Array  # [2] int32 the army forced on each side (-1: the side picks its own)
 
 
 def make_spec(env: RacesSMAX) -> GameSpec:
@@ -376,6 +377,7 @@ class SmaxRacesFunctions:
             target_mask = jnp.where(unit_live & jnp.any(can_target, 1, keepdims=True),
                                     can_target, one_hot0(n))
             order = jnp.array([side, 1 - side])
+            menu = jnp.arange(COMPOSITIONS_PER_RACE)
             out.append({
                 "units": units.astype(jnp.float32),
                 "alive": side_alive & fighting,
@@ -385,8 +387,9 @@ class SmaxRacesFunctions:
                 "acting": jnp.array(True),
                 "time": time,
                 MASK_KEY: {
-                    COMPOSITION_HEAD: jnp.where(s.choosing, jnp.ones(COMPOSITIONS_PER_RACE, bool),
-                                                jnp.arange(COMPOSITIONS_PER_RACE) == 0),
+                    COMPOSITION_HEAD: jnp.where(
+                        s.choosing, jnp.where(s.armies[side] >= 0, menu == s.armies[side], True),
+                        menu == 0),
                     "action_type": type_mask,
                     "target": target_mask,
                 },
@@ -394,17 +397,27 @@ class SmaxRacesFunctions:
         return tuple(out)
 
     # -- reset / step ----------------------------------------------------------------------
-    def initial_state(self, key, races) -> RacesState:
+    def initial_state(self, key, races, armies=None) -> RacesState:
         key, spawn_key = jax.random.split(key)
         placeholder = jnp.zeros(2, jnp.int32)
         smax = self.env.spawn(spawn_key, races, placeholder)
         smax = smax.replace(unit_alive=jnp.zeros_like(smax.unit_alive),
                             unit_health=jnp.zeros_like(smax.unit_health))
+        armies = jnp.full(2, -1, jnp.int32) if armies is None else jnp.asarray(armies, jnp.int32)
         return RacesState(smax=smax, races=jnp.asarray(races, jnp.int32),
-                          compositions=jnp.full(2, -1, jnp.int32), choosing=jnp.array(True), key=key)
+                          compositions=jnp.full(2, -1, jnp.int32), choosing=jnp.array(True), key=key,
+                          armies=armies)
 
     def reset(self, key, races):
-        s = self.initial_state(key, races)
+        """A fresh game in `races`: [2] race indices (side 0, side 1), or [2, 2] races and the
+        armies forced on the sides (row 1, menu indices; -1: the side picks its own). A forced
+        side's strategy step has one legal composition, the forced one (its mask), so a network
+        samples it with probability 1 and learns nothing from the pick; the game plays it
+        whatever the side chose (a scripted side too). Auto-reset keeps both for the game's
+        next games."""
+        races = jnp.asarray(races, jnp.int32)
+        s = (self.initial_state(key, races[0], races[1]) if races.ndim == 2
+             else self.initial_state(key, races))
         return s, self.observe(s)
 
     def _jaxmarl_actions(self, actions):
@@ -420,7 +433,7 @@ class SmaxRacesFunctions:
         env, n = self.env, self.n
         key, spawn_key, step_key, reset_key = jax.random.split(s.key, 4)
         comps = jnp.stack([actions[0][COMPOSITION_HEAD], actions[1][COMPOSITION_HEAD]]).astype(jnp.int32)
-        comps = jnp.clip(comps, 0, COMPOSITIONS_PER_RACE - 1)
+        comps = jnp.clip(jnp.where(s.armies >= 0, s.armies, comps), 0, COMPOSITIONS_PER_RACE - 1)
         spawned = env.spawn(spawn_key, s.races, comps)
 
         flat = self._jaxmarl_actions(actions)
@@ -458,8 +471,8 @@ class SmaxRacesFunctions:
         }
 
         new = RacesState(smax=smax, races=s.races, compositions=compositions,
-                         choosing=jnp.array(False), key=key)
-        fresh = self.initial_state(reset_key, s.races)
+                         choosing=jnp.array(False), key=key, armies=s.armies)
+        fresh = self.initial_state(reset_key, s.races, s.armies)
         new = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, new)
         return new, self.observe(new), rewards, done, outcome, signals
 
