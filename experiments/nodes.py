@@ -329,8 +329,10 @@ class DeviceLearnerGroup(_Learners):
         return self._frozen[player_id]
 
     def draw_opponents(self, agent_id: str):
-        """(Opponents, races [B, 2] or None, slots: [(opponent, branch)]) of the agent's next
-        chunk, drawn from its match distribution."""
+        """(Opponents, races [B, 2] or None, slots: [(opponent, branch)], the match
+        distribution) of the agent's next chunk, drawn from its match distribution; with forced
+        slots the races are [B, 2, 2] (the races, then the armies: `SmaxRacesFunctions.reset`)
+        and a forced slot is (`HEURISTIC`, its cell)."""
         import jax
         import jax.numpy as jnp
 
@@ -478,22 +480,20 @@ class DeviceLearnerGroup(_Learners):
         draws, the agent's last 16 chunks against the heuristic, its own pick against the
         heuristic's uniform one), `heuristic_draw_rate` (a side that cannot win draws out the
         clock: SMAX zerg, session 28) and `heuristic_games`; with forced slots
-        `heuristic_forced_win_rate` and `heuristic_forced_games` (their games, last 16 chunks);
+        `heuristic_forced_win_rate`, `_draw_rate` and `_games` (their games, last 16 chunks);
         `waiting_for_turn` 1 while a round runs other agents' chunks and none of this one's
         (the coordinator's stall watch does not count that time)."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
         for agent, m in out.items():
             m["waiting_for_turn"] = float(self._in_round and agent not in self._playing)
-        for agent, chunks in self._heuristic_results.items():
-            wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
-            if games := wins + draws + losses:
-                out[agent].update(heuristic_win_rate=(wins + 0.5 * draws) / games,
-                                  heuristic_draw_rate=draws / games, heuristic_games=float(games))
-        for agent, chunks in self._forced_results.items():
-            wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
-            if games := wins + draws + losses:
-                out[agent].update(heuristic_forced_win_rate=(wins + 0.5 * draws) / games,
-                                  heuristic_forced_games=float(games))
+        for prefix, results in (("heuristic", self._heuristic_results),
+                                ("heuristic_forced", self._forced_results)):
+            for agent, chunks in results.items():
+                wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
+                if games := wins + draws + losses:
+                    out[agent].update({f"{prefix}_win_rate": (wins + 0.5 * draws) / games,
+                                       f"{prefix}_draw_rate": draws / games,
+                                       f"{prefix}_games": float(games)})
         return out
 
     def close(self) -> None:

@@ -56,10 +56,17 @@ class Supervisor:
 
         vs = by_race({a: f"{w:.2f}" for a, w in summary["main_win_rate_vs_league"].items()})
         # --device.heuristic_slots: the main agents' training games against the heuristic (and
-        # how many of them were drawn: a side that cannot win plays out the clock)
-        scripted = by_race({a: f"{m['heuristic_win_rate']:.2f}" + (
-            f" ({m['heuristic_draw_rate']:.0%} drawn)" if m.get("heuristic_draw_rate") else "")
-            for a, m in metrics.items() if "heuristic_win_rate" in m})
+        # how many of them were drawn: a side that cannot win plays out the clock), and
+        # --device.heuristic_forced_slots: those with forced armies
+        def against_heuristic(m):
+            own = (f"{m['heuristic_win_rate']:.2f}" + (
+                f" ({m['heuristic_draw_rate']:.0%} drawn)" if m.get("heuristic_draw_rate") else "")
+                if "heuristic_win_rate" in m else "")
+            forced = (f"forced armies {m['heuristic_forced_win_rate']:.2f}"
+                      if "heuristic_forced_win_rate" in m else "")
+            return " ".join(filter(None, (own, forced)))
+
+        scripted = by_race({a: against_heuristic(m) for a, m in metrics.items() if against_heuristic(m)})
         print(
             f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
             f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s{slowest}  "

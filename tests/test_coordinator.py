@@ -605,6 +605,14 @@ def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_
     out = io.StringIO()
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
     assert "vs heuristic (training games): terran 0.75 (30% drawn)" in out.getvalue(), out.getvalue()
+    learners[chunked].m["heuristic_forced_win_rate"] = 0.25   # --heuristic_forced_slots' games
+    out = io.StringIO()
+    Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    assert "vs heuristic (training games): terran 0.75 (30% drawn) forced armies 0.25" in out.getvalue()
+    del learners[chunked].m["heuristic_win_rate"]   # every heuristic slot forced
+    out = io.StringIO()
+    Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    assert "vs heuristic (training games): terran forced armies 0.25" in out.getvalue(), out.getvalue()
 
 
 def test_a_nash_conv_that_is_not_finite_is_not_recorded(tmp_path):
