@@ -396,7 +396,7 @@ class DeviceLearnerGroup(_Learners):
                                    [[home, enemy] for enemy in enemies], self._fns.config)
         k = picks.shape[1]
         cells = [(enemy, own, army) for enemy in enemies for own in range(k) for army in range(k)]
-        shares = [picks[i, own] for i, _ in enumerate(enemies) for own in range(k) for _ in range(k)]
+        shares = [picks[enemies.index(enemy), own] for enemy, own, _ in cells]
         with self._lock:
             rates = [self.cell_win_rate(agent_id, cell) for cell in cells]
             probs = weighted_pfsp_probabilities(rates, shares)
