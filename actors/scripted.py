@@ -35,10 +35,10 @@ def _play_fn(network, config: smax_races.SmaxRacesConfig, greedy: bool):
         batch = races.shape[0]
         key, reset_key = jax.random.split(key)
         heuristic, scripted_state = smax_races.heuristic_side(fns, 1, batch)
-        games = smax_races.start_games(fns, races, reset_key, network.initial_state(batch),
-                                       scripted_state)
-        act0 = _forcing(network_policy(network, params, greedy), forced[0])
-        act1 = _forcing(heuristic, forced[1])
+        # The game forces the armies (`SmaxRacesFunctions.reset` with [races, armies]).
+        games = smax_races.start_games(fns, jnp.stack([races, forced.T], 1), reset_key,
+                                       network.initial_state(batch), scripted_state)
+        act0, act1 = network_policy(network, params, greedy), heuristic
         # The strategy step (no game ends on it; its key split as play_to_end splits each
         # step's), then the battle: the armies both sides played.
         key, strategy_key = jax.random.split(key)
@@ -48,17 +48,6 @@ def _play_fn(network, config: smax_races.SmaxRacesConfig, greedy: bool):
         return outcome, ended, compositions
 
     return play
-
-
-def _forcing(act, composition):
-    """`act` with its army pick replaced by `composition` [B] where that is >= 0 (-1: its own)."""
-    def forced(key, obs, state, first):
-        action, state = act(key, obs, state, first)
-        head = smax_races.COMPOSITION_HEAD
-        pick = jnp.where(composition >= 0, composition, action.game[head]).astype(action.game[head].dtype)
-        return action._replace(game=dict(action.game, **{head: pick}),
-                               heads=dict(action.heads, **{head: pick})), state
-    return forced
 
 
 class HeuristicGames(NamedTuple):

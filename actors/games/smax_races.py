@@ -630,8 +630,9 @@ def heuristic_side(fns: SmaxRacesFunctions, side: int, batch: int, composition=N
 
 
 def start_games(fns: SmaxRacesFunctions, races, key, state0, state1):
-    """B fresh games in `races` [B, 2] (`actors.rollout.Games`), the sides' core (or
-    heuristic) states `state0` / `state1`."""
+    """B fresh games in `races` [B, 2] (or [B, 2, 2]: races and forced armies, as `reset`
+    takes them) (`actors.rollout.Games`), the sides' core (or heuristic) states `state0` /
+    `state1`."""
     from actors.rollout import Games
 
     batch = races.shape[0]
