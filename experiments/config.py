@@ -43,7 +43,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.heuristic_forced_slots", "device.main_agent_chunks", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.heuristic_forced_slots", "device.heuristic_forced_handicap", "device.main_agent_chunks", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -137,6 +137,7 @@ ALIASES = {
     "learner_batch_size": "learner.batch_size",
     "heuristic_slots": "device.heuristic_slots",
     "heuristic_forced_slots": "device.heuristic_forced_slots",
+    "heuristic_forced_handicap": "device.heuristic_forced_handicap",
     "main_agent_chunks": "device.main_agent_chunks",
     "unroll_length": "learner.unroll_length",
     "learning_rate": "learner.learning_rate",
@@ -209,6 +210,10 @@ class DeviceSettings:
     # learns no pick from them. The others keep the agent's own pick and the heuristic's uniform
     # one. 0: none (benchmarks/builtin_opponent.py --by_composition shows the cells)
     heuristic_forced_slots: int = 0
+    # The forced cells start from a handicap the agent can win: the heuristic's army plays
+    # without some of its units, a level per cell that the agent's results move (league/
+    # curriculum.py: automatic domain randomization); false: the full armies
+    heuristic_forced_handicap: bool = False
     # Chunks a main agent plays and learns from per round of its learner group, where every
     # exploiter plays one: the share of a small machine that goes to the main agents (AlphaStar
     # gave every agent the same hardware; 1 does the same here)
@@ -397,6 +402,9 @@ class RunConfig:
             raise ConfigError(f"--device.heuristic_forced_slots must be in [0, --device.heuristic_slots] = "
                               f"[0, {self.device.heuristic_slots}] (it forces the armies of some of "
                               f"the heuristic slots' games); got {self.device.heuristic_forced_slots}")
+        if self.device.heuristic_forced_handicap and not self.device.heuristic_forced_slots:
+            raise ConfigError("--device.heuristic_forced_handicap handicaps the forced cells' games: "
+                              "set --device.heuristic_forced_slots >= 1 with it, or leave it off")
         if self.league.main_agents_per_race < 1:
             raise ConfigError("a league needs at least one main agent per race (--league.main_agents_per_race >= 1)")
         if self.init not in ("", "none") and self.game != "smax_races":

@@ -41,6 +41,7 @@ from experiments.build import (
     make_network,
 )
 from experiments.config import POKER_GAMES, RACES, RunConfig
+from league import curriculum
 from league.players import WithdrawnPlayer, draw_past_withdrawn, learning_agents
 from league.results import GameResult
 
@@ -219,7 +220,10 @@ class DeviceLearnerGroup(_Learners):
     not league games (no payoff); their win rate is the learner metric `heuristic_win_rate`.
     With `device.heuristic_forced_slots` F, the first F of them each play one forced cell (an
     enemy race, the agent's army, the heuristic's: `forced_cells`) for all their games, its
-    win rate the metric `heuristic_forced_win_rate`.
+    win rate the metric `heuristic_forced_win_rate`; with `device.heuristic_forced_handicap`
+    the heuristic's army in a cell starts without some of its units, a level per cell moved by
+    the agent's results there (`league.curriculum`; the mean handicap: the metric
+    `heuristic_forced_handicap`).
     With `device.main_agent_chunks` N, a round gives each main agent N chunks in a row and
     each exploiter one."""
 
@@ -248,6 +252,7 @@ class DeviceLearnerGroup(_Learners):
         main = {p.player_id for p in learning_agents(config.league) if p.role == "main_agent"}
         self.heuristic_slots = {a: config.device.heuristic_slots if a in main else 0 for a in agent_ids}
         self.forced_slots = {a: config.device.heuristic_forced_slots if a in main else 0 for a in agent_ids}
+        self.handicap = config.device.heuristic_forced_handicap
         self._fns = probe.fns
         self.chunks_per_round = {a: config.device.main_agent_chunks if a in main else 1 for a in agent_ids}
 
@@ -296,6 +301,10 @@ class DeviceLearnerGroup(_Learners):
         self._forced_results = {a: deque(maxlen=16) for a in agent_ids if self.forced_slots[a]}
         # agent -> forced cell -> its last chunks' (wins + draws / 2, games)
         self._cells: dict[str, dict[tuple[int, int, int], deque]] = {a: {} for a in agent_ids}
+        # --device.heuristic_forced_handicap: agent -> forced cell -> its handicap level (0 before
+        # any: the full army), and the mean fraction of the heuristic's army removed per chunk
+        self._levels: dict[str, dict[tuple[int, int, int], int]] = {a: {} for a in agent_ids}
+        self._forced_handicaps = {a: deque(maxlen=16) for a in agent_ids if self.forced_slots[a] and self.handicap}
         self._in_round, self._playing = False, set()  # agents whose chunks run now
 
     # -- opponents ------------------------------------------------------------------------
@@ -331,8 +340,9 @@ class DeviceLearnerGroup(_Learners):
     def draw_opponents(self, agent_id: str):
         """(Opponents, races [B, 2] or None, slots: [(opponent, branch)], the match
         distribution) of the agent's next chunk, drawn from its match distribution; with forced
-        slots the races are [B, 2, 2] (the races, then the armies: `SmaxRacesFunctions.reset`)
-        and a forced slot is (`HEURISTIC`, its cell)."""
+        slots the races are [B, 2, 2] (the races, then the armies: `SmaxRacesFunctions.reset`),
+        [B, 3, 2] with handicaps (then the units each side starts without), and a forced slot
+        is (`HEURISTIC`, its cell)."""
         import jax
         import jax.numpy as jnp
 
@@ -375,7 +385,13 @@ class DeviceLearnerGroup(_Learners):
             if forced:   # [B, 2, 2]: the races and the armies (-1: the side's own pick)
                 armies = np.full((m * per_game, 2), -1)
                 armies[:len(forced) * per_game] = np.repeat([cell[1:] for cell in forced], per_game, 0)
-                races = np.stack([races, armies], 1)
+                rows = [races, armies]
+                if self.handicap:   # [B, 3, 2]: and the units the heuristic's army starts without
+                    handicaps = np.zeros((m * per_game, 2), int)
+                    handicaps[:len(forced) * per_game, 1] = np.repeat(
+                        [self.cell_handicap(agent_id, cell) for cell in forced], per_game)
+                    rows.append(handicaps)
+                races = np.stack(rows, 1)
             races = jnp.asarray(races.astype(np.int32))
         return Opponents(bank, use_self), races, slots, dist
 
@@ -403,9 +419,18 @@ class DeviceLearnerGroup(_Learners):
             drawn = self._rng.choice(len(cells), size=self.forced_slots[agent_id], p=probs)
         return [cells[i] for i in drawn]
 
+    def cell_handicap(self, agent_id: str, cell: tuple[int, int, int]) -> int:
+        """Units the heuristic's army starts without in the agent's forced cell: its handicap
+        level (`league.curriculum`) over the army's size; 0 without `heuristic_forced_handicap`."""
+        if not self.handicap:
+            return 0
+        race, _, army = cell
+        size = self._fns.config.menu[race][army].size
+        return curriculum.handicap_units(self._levels[agent_id].get(cell, 0), size)
+
     def cell_win_rate(self, agent_id: str, cell: tuple[int, int, int]) -> float:
         """The agent's win rate in a forced cell over the last chunks that played it (wins plus
-        half the draws); 0.5 before any."""
+        half the draws; at the cell's handicaps, with `heuristic_forced_handicap`); 0.5 before any."""
         played = self._cells[agent_id].get(cell)
         score, games = np.sum(list(played), 0) if played else (0.0, 0)
         return float(score / games) if games else 0.5
@@ -423,12 +448,21 @@ class DeviceLearnerGroup(_Learners):
 
         if forced:
             self._forced_results[agent_id].append(outcomes(slice(0, forced)))
+            played: dict[tuple[int, int, int], np.ndarray] = {}   # cell -> this chunk's (score, games)
+            for m, (_, cell) in enumerate(slots[:forced]):
+                wins, draws, losses = outcomes(slice(m, m + 1))
+                played[cell] = played.get(cell, 0) + np.array([wins + 0.5 * draws, wins + draws + losses])
             with self._lock:
-                for m, (_, cell) in enumerate(slots[:forced]):
-                    wins, draws, losses = outcomes(slice(m, m + 1))
-                    if wins + draws + losses:
-                        self._cells[agent_id].setdefault(cell, deque(maxlen=4)).append(
-                            (wins + 0.5 * draws, wins + draws + losses))
+                if self.handicap:
+                    sizes = [self._fns.config.menu[race][army].size for race, _, army in played]
+                    self._forced_handicaps[agent_id].append(float(np.mean(
+                        [self.cell_handicap(agent_id, cell) / size for cell, size in zip(played, sizes)])))
+                for cell, (score, games) in played.items():
+                    if games:
+                        self._cells[agent_id].setdefault(cell, deque(maxlen=4)).append((score, games))
+                        if self.handicap:
+                            self._levels[agent_id][cell] = curriculum.next_level(
+                                self._levels[agent_id].get(cell, 0), score, int(games))
         if scripted > forced:
             self._heuristic_results[agent_id].append(outcomes(slice(forced, scripted)))
         for m, (opp, branch) in enumerate(slots[scripted:], scripted):  # same opponent and branch: added up
@@ -480,7 +514,9 @@ class DeviceLearnerGroup(_Learners):
         draws, the agent's last 16 chunks against the heuristic, its own pick against the
         heuristic's uniform one), `heuristic_draw_rate` (a side that cannot win draws out the
         clock: SMAX zerg, session 28) and `heuristic_games`; with forced slots
-        `heuristic_forced_win_rate`, `_draw_rate` and `_games` (their games, last 16 chunks);
+        `heuristic_forced_win_rate`, `_draw_rate` and `_games` (their games, last 16 chunks),
+        with handicaps `heuristic_forced_handicap` (the mean fraction of the heuristic's army
+        removed in them);
         `waiting_for_turn` 1 while a round runs other agents' chunks and none of this one's
         (the coordinator's stall watch does not count that time)."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
@@ -494,6 +530,9 @@ class DeviceLearnerGroup(_Learners):
                     out[agent].update({f"{prefix}_win_rate": (wins + 0.5 * draws) / games,
                                        f"{prefix}_draw_rate": draws / games,
                                        f"{prefix}_games": float(games)})
+        for agent, fractions in self._forced_handicaps.items():
+            if fractions:
+                out[agent]["heuristic_forced_handicap"] = float(np.mean(fractions))
         return out
 
     def close(self) -> None:

@@ -57,13 +57,15 @@ class Supervisor:
         vs = by_race({a: f"{w:.2f}" for a, w in summary["main_win_rate_vs_league"].items()})
         # --device.heuristic_slots: the main agents' training games against the heuristic (and
         # how many of them were drawn: a side that cannot win plays out the clock), and
-        # --device.heuristic_forced_slots: those with forced armies
+        # --device.heuristic_forced_slots: those with forced armies (and the share of the
+        # heuristic's army they start without: --device.heuristic_forced_handicap)
         def against_heuristic(m):
             own = (f"{m['heuristic_win_rate']:.2f}" + (
                 f" ({m['heuristic_draw_rate']:.0%} drawn)" if m.get("heuristic_draw_rate") else "")
                 if "heuristic_win_rate" in m else "")
-            forced = (f"forced armies {m['heuristic_forced_win_rate']:.2f}"
-                      if "heuristic_forced_win_rate" in m else "")
+            forced = (f"forced armies {m['heuristic_forced_win_rate']:.2f}" + (
+                f" (handicap {m['heuristic_forced_handicap']:.0%})" if "heuristic_forced_handicap" in m else "")
+                if "heuristic_forced_win_rate" in m else "")
             return " ".join(filter(None, (own, forced)))
 
         scripted = by_race({a: against_heuristic(m) for a, m in metrics.items() if against_heuristic(m)})

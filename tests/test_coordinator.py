@@ -613,6 +613,10 @@ def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_
     out = io.StringIO()
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
     assert "vs heuristic (training games): terran forced armies 0.25" in out.getvalue(), out.getvalue()
+    learners[chunked].m["heuristic_forced_handicap"] = 0.4   # --heuristic_forced_handicap
+    out = io.StringIO()
+    Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    assert "vs heuristic (training games): terran forced armies 0.25 (handicap 40%)" in out.getvalue()
 
 
 def test_a_nash_conv_that_is_not_finite_is_not_recorded(tmp_path):

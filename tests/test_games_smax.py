@@ -117,6 +117,32 @@ def test_forced_armies_are_the_only_legal_pick_and_are_played_game_after_game():
     assert games.min() >= 2, games   # the armies held over auto-resets
 
 
+def test_a_handicap_removes_the_last_units_of_an_army_game_after_game():
+    """reset(key, [races, armies, handicaps]): a side's army spawns without its last
+    `handicap` units (at least one stays), they are not `present`, and auto-reset keeps it.
+    CONFIG's armies are 3 units, so handicaps 0, 1, 2, 5 leave 3, 2, 1, 1 (worked by hand)."""
+    fns = sr._cached_functions(CONFIG)
+    batch = len(MATCHUPS)
+    handicap = np.stack([np.zeros(batch, int), np.array([0, 1, 2, 5] * 3)[:batch]], 1)
+    want = np.stack([np.full(batch, 3), np.array([3, 2, 1, 1] * 3)[:batch]], 1)
+    races = jnp.asarray(np.stack([MATCHUPS, np.full((batch, 2), -1), handicap], 1), jnp.int32)  # [B, 3, 2]
+    state, obs = jax.vmap(fns.reset)(jax.random.split(jax.random.PRNGKey(0), batch), races)
+    step = jax.jit(jax.vmap(fns.step))
+    actions = tuple({"composition": jnp.asarray(np.arange(batch) % 3, jnp.int32),
+                     "action_type": jnp.full((batch, fns.n), sr.STOP, jnp.int32),
+                     "target": jnp.zeros((batch, fns.n), jnp.int32)} for _ in range(2))
+    spawns = 0
+    for _ in range(2 * (CONFIG.max_steps + 1)):
+        choosing = np.asarray(state.choosing)
+        state, obs, _, _, _, signals = step(state, actions)
+        if choosing.all():
+            alive = np.asarray(state.smax.unit_alive).reshape(batch, 2, fns.n)
+            np.testing.assert_array_equal(alive.sum(-1), want)
+            np.testing.assert_array_equal(np.asarray(signals["present"]), alive)
+            spawns += 1
+    assert spawns == 2, spawns   # both games of every row, the second after an auto-reset
+
+
 def test_scripted_micro_beats_an_idle_army(game):
     init, act = sr.heuristic_policy(game.fns, side=0, composition=0)
     act = jax.jit(jax.vmap(act))

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from league.curriculum import handicap_units, next_level
 from league.league import League
 from league.matchmaking import (
     MAIN_AGENT_MATCHMAKERS,
@@ -73,6 +74,25 @@ def test_weighted_pfsp_worked_by_hand():
     for shares in ([0.5], [-1.0, 1.0], [np.nan, 1.0]):
         with pytest.raises(ValueError, match="shares must be finite"):
             weighted_pfsp_probabilities([0.5, 0.5], shares)
+
+
+def test_handicap_curriculum_worked_by_hand():
+    """A cell scoring 0, 2 and 4.5 of 16 chunk after chunk climbs a level each time (<= 0.3),
+    holds between (8: 0.5), steps down from 0.6 (11: 0.69; then 16) and stops at the ends; no
+    games, no change. 10 levels over an army of 20 zerglings remove 0, 2, 6, 18 units
+    at levels 0, 1, 3, 9; over 1 unit none; over 5, level 10 removes 4 (one stays)."""
+    level = 0
+    for score, want in ((0, 1), (2, 2), (4.5, 3), (8, 3), (11, 2), (16, 1), (16, 0), (16, 0)):
+        level = next_level(level, score, 16)
+        assert level == want, (score, level, want)
+    assert next_level(10, 0, 16) == 10 and next_level(4, 0, 0) == 4
+    assert next_level(3, 0.3 * 10, 10) == 4 and next_level(3, 0.6 * 10, 10) == 2   # thresholds inclusive
+    assert [handicap_units(level, 20) for level in (0, 1, 3, 9, 10)] == [0, 2, 6, 18, 19]
+    assert handicap_units(7, 1) == 0 and handicap_units(10, 5) == 4 and handicap_units(3, 5) == 1
+    with pytest.raises(ValueError, match="low < high"):
+        next_level(0, 1, 2, low=0.7, high=0.6)
+    with pytest.raises(ValueError, match="0 <= level <= 10"):
+        next_level(11, 1, 2)
 
 
 @pytest.mark.parametrize(

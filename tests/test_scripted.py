@@ -300,6 +300,59 @@ def test_forced_slots_play_the_cells_pfsp_draws_and_learn_their_win_rates(tmp_pa
         coordinator.close()
 
 
+def test_forced_cells_start_from_a_handicap_their_results_move(tmp_path):
+    """--heuristic_forced_handicap: the forced games carry a third row in the races array, the
+    units the heuristic's army starts without (its level over the army's size,
+    `league.curriculum.handicap_units`; 0 for every other game and side); after a chunk the
+    cell's level moves by `next_level` on that chunk's results in it, and
+    `heuristic_forced_handicap` is the mean fraction of the army removed."""
+    from coordinator.coordinator import Coordinator
+    from experiments.nodes import DeviceLearnerGroup
+    from experiments.program import agent_indices
+    from league.curriculum import handicap_units, next_level
+
+    config = RunConfig.make(game="smax_races", races=2, hidden_size=16, core_size=16, init="none",
+                            heuristic_slots=2, heuristic_forced_slots=1, heuristic_forced_handicap=True,
+                            learner_batch_size=8, unroll_length=32, run_dir=str(tmp_path / "run"),
+                            runner="inprocess", **{"device.updates_per_chunk": 4})
+    coordinator = Coordinator(config.league, config.run_dir, seed=0)
+    indices = agent_indices(config)
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
+    coordinator.connect_learners(group, list(indices))
+    main = "protoss_main_agent_0"
+    try:
+        hard = (0, 1, 1)    # against terran: the agent's second army, the heuristic's second
+        size = group._fns.config.menu[0][1].size
+        for c in [(e, o, a) for e in (0, 1) for o in range(3) for a in range(3)]:
+            group._cells[main][c] = deque([(0.0 if c == hard else 5.0, 5)])   # the one cell drawn
+        group._levels[main][hard] = 7
+        assert handicap_units(7, size) > 0
+        seen, levels, fractions = [], [], []
+        play_and_learn = group.learners[main].play_and_learn
+
+        def recorded(opponents, races):
+            seen.append(np.asarray(races))
+            levels.append(group._levels[main][hard])
+            results = play_and_learn(opponents, races)
+            seen[-1] = (seen[-1], [int(getattr(results, k)[0]) for k in ("wins", "draws", "losses")])
+            return results
+
+        group.learners[main].play_and_learn = recorded
+        for _ in range(3):
+            group.play_chunk(main)
+            fractions.append(handicap_units(levels[-1], size) / size)
+        for (races, (w, d, lost)), level, after in zip(seen, levels, levels[1:] + [group._levels[main][hard]]):
+            assert races.shape == (8, 3, 2)
+            np.testing.assert_array_equal(races[:2, 1], [[1, 1]] * 2)                 # the hard cell
+            np.testing.assert_array_equal(races[:2, 2], [[0, handicap_units(level, size)]] * 2)
+            assert (races[2:, 2] == 0).all()                                         # no other game
+            assert after == next_level(level, w + 0.5 * d, w + d + lost)
+        assert group.metrics()[main]["heuristic_forced_handicap"] == pytest.approx(np.mean(fractions))
+    finally:
+        group.close()
+        coordinator.close()
+
+
 def test_heuristic_slots_are_refused_where_they_cannot_act():
     from experiments.config import ConfigError
     from experiments.program import experience_path
@@ -314,6 +367,9 @@ def test_heuristic_slots_are_refused_where_they_cannot_act():
         RunConfig.make(game="smax_races", init="none", heuristic_slots=2, heuristic_forced_slots=3)
     with pytest.raises(ConfigError, match="heuristic_forced_slots must be in"):
         RunConfig.make(game="smax_races", init="none", heuristic_forced_slots=1)
+    with pytest.raises(ConfigError, match="heuristic_forced_handicap handicaps the forced cells' games: "
+                                          "set --device.heuristic_forced_slots >= 1"):
+        RunConfig.make(game="smax_races", init="none", heuristic_slots=2, heuristic_forced_handicap=True)
     with pytest.raises(ConfigError, match="device path only.*--experience=device"):
         experience_path(RunConfig.make(game="smax_races", init="none", experience="replay", heuristic_slots=1))
     assert experience_path(RunConfig.make(game="smax_races", init="none", heuristic_slots=3))[0] == "device"

@@ -219,16 +219,28 @@ class RacesSMAX(SMAX):
                     slot += count
         self.menu_table = jnp.asarray(table)
 
-    def spawn(self, key, races, compositions) -> SmaxState:
-        """Battle start: both armies at their edge; empty slots are dead units (health 0)."""
+    def army_types(self, races, compositions, handicap=None):
+        """[2n] unit types of both sides' armies (-1: an empty slot). `handicap` [2]: units each
+        side's army starts without, its last ones (at least one unit stays)."""
+        n = self.num_allies
+        types = jnp.stack([self.menu_table[races[0], compositions[0]],
+                           self.menu_table[races[1], compositions[1]]])       # [2, n]
+        if handicap is not None:
+            size = jnp.sum(types >= 0, axis=1, keepdims=True)
+            keep = jnp.maximum(size - jnp.asarray(handicap, jnp.int32)[:, None], 1)
+            types = jnp.where(jnp.arange(n) < keep, types, -1)
+        return types.reshape(2 * n)
+
+    def spawn(self, key, races, compositions, handicap=None) -> SmaxState:
+        """Battle start: both armies at their edge; empty slots (and the units a `handicap`
+        removes: `army_types`) are dead units (health 0)."""
         n = self.num_allies
         k0, k1 = jax.random.split(key)
         spread = self.config.spawn_spread
         centre = jnp.array([self.map_width, self.map_height], jnp.float32) / 4
         start0 = centre * jnp.array([1.0, 2.0]) + jax.random.uniform(k0, (n, 2), minval=-spread, maxval=spread)
         start1 = centre * jnp.array([3.0, 2.0]) + jax.random.uniform(k1, (n, 2), minval=-spread, maxval=spread)
-        types = jnp.concatenate([self.menu_table[races[0], compositions[0]],
-                                 self.menu_table[races[1], compositions[1]]])
+        types = self.army_types(races, compositions, handicap)
         alive = types >= 0
         types = jnp.maximum(types, 0).astype(jnp.uint8)
         state = SmaxState(
@@ -312,6 +324,7 @@ class RacesState:
     choosing: jax.Array  # bool: the next step is the strategy step
     key: jax.Array
     armies: jax.Array  # [2] int32 the army forced on each side (-1: the side picks its own)
+    handicap: jax.Array  # [2] int32 units each side's army starts without (0: none)
 
 
 def make_spec(env: RacesSMAX) -> GameSpec:
@@ -397,27 +410,28 @@ class SmaxRacesFunctions:
         return tuple(out)
 
     # -- reset / step ----------------------------------------------------------------------
-    def initial_state(self, key, races, armies=None) -> RacesState:
+    def initial_state(self, key, races, armies=None, handicap=None) -> RacesState:
         key, spawn_key = jax.random.split(key)
         placeholder = jnp.zeros(2, jnp.int32)
         smax = self.env.spawn(spawn_key, races, placeholder)
         smax = smax.replace(unit_alive=jnp.zeros_like(smax.unit_alive),
                             unit_health=jnp.zeros_like(smax.unit_health))
         armies = jnp.full(2, -1, jnp.int32) if armies is None else jnp.asarray(armies, jnp.int32)
+        handicap = jnp.zeros(2, jnp.int32) if handicap is None else jnp.asarray(handicap, jnp.int32)
         return RacesState(smax=smax, races=jnp.asarray(races, jnp.int32),
                           compositions=jnp.full(2, -1, jnp.int32), choosing=jnp.array(True), key=key,
-                          armies=armies)
+                          armies=armies, handicap=handicap)
 
     def reset(self, key, races):
         """A fresh game in `races`: [2] race indices (side 0, side 1), or [2, 2] races and the
         armies forced on the sides (row 1, menu indices; -1: the side picks its own). A forced
         side's strategy step has one legal composition, the forced one (its mask), so a network
         samples it with probability 1 and learns nothing from the pick; the game plays it
-        whatever the side chose (a scripted side too). Auto-reset keeps both for the game's
-        next games."""
+        whatever the side chose (a scripted side too). Or [3, 2]: a third row, the units each
+        side's army starts without (a handicap: `RacesSMAX.army_types`). Auto-reset keeps them
+        all for the game's next games."""
         races = jnp.asarray(races, jnp.int32)
-        s = (self.initial_state(key, races[0], races[1]) if races.ndim == 2
-             else self.initial_state(key, races))
+        s = self.initial_state(key, *races) if races.ndim == 2 else self.initial_state(key, races)
         return s, self.observe(s)
 
     def _jaxmarl_actions(self, actions):
@@ -434,7 +448,7 @@ class SmaxRacesFunctions:
         key, spawn_key, step_key, reset_key = jax.random.split(s.key, 4)
         comps = jnp.stack([actions[0][COMPOSITION_HEAD], actions[1][COMPOSITION_HEAD]]).astype(jnp.int32)
         comps = jnp.clip(jnp.where(s.armies >= 0, s.armies, comps), 0, COMPOSITIONS_PER_RACE - 1)
-        spawned = env.spawn(spawn_key, s.races, comps)
+        spawned = env.spawn(spawn_key, s.races, comps, s.handicap)
 
         flat = self._jaxmarl_actions(actions)
         decoded = env._decode_discrete_actions(flat)
@@ -463,16 +477,14 @@ class SmaxRacesFunctions:
             "damage_taken": lost.reshape(2, n),
             "kills": kills.reshape(2, n),
             "deaths": died.astype(jnp.float32).reshape(2, n),
-            "present": jnp.concatenate([
-                self.env.menu_table[s.races[0], jnp.maximum(compositions[0], 0)],
-                self.env.menu_table[s.races[1], jnp.maximum(compositions[1], 0)]]).reshape(2, n) >= 0,
+            "present": self.env.army_types(s.races, jnp.maximum(compositions, 0), s.handicap).reshape(2, n) >= 0,
             "win": rewards,
             "time": smax.step.astype(jnp.float32),
         }
 
         new = RacesState(smax=smax, races=s.races, compositions=compositions,
-                         choosing=jnp.array(False), key=key, armies=s.armies)
-        fresh = self.initial_state(reset_key, s.races, s.armies)
+                         choosing=jnp.array(False), key=key, armies=s.armies, handicap=s.handicap)
+        fresh = self.initial_state(reset_key, s.races, s.armies, s.handicap)
         new = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, new)
         return new, self.observe(new), rewards, done, outcome, signals
 
@@ -630,8 +642,8 @@ def heuristic_side(fns: SmaxRacesFunctions, side: int, batch: int, composition=N
 
 
 def start_games(fns: SmaxRacesFunctions, races, key, state0, state1):
-    """B fresh games in `races` [B, 2] (or [B, 2, 2]: races and forced armies, as `reset`
-    takes them) (`actors.rollout.Games`), the sides' core (or heuristic) states `state0` /
+    """B fresh games in `races` [B, 2] (or [B, 2, 2]: races and forced armies; [B, 3, 2]: and
+    handicaps, as `reset` takes them) (`actors.rollout.Games`), the sides' core (or heuristic) states `state0` /
     `state1`."""
     from actors.rollout import Games
 
