@@ -224,12 +224,9 @@ def test_main_agents_heuristic_slots_stay_out_of_the_league(tmp_path):
         coordinator.close()
 
 
-def test_forced_slots_play_the_cells_pfsp_draws_and_learn_their_win_rates(tmp_path):
-    """--heuristic_slots=2 --heuristic_forced_slots=1: a main agent's first slot plays one
-    forced cell (enemy race, own army, heuristic's army) for all its games: the races array
-    carries the armies for those games (-1 for the others); a cell the agent loses while it
-    wins every other is the only one drawn; the forced slot's results reach that cell's win
-    rate and `heuristic_forced_win_rate`, the other heuristic slot alone `heuristic_win_rate`."""
+def _forced_slot_group(tmp_path, **settings):
+    """A coordinator and the device learner group of a small 2-race SMAX league whose main
+    agents play 2 heuristic slots, the first forced (`settings`: more RunConfig settings)."""
     from coordinator.coordinator import Coordinator
     from experiments.nodes import DeviceLearnerGroup
     from experiments.program import agent_indices
@@ -237,11 +234,21 @@ def test_forced_slots_play_the_cells_pfsp_draws_and_learn_their_win_rates(tmp_pa
     config = RunConfig.make(game="smax_races", races=2, hidden_size=16, core_size=16, init="none",
                             heuristic_slots=2, heuristic_forced_slots=1, learner_batch_size=8,
                             unroll_length=32, run_dir=str(tmp_path / "run"), runner="inprocess",
-                            **{"device.updates_per_chunk": 4})
+                            **{"device.updates_per_chunk": 4}, **settings)
     coordinator = Coordinator(config.league, config.run_dir, seed=0)
     indices = agent_indices(config)
     group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
     coordinator.connect_learners(group, list(indices))
+    return coordinator, group
+
+
+def test_forced_slots_play_the_cells_pfsp_draws_and_learn_their_win_rates(tmp_path):
+    """--heuristic_slots=2 --heuristic_forced_slots=1: a main agent's first slot plays one
+    forced cell (enemy race, own army, heuristic's army) for all its games: the races array
+    carries the armies for those games (-1 for the others); a cell the agent loses while it
+    wins every other is the only one drawn; the forced slot's results reach that cell's win
+    rate and `heuristic_forced_win_rate`, the other heuristic slot alone `heuristic_win_rate`."""
+    coordinator, group = _forced_slot_group(tmp_path)
     main = "protoss_main_agent_0"
     try:
         cells = set()
@@ -307,19 +314,9 @@ def test_forced_cells_start_from_a_handicap_their_results_move(tmp_path):
     cell's level moves by `next_level` on that chunk's results in it (set here: all lost, a
     step easier; all won, a step harder; 1.5 of 4, held: 7 -> 8 -> 7 -> 7), and
     `heuristic_forced_handicap` is the mean fraction of the army removed."""
-    from coordinator.coordinator import Coordinator
-    from experiments.nodes import DeviceLearnerGroup
-    from experiments.program import agent_indices
     from league.curriculum import handicap_units
 
-    config = RunConfig.make(game="smax_races", races=2, hidden_size=16, core_size=16, init="none",
-                            heuristic_slots=2, heuristic_forced_slots=1, heuristic_forced_handicap=True,
-                            learner_batch_size=8, unroll_length=32, run_dir=str(tmp_path / "run"),
-                            runner="inprocess", **{"device.updates_per_chunk": 4})
-    coordinator = Coordinator(config.league, config.run_dir, seed=0)
-    indices = agent_indices(config)
-    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
-    coordinator.connect_learners(group, list(indices))
+    coordinator, group = _forced_slot_group(tmp_path, heuristic_forced_handicap=True)
     main = "protoss_main_agent_0"
     try:
         hard = (0, 1, 1)    # against terran: the agent's second army, the heuristic's second
