@@ -424,9 +424,12 @@ class DeviceLearnerGroup(_Learners):
         level (`league.curriculum`) over the army's size; 0 without `heuristic_forced_handicap`."""
         if not self.handicap:
             return 0
+        return curriculum.handicap_units(self._levels[agent_id].get(cell, 0), self._army_size(cell))
+
+    def _army_size(self, cell: tuple[int, int, int]) -> int:
+        """Units in the heuristic's army of a forced cell (enemy race, own army, its army)."""
         race, _, army = cell
-        size = self._fns.config.menu[race][army].size
-        return curriculum.handicap_units(self._levels[agent_id].get(cell, 0), size)
+        return self._fns.config.menu[race][army].size
 
     def cell_win_rate(self, agent_id: str, cell: tuple[int, int, int]) -> float:
         """The agent's win rate in a forced cell over the last chunks that played it (wins plus
@@ -453,10 +456,9 @@ class DeviceLearnerGroup(_Learners):
                 wins, draws, losses = outcomes(slice(m, m + 1))
                 played[cell] = played.get(cell, 0) + np.array([wins + 0.5 * draws, wins + draws + losses])
             with self._lock:
-                if self.handicap:
-                    sizes = [self._fns.config.menu[race][army].size for race, _, army in played]
+                if self.handicap:   # the share of the army removed, before the levels move
                     self._forced_handicaps[agent_id].append(float(np.mean(
-                        [self.cell_handicap(agent_id, cell) / size for cell, size in zip(played, sizes)])))
+                        [self.cell_handicap(agent_id, cell) / self._army_size(cell) for cell in played])))
                 for cell, (score, games) in played.items():
                     if games:
                         self._cells[agent_id].setdefault(cell, deque(maxlen=4)).append((score, games))
