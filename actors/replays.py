@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from agents.storage import write_atomic
+from agents.storage import read_npz, write_atomic
 
 FORMAT_NAME = "league-replays"
 FORMAT_VERSION = 1
@@ -533,8 +533,7 @@ class Replays:
             raise ReplayError(f"{path}: corrupt chunk (sha256 {digest[:16]}..., {INDEX_FILE} says "
                               f"{entry['sha256'][:16]}...); delete the directory and re-record the games")
         try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-                return {k: npz[k] for k in npz.files}
+            return read_npz(data)
         except Exception as e:  # noqa: BLE001 -- a chunk that passes its checksum yet fails
             raise ReplayError(f"{path}: unreadable chunk ({type(e).__name__}: {e}); re-record") from None
 

@@ -84,14 +84,39 @@ def params_to_npz_bytes(params: Mapping, version: int) -> bytes:
     return buffer.getvalue()
 
 
+_AST_RACE = "AST constructor recursion depth mismatch"
+_AST_RETRIES = 5
+_npz_lock = threading.Lock()
+
+
+def read_npz(source: bytes | str) -> dict[str, np.ndarray]:
+    """Every array of an npz file (its bytes, or its path), read whole; the one npz reader.
+
+    numpy parses each array's header with `ast.literal_eval`, and CPython 3.11 keeps the AST
+    constructor's recursion depth in interpreter-wide state: a garbage collection that switches
+    to another thread using `ast` in the middle of it makes sound bytes raise
+    `SystemError: AST constructor recursion depth mismatch` (cpython gh-106905). Reads here take
+    one lock (the project's own reads never race each other) and a read that still meets that
+    error from someone else's `ast` is retried, so an intact file is never called damaged."""
+    for attempt in range(_AST_RETRIES):
+        try:
+            with _npz_lock, np.load(io.BytesIO(source) if isinstance(source, bytes) else source,
+                                    allow_pickle=False) as npz:
+                return {key: npz[key] for key in npz.files}
+        except SystemError as e:
+            if _AST_RACE not in str(e) or attempt == _AST_RETRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def params_from_npz_bytes(data: bytes) -> tuple[int, dict]:
     """(version, params) of `params_to_npz_bytes`'s bytes; ValueError naming the problem if they
     are not such a file or are damaged (the zip's CRC catches changed bytes)."""
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            paths = json.loads(str(npz["__paths__"]))
-            flat = {tuple(p): npz[f"leaf_{i}"] for i, p in enumerate(paths)}
-            version = int(npz[_VERSION_KEY])
+        npz = read_npz(data)
+        paths = json.loads(str(npz["__paths__"]))
+        flat = {tuple(p): npz[f"leaf_{i}"] for i, p in enumerate(paths)}
+        version = int(npz[_VERSION_KEY])
     except Exception as e:
         raise ValueError(f"not a readable parameter file ({type(e).__name__}: {e})") from e
     return version, unflatten(flat)

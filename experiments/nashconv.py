@@ -47,14 +47,14 @@ import numpy as np
 from absl import app, flags
 
 from actors.games import poker
+from agents.storage import read_npz
 from league.players import MAIN_AGENT
 
 FLAGS = flags.FLAGS
 
 
 def load_npz_table(path: str, game) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as data:
-        return {key: np.asarray(data[key]) for key in data.files}
+    return read_npz(path)
 
 
 def measure(game_name: str, params: str | None = None, loader: str | None = None) -> float:

@@ -92,6 +92,32 @@ def test_params_bytes_round_trip_with_version():
         params_from_npz_bytes(bytes(data))
 
 
+def test_a_spurious_ast_error_from_another_thread_does_not_make_a_sound_file_corrupt(monkeypatch):
+    """CPython 3.11's AST constructor keeps its recursion depth interpreter-wide (gh-106905): a
+    garbage collection that switches to another thread's `ast` use in the middle of numpy's
+    header parse (`ast.literal_eval`) raises SystemError on sound bytes. That race is injected
+    here at the call it hits; the reader retries it, and only a file that keeps failing is
+    refused."""
+    import ast
+    real = ast.literal_eval
+    failures = {"left": 2}
+
+    def racing(source):
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise SystemError("AST constructor recursion depth mismatch (before=42, after=52)")
+        return real(source)
+
+    monkeypatch.setattr(ast, "literal_eval", racing)
+    data = params_to_npz_bytes({"x": jnp.arange(6.0)}, 3)
+    version, restored = params_from_npz_bytes(data)
+    assert failures["left"] == 0 and version == 3
+    np.testing.assert_array_equal(restored["x"], np.arange(6.0))
+    failures["left"] = 10 ** 6   # a file that never reads is still refused, with the cause
+    with pytest.raises(ValueError, match="not a readable parameter file.*recursion depth mismatch"):
+        params_from_npz_bytes(data)
+
+
 def test_trajectory_helpers():
     net, obs, _ = make()
     core = jax.tree_util.tree_map(lambda x: np.asarray(x[0]), net.initial_state(1))
