@@ -143,6 +143,39 @@ def test_a_handicap_removes_the_last_units_of_an_army_game_after_game():
     assert spawns == 2, spawns   # both games of every row, the second after an auto-reset
 
 
+def test_the_reset_placeholders_positions_are_never_seen(monkeypatch):
+    """A reset's placeholder state skips jaxmarl's push-apart passes (`spawn(push_apart=False)`:
+    a third of a step at batch 32): its units are all dead until the strategy step spawns the
+    armies. Random legal play over auto-resets, forced armies and handicaps gives the same
+    observations, rewards, outcomes and signals, bit for bit, as with the passes."""
+    from benchmarks.games_bench import random_from_mask
+
+    def play(fns):
+        batch, rng = len(MATCHUPS), np.random.default_rng(3)
+        armies = np.where(rng.random((batch, 2)) < 0.4, rng.integers(0, 3, (batch, 2)), -1)
+        handicap = np.where(rng.random((batch, 2)) < 0.4, rng.integers(0, 3, (batch, 2)), 0)
+        rows = jnp.asarray(np.stack([MATCHUPS, armies, handicap], 1), jnp.int32)
+        state, obs = jax.vmap(fns.reset)(jax.random.split(jax.random.PRNGKey(0), batch), rows)
+
+        def body(carry, key):
+            state, obs = carry
+            keys = jax.random.split(key, 6)
+            actions = tuple({h: random_from_mask(k, m) for k, (h, m) in
+                             zip(keys[3 * side:], obs[side][MASK_KEY].items())} for side in range(2))
+            state, new_obs, rewards, done, outcome, signals = jax.vmap(fns.step)(state, actions)
+            return (state, new_obs), (obs, rewards, done, outcome, signals)
+
+        keys = jax.random.split(jax.random.PRNGKey(1), 3 * (CONFIG.max_steps + 1))
+        return jax.device_get(jax.jit(lambda s, o: jax.lax.scan(body, (s, o), keys)[1])(state, obs))
+
+    skipped = play(sr.SmaxRacesFunctions(CONFIG))
+    spawn = sr.RacesSMAX.spawn
+    monkeypatch.setattr(sr.RacesSMAX, "spawn", lambda self, *a, push_apart=True, **k: spawn(self, *a, **k))
+    pushed = play(sr.SmaxRacesFunctions(CONFIG))
+    assert int(skipped[2].sum()) >= 2 * len(MATCHUPS)   # every row finished games and auto-reset
+    jax.tree.map(np.testing.assert_array_equal, skipped, pushed)
+
+
 def test_scripted_micro_beats_an_idle_army(game):
     init, act = sr.heuristic_policy(game.fns, side=0, composition=0)
     act = jax.jit(jax.vmap(act))
