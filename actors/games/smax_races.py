@@ -417,7 +417,7 @@ class SmaxRacesFunctions:
         placeholder = jnp.zeros(2, jnp.int32)
         # Every unit of the placeholder is dead until the strategy step spawns the armies, so
         # its positions reach no observation, mask or signal (jaxmarl zeroes a dead unit's
-        # features): no push-apart passes, a third of a step's cost at batch 32 (BENCHMARKS, Games).
+        # features): no push-apart passes, 13-17% more steps/s at batch 32-256 (BENCHMARKS, Games).
         smax = self.env.spawn(spawn_key, races, placeholder, push_apart=False)
         smax = smax.replace(unit_alive=jnp.zeros_like(smax.unit_alive),
                             unit_health=jnp.zeros_like(smax.unit_health))
