@@ -145,8 +145,9 @@ def test_a_handicap_removes_the_last_units_of_an_army_game_after_game():
 
 def test_the_reset_placeholders_positions_are_never_seen(monkeypatch):
     """A reset's placeholder state skips jaxmarl's push-apart passes (`spawn(push_apart=False)`,
-    13-17% more steps/s): its units are all dead until the strategy step spawns the armies. Random legal play over auto-resets, forced armies and handicaps gives the same
-    observations, rewards, outcomes and signals, bit for bit, as with the passes."""
+    13-17% more steps/s): its units are all dead until the strategy step spawns the armies.
+    Random legal play over auto-resets, forced armies and handicaps gives the same observations,
+    rewards, outcomes and signals, bit for bit, as with the passes."""
     from benchmarks.games_bench import random_from_mask
 
     def play(fns):
