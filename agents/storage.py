@@ -98,15 +98,16 @@ def read_npz(source: bytes | str) -> dict[str, np.ndarray]:
     `SystemError: AST constructor recursion depth mismatch` (cpython gh-106905). Reads here take
     one lock (the project's own reads never race each other) and a read that still meets that
     error from someone else's `ast` is retried, so an intact file is never called damaged."""
-    for attempt in range(_AST_RETRIES):
+    attempts = 0
+    while True:
         try:
             with _npz_lock, np.load(io.BytesIO(source) if isinstance(source, bytes) else source,
                                     allow_pickle=False) as npz:
                 return {key: npz[key] for key in npz.files}
         except SystemError as e:
-            if _AST_RACE not in str(e) or attempt == _AST_RETRIES - 1:
+            attempts += 1
+            if _AST_RACE not in str(e) or attempts == _AST_RETRIES:
                 raise
-    raise AssertionError("unreachable")
 
 
 def params_from_npz_bytes(data: bytes) -> tuple[int, dict]:
