@@ -13,7 +13,7 @@ Every leaf field is a command-line flag named by its path (`--learner.loss.entro
 `--league.snapshots.main_agent_snapshot_steps`, ...; `fields()` lists them, with help text
 from each field's comment), and the short names of earlier versions stay as aliases
 (`ALIASES`: `--batch_size` is `--actor.batch_size`). `RunConfig.make(**values)` takes either
-spelling, applies the game's measured defaults (`GAME_DEFAULTS`) under them, and a PPO preset
+spelling, applies the game's measured defaults (`Capabilities.defaults`) under them, and a PPO preset
 when `learner.loss.policy_loss` is "ppo". config.json holds the nested dict; `from_dict`
 round-trips it (and reads the flat config.json of earlier versions). Rerunning with the same
 `--run_dir` resumes the run; the configuration must then be the same (a different one is
@@ -31,12 +31,11 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.games.base import Game
+from actors.games.registry import SMAX_RACES, UnknownGame, resolve
 from league.players import LeagueConfig, SnapshotConfig
 
-RACES = ("terran", "protoss", "zerg")
-MATRIX_GAMES = ("matrix_rps", "matrix_disc", "matrix_blotto", "matrix_random")
-POKER_GAMES = ("kuhn_poker", "leduc_poker")
-GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
+RACES = SMAX_RACES  # the default game's races
 RUNNERS = ("inprocess", "ray", "launchpad")
 EXPERIENCE = ("auto", "device", "replay")
 COLOCATIONS = ("all", "race", "agent")
@@ -51,60 +50,8 @@ RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_p
 # table is named after its agent.
 DERIVED = ("league.races", "learner.replay.table")
 
-# Per-game values that differ from the defaults, measured on this machine (BENCHMARKS.md,
-# "Poker"): applied to every field not given. Poker: entropy 0.1 (at 0.01 the policies
-# saturate on "always bet/call" within ~100 updates). Leduc: learning rate 2e-3 and 32 unrolls
-# per update roughly halve the NashConv reached in 4 minutes. Leduc on the device path (issue
-# 26, "Strong agents at the new speed"): a two-layer MLP instead of MLP + LSTM (the observation
-# is the whole information state), snapshots every 200k steps (a league of ~70 players after
-# 5 minutes, not ~260), exploiters with entropy 0.01 and league exploiters playing the Nash
-# mixture (PSRO's best-response target): the Nash mixture after 5 minutes 1.44 against 2.21,
-# 2.3x the learnt steps/s (2 seeds, same run). Kuhn, the same four changes (snapshots every
-# 40k steps): the Nash mixture after 10 minutes 0.0077 and 0.0333 against 0.0498 and 0.1300,
-# 3.5x the learnt steps/s (2 seeds, same run; BENCHMARKS.md, "Kuhn at 10 minutes"). Leduc
-# without UPGO (issue 26, session 20): UPGO's "Q >= V" test reads the luck of the opponent's
-# reply and hidden card, keeps the lucky returns and bootstraps the others, and holds a learner
-# at "always raise"; alone against a league's Nash mixture an exploiter learner then loses
-# (-0.21 chips after 3,000 updates; +0.55 without UPGO, best response 0.625, 2 seeds), and the
-# league's Nash mixture after 6 minutes reads 0.72 and 0.66 against 1.34 and 1.34 (2 seeds, same
-# run; BENCHMARKS.md, "Leduc without UPGO"). Leduc's exploiters live 1M steps between copies (main
-# exploiters 2M; ~1,000 updates, where 200k gave ~200 and a learner alone needs ~1,500-2,000
-# to near a best response) and learn at 5e-3 (the main agents at 2e-3; alone, +0.44 after 1,000
-# updates against +0.30): after 30 minutes the Nash mixture read 0.376 and 0.478 against 0.512 and
-# 0.511 (2 seeds each, session 21 against session 20; BENCHMARKS.md, "Leduc: exploiters that
-# live longer"). Leduc's learners follow NeuRD (`policy_loss="neurd"`, issue 26, session 24): in
-# the shared MLP the softmax policy gradient saturates (with the exact gradient, +0.02 chips
-# against the 2-hour league's mixture where a best response wins 0.132; NeuRD 0.87 of it). Its
-# exploiters explore 20% of the time (NeuRD's importance-sampled advantages need mu bounded
-# below), learn from batches of 128 and live 10M steps (main exploiters 20M): a learner alone
-# reaches +0.057 at 37M steps where V-trace stays under +0.03. The league's average Nash mixture
-# after 30 minutes read 0.156 and 0.183 (2 seeds) against 0.236, 0.286 and 0.292 before
-# (BENCHMARKS.md, "Leduc with NeuRD learners").
-GAME_DEFAULTS = {
-    # SMAX games last up to ~100 steps: 32 updates of 15 steps per chunk let each game slot
-    # finish several games before the chunk ends (running games are dropped at its end).
-    "smax_races": {"device.updates_per_chunk": 32},
-    "kuhn_poker": {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0.1,
-                   "learner.loss.exploiter_entropy_weight": 0.01,
-                   "network.core_size": 0,
-                   "league.matchmaking.league_exploiter_opponents": "nash",
-                   "league.snapshots.main_agent_snapshot_steps": 40_000,
-                   "league.snapshots.exploiter_min_steps": 40_000,
-                   "league.snapshots.main_exploiter_timeout_steps": 80_000,
-                   "league.snapshots.league_exploiter_timeout_steps": 40_000},
-    "leduc_poker": {"learner.learning_rate": 2e-3,
-                    "learner.loss.entropy_weight": 0.1, "learner.loss.upgo_weight": 0.0,
-                    "learner.loss.exploiter_entropy_weight": 0.01,
-                    "network.core_size": 0,
-                    "league.matchmaking.league_exploiter_opponents": "nash",
-                    "learner.exploiter_learning_rate": 5e-3,
-                    "league.snapshots.main_agent_snapshot_steps": 200_000,
-                    "learner.loss.policy_loss": "neurd", "learner.exploiter_exploration": 0.2,
-                    "learner.batch_size": 128,
-                    "league.snapshots.exploiter_min_steps": 10_000_000,
-                    "league.snapshots.main_exploiter_timeout_steps": 20_000_000,
-                    "league.snapshots.league_exploiter_timeout_steps": 10_000_000},
-}
+# Each game's measured defaults live with its registration (`Capabilities.defaults`,
+# actors/games/registry.py) and apply under the flags given.
 
 # The KL weight to the supervised policy on SMAX runs with a supervised start (--init) when no
 # weight is given: without it a league from the start drifts to passive play that draws
@@ -158,6 +105,14 @@ ALIASES = {
 
 class ConfigError(ValueError):
     """A configuration problem, with the fix in its message."""
+
+
+def game_of(name: str) -> Game:
+    """The game `--game` names (actors/games/registry.py); ConfigError naming the forms if none."""
+    try:
+        return resolve(name)
+    except UnknownGame as e:
+        raise ConfigError(str(e)) from e
 
 
 @dataclass(frozen=True)
@@ -303,8 +258,10 @@ def _run_learner():
 
 @dataclass(frozen=True)
 class RunConfig:
-    game: str = "smax_races"  # the game: SMAX races, OpenSpiel Kuhn/Leduc poker or a matrix game
-    races: int = 3  # SMAX races: the first N of terran, protoss, zerg; other games have one
+    # the game: a built-in (smax_races, kuhn_poker, leduc_poker, matrix_rps, ...), your own
+    # (package.module:factory), pgx/<env_id>, jaxmarl/<env_id> or openspiel/<name> (docs/games.md)
+    game: str = "smax_races"
+    races: int = 3  # a game with races (SMAX: terran, protoss, zerg) plays the first N; other games one
     # Where the program's nodes run: "ray" (Ray actors on a local instance, or on a cluster
     # with ray_address), "inprocess" (threads of this one process: debugging) or "launchpad"
     # (a Launchpad program; Launchpad needs its own Python 3.10 environment: README "Launchpad").
@@ -357,15 +314,15 @@ class RunConfig:
     supervised: SupervisedStartSettings = field(default_factory=SupervisedStartSettings)
 
     def __post_init__(self):
-        if self.game not in GAMES:
-            raise ConfigError(f"unknown --game {self.game!r}; allowed: {', '.join(GAMES)}")
+        caps = game_of(self.game).capabilities
         if self.runner not in RUNNERS:
             raise ConfigError(f"unknown --runner {self.runner!r}; allowed: {', '.join(RUNNERS)}")
         if self.experience not in EXPERIENCE:
             raise ConfigError(f"unknown --experience {self.experience!r}; allowed: {', '.join(EXPERIENCE)}")
-        if self.game == "smax_races" and not 1 <= self.races <= len(RACES):
-            raise ConfigError(f"--races must be 1, 2 or 3 (the first N of {', '.join(RACES)}); got {self.races}")
-        if self.game != "smax_races" and self.races != 1:
+        if caps.races and not 1 <= self.races <= len(caps.races):
+            raise ConfigError(f"--races must be 1 to {len(caps.races)} (the first N of {', '.join(caps.races)}); "
+                              f"got {self.races}")
+        if not caps.races and self.races != 1:
             raise ConfigError(f"--game={self.game} has one race; pass --races=1 (or leave --races out)")
         for name in ("learner_groups", "actor_groups"):
             if getattr(self, name) not in COLOCATIONS:
@@ -377,11 +334,11 @@ class RunConfig:
                      "device.main_agent_chunks"):
             if self.get(name) < 1:
                 raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
-        if self.network.core_size < (1 if self.game == "smax_races" else 0):
-            raise ConfigError(f"--network.core_size must be at least {1 if self.game == 'smax_races' else 0} "
+        if self.network.core_size < (1 if caps.unit_network else 0):
+            raise ConfigError(f"--network.core_size must be at least {1 if caps.unit_network else 0} "
                               f"on --game={self.game}; got {self.network.core_size}"
-                              + (" (0, no LSTM, is for the reference network of poker and matrix games)"
-                                 if self.game == "smax_races" else ""))
+                              + (" (0, no LSTM, is for the reference network of games without units)"
+                                 if caps.unit_network else ""))
         for name in ("actor.team_spirit_start", "actor.team_spirit_end",
                      "actor.z_pseudo_reward_probability"):
             if not 0.0 <= self.get(name) <= 1.0:
@@ -391,9 +348,9 @@ class RunConfig:
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
         if self.device.heuristic_slots:
-            if self.game != "smax_races":
-                raise ConfigError(f"--device.heuristic_slots: the scripted heuristic plays smax_races only; "
-                                  f"leave it at 0 for --game={self.game}")
+            if not caps.scripted_opponent:
+                raise ConfigError(f"--device.heuristic_slots: --game={self.game} has no scripted opponent; "
+                                  "leave it at 0")
             if not 0 < self.device.heuristic_slots < self.device.opponent_slots:
                 raise ConfigError(f"--device.heuristic_slots must be in [0, --device.opponent_slots) = "
                                   f"[0, {self.device.opponent_slots}) (the other slots play league "
@@ -407,13 +364,13 @@ class RunConfig:
                               "set --device.heuristic_forced_slots >= 1 with it, or leave it off")
         if self.league.main_agents_per_race < 1:
             raise ConfigError("a league needs at least one main agent per race (--league.main_agents_per_race >= 1)")
-        if self.init not in ("", "none") and self.game != "smax_races":
-            raise ConfigError(f"--init={self.init}: a supervised start exists for smax_races only; "
-                              f"leave --init out for --game={self.game}")
+        if self.init not in ("", "none") and not caps.supervised_start:
+            raise ConfigError(f"--init={self.init}: --game={self.game} has no supervised start; "
+                              "leave --init out")
         if self.z_replays not in ("", "none"):
-            if self.game != "smax_races":
-                raise ConfigError(f"--z_replays={self.z_replays}: z exists for smax_races only; "
-                                  f"leave --z_replays out for --game={self.game}")
+            if not caps.z:
+                raise ConfigError(f"--z_replays={self.z_replays}: --game={self.game} has no statistic z; "
+                                  "leave --z_replays out")
             if not self.network.z:
                 raise ConfigError(f"--z_replays={self.z_replays} needs a network that takes z: "
                                   "drop --network.z=false (or --z_replays)")
@@ -423,7 +380,7 @@ class RunConfig:
                               "--teacher is the KL term's teacher; pass its weight too (e.g. --kl_teacher_cost=0.1)")
         if kl and self.teacher_source is None:
             raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
-                              "a KL weight needs a teacher: --teacher=RUN_DIR:PLAYER_ID, or on smax_races a "
+                              "a KL weight needs a teacher: --teacher=RUN_DIR:PLAYER_ID, or on a game with a "
                               "supervised start (--init=FILE, or --init=auto) whose race's policy is each "
                               "agent's teacher")
         plugin = self.actor.reward_plugin
@@ -438,8 +395,8 @@ class RunConfig:
     @classmethod
     def make(cls, **values) -> RunConfig:
         """A config from `values` keyed by field path ("learner.loss.entropy_weight") or alias
-        ("entropy_cost"), over the game's `GAME_DEFAULTS` (and one race for games other than
-        SMAX), OpenAI Five's loss (`LossConfig.ppo`, Table 2) for the loss fields not given when
+        ("entropy_cost"), over the game's measured defaults (`Capabilities.defaults`; one race
+        for a game without races), OpenAI Five's loss (`LossConfig.ppo`, Table 2) for the loss fields not given when
         the policy loss is "ppo", and on SMAX with a supervised start (`init`) and no `teacher`
         the KL to it at `SUPERVISED_KL_WEIGHT` unless a KL weight is given."""
         given = {}
@@ -449,15 +406,16 @@ class RunConfig:
                 raise ConfigError(f"--{key} and another flag both set {path}; pass one of them")
             given[path] = value
         game = given.get("game", cls.game)
-        settings = dict(GAME_DEFAULTS.get(game, {}))
-        if game != "smax_races":
+        caps = game_of(game).capabilities
+        settings = dict(caps.defaults)
+        if not caps.races:
             settings["races"] = 1  # one race (a --races=3 given is refused below)
         if given.get("learner.loss.policy_loss") == "ppo":
             from learners.config import LossConfig
 
             settings.update({f"learner.loss.{k}": v for k, v in dataclasses.asdict(LossConfig.ppo()).items()})
         settings.update(given)
-        if (game == "smax_races" and settings.get("init", cls.init) not in ("", "none")
+        if (caps.supervised_start and settings.get("init", cls.init) not in ("", "none")
                 and "learner.loss.kl_teacher_weight" not in given and not settings.get("teacher")):
             settings["learner.loss.kl_teacher_weight"] = SUPERVISED_KL_WEIGHT  # AlphaStar's recipe
         return cls.from_paths(settings)
@@ -496,9 +454,7 @@ class RunConfig:
         """The reward plug-in actors use (see `ActorSettings.reward_plugin`)."""
         if self.actor.reward_plugin:
             return self.actor.reward_plugin
-        if self.game in POKER_GAMES:
-            return "game"
-        return "openai_five" if self.game == "smax_races" else "outcome"
+        return self.game_info.capabilities.reward
 
     @property
     def init_file(self) -> str | None:
@@ -524,8 +480,8 @@ class RunConfig:
 
     @property
     def z_network(self) -> bool:
-        """The agents' network takes z (SMAX with network.z)."""
-        return self.game == "smax_races" and self.network.z
+        """The agents' network takes z (a game with z, and network.z)."""
+        return self.game_info.capabilities.z and self.network.z
 
     @property
     def z_replay_dir(self) -> str | None:
@@ -548,7 +504,12 @@ class RunConfig:
 
     @property
     def race_names(self) -> tuple[str, ...]:
-        return RACES[: self.races] if self.game == "smax_races" else ("any",)
+        return self.game_info.race_names[: self.races]
+
+    @property
+    def game_info(self) -> Game:
+        """The run's game as declared (actors/games/base.py, `Game`): its capabilities."""
+        return game_of(self.game)
 
     # -- config.json --------------------------------------------------------------------
 

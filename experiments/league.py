@@ -27,11 +27,11 @@ from coordinator.history import DB_NAME, HistoryError, check_file
 from experiments import run_lock
 from experiments.config import (
     ALIASES,
-    GAMES,
     ConfigError,
     RunConfig,
     field_kind,
     fields,
+    game_of,
     help_text,
     prepare_run_dir,
 )
@@ -46,7 +46,7 @@ def config_from_flags() -> RunConfig:
     values["game"] = FLAGS.game
     if FLAGS.races is not None:
         values["races"] = FLAGS.races
-    if FLAGS.game == "smax_races" and not FLAGS["init"].present:
+    if game_of(FLAGS.game).capabilities.supervised_start and not FLAGS["init"].present:
         values["init"] = "auto"  # AlphaStar's start: the supervised agents (experiments/supervised_start.py)
     config = RunConfig.make(**values)
     run_dir = FLAGS.run_dir or f"runs/{config.game}-r{config.races}"
@@ -79,7 +79,7 @@ def define_flags() -> None:
     for path, default in fields():
         text = help_text(path)
         if path == "game":
-            flags.DEFINE_enum("game", default, list(GAMES), text)
+            flags.DEFINE_string("game", default, text)
         elif path == "races":
             flags.DEFINE_integer("races", None, text + " (default: 3 for SMAX, 1 otherwise)")
         elif path == "run_dir":

@@ -40,7 +40,7 @@ from experiments.build import (
     make_game,
     make_network,
 )
-from experiments.config import POKER_GAMES, RACES, RunConfig
+from experiments.config import RACES, RunConfig
 from league import curriculum
 from league.players import WithdrawnPlayer, draw_past_withdrawn, learning_agents
 from league.results import GameResult
@@ -667,7 +667,7 @@ class EvaluatorNode:
             self._heuristic = (network, params_source, game.fns.config)
         self._last_heuristic = time.monotonic()
         self._exact, self._last_nash_conv = None, time.monotonic()
-        if config.evaluator.exact and config.game in POKER_GAMES:
+        if config.evaluator.exact and config.game_info.capabilities.exact_evaluator:
             from actors.evaluator import ExactEvaluator
 
             self._exact = ExactEvaluator(config.game, network, params_source)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.coordinator import Coordinator, CoordinatorConfig
-from experiments.config import MATRIX_GAMES, POKER_GAMES, ConfigError, RunConfig
+from experiments.config import ConfigError, RunConfig
 from experiments.nodes import ActorGroup, DeviceLearnerGroup, EvaluatorNode, LearnerGroup
 from league.players import learning_agents
 
@@ -167,16 +167,13 @@ def agent_indices(config: RunConfig) -> dict[str, int]:
     return {a.player_id: i for i, a in enumerate(learning_agents(config.league))}
 
 
-DEVICE_GAMES = ("smax_races", *POKER_GAMES, *MATRIX_GAMES)
-"""Games with a pure JAX step (`game.fns`): the device path can play them."""
-
-
 def device_problem(config: RunConfig) -> str | None:
     """Why the run cannot take the device path (None: it can)."""
     from actors import rewards
 
-    if config.game not in DEVICE_GAMES:
-        return f"--game={config.game} has no JAX step (the device path plays {', '.join(DEVICE_GAMES)})"
+    if not config.game_info.device:
+        return (f"--game={config.game} has no JAX step (no GameFunctions: the device path plays games "
+                "that declare them; docs/games.md)")
     if config.learner.batch_size % config.device.opponent_slots:
         return (f"--learner.batch_size={config.learner.batch_size} games do not split into "
                 f"--device.opponent_slots={config.device.opponent_slots}; pick slots that divide the batch")

@@ -33,7 +33,7 @@ plateau (exactly 2/3) or uniform (0.917) fails and the worst measured run passes
 (clearly below uniform and the initial ~0.89; measured 0.31-0.59 on both paths). The issue's Kuhn target (< 0.01 in
 10 minutes) is a benchmark (benchmarks/poker_quality.py), not a test.
 
-Leduc (uniform 4.7472): one league with the Leduc defaults (`GAME_DEFAULTS`) until every
+Leduc (uniform 4.7472): one league with the Leduc defaults (`actors.games.registry.LEDUC_DEFAULTS`) until every
 learner has learnt LEDUC_STEPS agent steps, then the same two measurements: the Nash mixture
 must be below 2.75 (issue 18 asks 2.0, which runs of the same code straddle; see
 LEDUC_NASH_BAR), the main agent 25% below uniform.

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from actors.games.registry import LEDUC_DEFAULTS
 from coordinator.history import LeagueHistory
-from experiments.config import GAME_DEFAULTS, RunConfig, fields, prepare_run_dir
+from experiments.config import RunConfig, fields, prepare_run_dir
 
 FAST = dict(
     races=1, actors_per_learner=1, batch_size=16, learner_batch_size=8, unroll_length=8,
@@ -263,7 +264,7 @@ def test_corrupt_learner_checkpoint_stops_the_run_and_is_kept(tmp_path):
 
 
 def test_game_defaults_apply_to_flags_not_given():
-    """`--game=leduc_poker` gets the measured Leduc values (experiments.config.GAME_DEFAULTS);
+    """`--game=leduc_poker` gets the measured Leduc values (actors.games.registry.LEDUC_DEFAULTS);
     a flag given on the command line wins over them."""
     code = ("import sys, json; from experiments import league; league.define_flags(); "
             "league.FLAGS(sys.argv); "
@@ -271,10 +272,10 @@ def test_game_defaults_apply_to_flags_not_given():
     run = lambda *a: json.loads(subprocess.run([sys.executable, "-c", code, *a], capture_output=True,  # noqa: E731
                                                text=True, timeout=120, check=True).stdout.splitlines()[-1])
     leduc = run("--game=leduc_poker")["learner"]
-    assert leduc["learning_rate"] == GAME_DEFAULTS["leduc_poker"]["learner.learning_rate"] != RunConfig().learner.learning_rate
-    assert leduc["batch_size"] == GAME_DEFAULTS["leduc_poker"]["learner.batch_size"]
+    assert leduc["learning_rate"] == LEDUC_DEFAULTS["learner.learning_rate"] != RunConfig().learner.learning_rate
+    assert leduc["batch_size"] == LEDUC_DEFAULTS["learner.batch_size"]
     assert leduc["loss"]["entropy_weight"] == 0.1 != RunConfig().learner.loss.entropy_weight
-    assert leduc["exploiter_learning_rate"] == GAME_DEFAULTS["leduc_poker"]["learner.exploiter_learning_rate"]
+    assert leduc["exploiter_learning_rate"] == LEDUC_DEFAULTS["learner.exploiter_learning_rate"]
     assert run("--game=leduc_poker", "--learning_rate=0.0005")["learner"]["learning_rate"] == 0.0005
     assert run("--game=leduc_poker", "--learner.learning_rate=0.0007")["learner"]["learning_rate"] == 0.0007
     assert run("--game=matrix_rps")["learner"]["learning_rate"] == RunConfig().learner.learning_rate

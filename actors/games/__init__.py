@@ -4,10 +4,14 @@
     game = make_batch_game("smax_races", batch_size=64, races=("terran", "zerg"))
     game = make_batch_game("leduc_poker", batch_size=256)      # JAX Kuhn/Leduc (jax_poker)
     game = make_batch_game("leduc_poker", 256, pool=True)      # the OpenSpiel pool instead
-    game = make_batch_game("liars_dice", batch_size=256)       # other OpenSpiel 2p zero-sum games
+    game = make_batch_game("openspiel/liars_dice", 256)         # other OpenSpiel 2p zero-sum games
     game = make_batch_game("matrix_rps", batch_size=1024)      # matrix_{rps,blotto,random,disc}
+    game = make_batch_game("pgx/connect_four", 256)            # pgx's two-player games
+    game = make_batch_game("mygames.rps:make", 256)            # your own (docs/games.md)
 
-The protocol (`BatchGame`, `TimeStep`) is in `actors.games.base`; the observation and action
+The protocols (`GameFunctions`, the pure game; `Game`, its declaration with `Capabilities`;
+`BatchGame` and `TimeStep`, a batch of it) are in `actors.games.base`; every name resolves
+through `actors.games.registry`; the observation and action
 structures in `agents.specs`. Game modules are imported lazily: SMAX pulls in jaxmarl (~5 s).
 """
 
@@ -16,7 +20,17 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from actors.games.base import DRAW, LOSS, WIN, BatchGame, TimeStep, random_legal_actions
+from actors.games.base import (
+    DRAW,
+    LOSS,
+    WIN,
+    BatchGame,
+    Capabilities,
+    Game,
+    GameFunctions,
+    TimeStep,
+    random_legal_actions,
+)
 
 
 def _register_jaxmarl_packages() -> None:
@@ -36,30 +50,22 @@ def _register_jaxmarl_packages() -> None:
 
 _register_jaxmarl_packages()
 
-__all__ = ["DRAW", "LOSS", "WIN", "BatchGame", "TimeStep", "make_batch_game", "random_legal_actions"]
+__all__ = ["DRAW", "LOSS", "WIN", "BatchGame", "Capabilities", "Game", "GameFunctions", "TimeStep",
+           "make_batch_game", "random_legal_actions"]
 
 
 def make_batch_game(name: str, batch_size: int, **kwargs) -> BatchGame:
-    """A batch game by name: 'smax_races', 'matrix_<game>', else an OpenSpiel game name.
+    """A batch of `batch_size` games of `name`, any form of `actors.games.registry.resolve`
+    ('smax_races', 'kuhn_poker', 'matrix_rps', 'pgx/connect_four', 'package.module:factory',
+    'openspiel/liars_dice', ...); UnknownGame if it names none.
 
     'kuhn_poker' and 'leduc_poker' are the JAX games of `jax_poker` (equal to OpenSpiel's on
-    every history; `pool=True` gives the OpenSpiel pool); other OpenSpiel games (and those two
-    with parameters) run as an `OpenSpielPool`.
+    every history; `pool=True` gives the OpenSpiel pool); an OpenSpiel name with parameters
+    ('leduc_poker(suit_isomorphism=True)') is the OpenSpiel pool of that game.
     """
-    if name == "smax_races":
-        from actors.games import smax_races
+    from actors.games.functional import make_batch
+    from actors.games.registry import resolve
 
-        config = kwargs.pop("config", smax_races.SmaxRacesConfig())
-        return smax_races.SmaxRacesGame(batch_size, config, **kwargs)
-    if name.startswith("matrix_"):
-        from actors.games import matrix
-
-        return matrix.MatrixGameBatch(matrix.make_game(name[len("matrix_"):], **kwargs), batch_size)
-    pool = kwargs.pop("pool", False)
-    if name in ("kuhn_poker", "leduc_poker") and not pool:
-        from actors.games import jax_poker
-
-        return jax_poker.JaxPokerGame(name, batch_size, **kwargs)
-    from actors.games import poker
-
-    return poker.OpenSpielPool(name, batch_size, **kwargs)
+    if "(" in name and "/" not in name:
+        name = f"openspiel/{name}"
+    return make_batch(resolve(name), batch_size, **kwargs)

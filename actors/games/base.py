@@ -26,12 +26,14 @@ exposed for fused loops); Python games (OpenSpiel) run as a pool of instances.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from agents.specs import GameSpec, legal_mask
+if TYPE_CHECKING:  # agents/__init__ imports JAX: the registry and the config stay light without it
+    from agents.specs import GameSpec
 
 WIN, DRAW, LOSS = 1, 0, -1
 
@@ -56,6 +58,8 @@ class BatchGame(Protocol):
 
 def random_legal_actions(rng: np.random.Generator, spec: GameSpec, observations) -> tuple[dict, dict]:
     """Uniformly random legal actions for both sides, from the legal masks (numpy)."""
+    from agents.specs import legal_mask
+
     out = []
     for side_spec, obs in zip(spec.sides, observations):
         actions = {}
@@ -77,3 +81,102 @@ def check_actions(spec: GameSpec, actions, batch_size: int) -> None:
             raise ValueError(f"side {i}: missing action heads {sorted(missing)}")
         for name, head in side_spec.action.heads.items():
             head.value_spec.check(f"side {i} head {name!r}", side_actions[name], (batch_size,))
+
+
+# ---------------------------------------------------------------------------------------------
+# The functional game protocol: what a game declares to be played anywhere in the league.
+
+
+@runtime_checkable
+class GameFunctions(Protocol):
+    """Pure, jittable functions of ONE game; the league vmaps them over a batch and jits them
+    (the device path fuses them with the policy and the update; actors and evaluators step a
+    batch of them). Implemented by every JAX game here (`jax_poker.PokerFunctions`,
+    `matrix.MatrixFunctions`, `smax_races.SmaxRacesFunctions`) and by a user's own game
+    (docs/games.md, examples/).
+
+        spec                           GameSpec: each side's observation fields and action
+                                       heads (agents/specs.py), the longest game, the signals
+        config                         hashable: two objects with equal configs are the same
+                                       game (they share compiled programs)
+        reset(key)                  -> (state, (obs0, obs1))
+        step(state, (act0, act1))   -> (state, (obs0, obs1), rewards [2] float32, done bool,
+                                        outcome int8, signals {name: array})
+
+    Each side's observation is a dict of the spec's fields plus `obs["action_mask"][head]`, the
+    legal values of each action head (at least one legal value in every row). Both sides act
+    every step: a turn-based game says whose move it is in the boolean field `acting` and
+    ignores the other side's action (its mask is one-hot at value 0). `rewards` are the game's
+    payoff on the final step, zero-sum (rewards[1] == -rewards[0]); `outcome` +1 / 0 / -1 from
+    side 0's view where `done`. `step` auto-resets: where `done`, the state and observations are
+    those of a fresh game (its randomness from the state's own key), while rewards, outcome and
+    signals belong to the game that ended. A game whose sides differ (races) takes
+    `reset(key, races)` with `races` int [2] and declares them in `Capabilities.races`.
+    """
+
+    spec: GameSpec
+    config: Any
+
+    def reset(self, key, *races) -> tuple[Any, tuple[Mapping[str, Any], Mapping[str, Any]]]: ...
+
+    def step(self, state, actions: tuple[Mapping[str, Any], Mapping[str, Any]]) -> tuple: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a game offers beyond the protocol; each unlocks a feature of the league.
+
+    races: the kinds of side a player can be (SMAX's terran/protoss/zerg): the league holds
+        agents per race and `reset` takes the races of both sides; () for one kind ("any").
+    turn_based: one side moves at a time (observation field `acting`); informative only.
+    exact_evaluator: OpenSpiel's exact NashConv applies (`--evaluator.exact`).
+    scripted_opponent: a built-in AI to train against (`--device.heuristic_slots`) and to
+        evaluate against (the evaluator's win rate against it).
+    z: AlphaStar's statistic z from replays (`--z_replays`, `--network.z`).
+    supervised_start: a supervised start from scripted replays (`--init`).
+    unit_network: per-unit action heads; the agents use the unit network, which needs an LSTM
+        core (`--network.core_size` >= 1).
+    reward: the reward plug-in the game trains with unless `--actor.reward_plugin` is given
+        (actors/rewards.py: "outcome", "game" or "openai_five").
+    defaults: the game's measured settings, {flag path: value}, applied under the flags given.
+    """
+
+    races: tuple[str, ...] = ()
+    turn_based: bool = False
+    exact_evaluator: bool = False
+    scripted_opponent: bool = False
+    z: bool = False
+    supervised_start: bool = False
+    unit_network: bool = False
+    reward: str = "outcome"
+    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Game:
+    """A game as the league knows it: its name, how to build a batch of it, and what it offers.
+
+    functions: () -> GameFunctions, the pure game (None: no JAX step, e.g. an OpenSpiel pool;
+        such a game plays on the replay path only).
+    make_batch: (batch_size, **kwargs) -> BatchGame; None: the functions, vmapped and jitted
+        (`actors.games.functional.make_batch`, which `actors.games.make_batch_game` calls).
+    """
+
+    name: str
+    functions: Callable[[], GameFunctions] | None = None
+    make_batch: Callable[..., BatchGame] | None = None
+    capabilities: Capabilities = Capabilities()
+
+    def __post_init__(self):
+        if self.functions is None and self.make_batch is None:
+            raise ValueError(f"game {self.name!r}: give its functions, its make_batch, or both")
+
+    @property
+    def device(self) -> bool:
+        """Whether the game has a JAX step (the device path can play it)."""
+        return self.functions is not None
+
+    @property
+    def race_names(self) -> tuple[str, ...]:
+        """The league's races for this game: its declared races, else the one kind "any"."""
+        return self.capabilities.races or ("any",)
