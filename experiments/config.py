@@ -53,6 +53,35 @@ DERIVED = ("league.races", "learner.replay.table")
 # Each game's measured defaults live with its registration (`Capabilities.defaults`,
 # actors/games/registry.py) and apply under the flags given.
 
+# A game whose defaults set no snapshot cadence (a game nobody tuned) snapshots and times out
+# after these many learner updates (x batch x unroll steps), so its league grows with what it
+# learns however fast its games run: Kuhn's measured cadence (40k steps at 16 x 16 steps per
+# update) is ~160 updates. The laptop default of 4,000 steps (~16 updates) gave a Kuhn-sized
+# game ~2 snapshots a second and 369-445 players after 2 minutes.
+UNTUNED_SNAPSHOT_UPDATES = {"league.snapshots.main_agent_snapshot_steps": 160,
+                            "league.snapshots.exploiter_min_steps": 160,
+                            "league.snapshots.main_exploiter_timeout_steps": 320,
+                            "league.snapshots.league_exploiter_timeout_steps": 160}
+
+
+def untuned_defaults(game: Game, settings: dict) -> dict:
+    """Settings for what `game` does not set itself, from `settings` (its defaults and the flags
+    given): snapshot cadences in learner updates (`UNTUNED_SNAPSHOT_UPDATES`), and for a game
+    without units whose observations are flat vectors, the MLP network (no LSTM: an observation
+    that is the whole state, as a board or an information state, needs no memory)."""
+    out = {}
+    if not any(k in game.capabilities.defaults for k in UNTUNED_SNAPSHOT_UPDATES):
+        learner = _run_learner()
+        steps = (settings.get("learner.batch_size", learner.batch_size)
+                 * settings.get("learner.unroll_length", learner.unroll_length))
+        out.update({k: n * steps for k, n in UNTUNED_SNAPSHOT_UPDATES.items() if k not in settings})
+    if "network.core_size" not in settings and not game.capabilities.unit_network and game.device:
+        fields = game.functions().spec.side(0).observation.fields.values()
+        if all(len(f.shape) <= 1 for f in fields):
+            out["network.core_size"] = 0
+    return out
+
+
 # The KL weight to the supervised policy on SMAX runs with a supervised start (--init) when no
 # weight is given: without it a league from the start drifts to passive play that draws
 # (35% of games decided after 20 minutes); at 0.5 its games stay decided (92-97%) and its main
@@ -415,6 +444,7 @@ class RunConfig:
 
             settings.update({f"learner.loss.{k}": v for k, v in dataclasses.asdict(LossConfig.ppo()).items()})
         settings.update(given)
+        settings.update(untuned_defaults(game_of(game), settings))
         if (caps.supervised_start and settings.get("init", cls.init) not in ("", "none")
                 and "learner.loss.kl_teacher_weight" not in given and not settings.get("teacher")):
             settings["learner.loss.kl_teacher_weight"] = SUPERVISED_KL_WEIGHT  # AlphaStar's recipe

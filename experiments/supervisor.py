@@ -7,6 +7,7 @@ failed, so checkpoints get written."""
 
 from __future__ import annotations
 
+import collections
 import signal
 import sys
 import threading
@@ -40,6 +41,9 @@ class Supervisor:
         self.started = time.time()
         self.restarts = 0
         self.heartbeat = time.time()   # the loop's last round: `watch_coordinator`
+        # Snapshots and resets since the last progress line: summed on it, not a line each (a
+        # fast game makes several a second).
+        self.changes: collections.Counter = collections.Counter()
 
     def report(self, fresh: bool = False) -> dict:
         """Prints the progress line from the coordinator's summary and the learners' metrics
@@ -69,8 +73,12 @@ class Supervisor:
             return " ".join(filter(None, (own, forced)))
 
         scripted = by_race({a: against_heuristic(m) for a, m in metrics.items() if against_heuristic(m)})
+        changes = ", ".join(f"+{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(self.changes.items()))
+        self.changes.clear()
+        per_minute = summary["players"] / max(elapsed / 60, 1e-9)
         print(
-            f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen)  "
+            f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen"
+            + (f"; {changes}" if changes else "") + f"; {per_minute:.0f}/min)  "
             f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s{slowest}  "
             f"main agents' win rate vs league: {vs or '-'}"
             + (f"  vs heuristic (training games): {scripted}" if scripted else "")
@@ -98,7 +106,10 @@ class Supervisor:
             try:
                 for event in self.coordinator.take_events():
                     self.events.append(event)
-                    print(f"  {describe_event(event)}", file=self.out, flush=True)
+                    if event["kind"] in ("snapshot", "reset"):
+                        self.changes[event["kind"]] += 1
+                    else:
+                        print(f"  {describe_event(event)}", file=self.out, flush=True)
                 if time.time() - last_report >= self.config.progress_every_seconds:
                     metrics, last_report = self.report(), time.time()
             except Exception as e:

@@ -73,7 +73,15 @@ SMAX_RACES = ("terran", "protoss", "zerg")  # actors.games.smax_races.RACES (a t
 # (BENCHMARKS.md, "Leduc with NeuRD learners").
 # SMAX games last up to ~100 steps: 32 updates of 15 steps per chunk let each game slot finish
 # several games before the chunk ends (running games are dropped at its end).
-SMAX_DEFAULTS = {"device.updates_per_chunk": 32}
+# The laptop cadences of the first leagues (AlphaStar's 2e9 steps scaled down), kept by the games
+# measured with them (a game that sets none gets cadences in learner updates: experiments.config).
+LAPTOP_SNAPSHOTS = {"league.snapshots.main_agent_snapshot_steps": 4_000,
+                    "league.snapshots.exploiter_min_steps": 4_000,
+                    "league.snapshots.main_exploiter_timeout_steps": 8_000,
+                    "league.snapshots.league_exploiter_timeout_steps": 4_000}
+SMAX_DEFAULTS = {"device.updates_per_chunk": 32, **LAPTOP_SNAPSHOTS}
+# The matrix games' leagues were measured with the MLP + LSTM reference network.
+MATRIX_DEFAULTS = {"network.core_size": 64, **LAPTOP_SNAPSHOTS}
 KUHN_DEFAULTS = {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0.1,
                  "learner.loss.exploiter_entropy_weight": 0.01,
                  "network.core_size": 0,
@@ -146,7 +154,7 @@ def _matrix(which: str) -> Game:
 
         return matrix.MatrixGameBatch(matrix.make_game(which, **kwargs), batch_size)
 
-    return Game(f"matrix_{which}", functions, make_batch, Capabilities())
+    return Game(f"matrix_{which}", functions, make_batch, Capabilities(defaults=MATRIX_DEFAULTS))
 
 
 BUILTINS = {"smax_races": _smax, "kuhn_poker": lambda: _poker("kuhn_poker", KUHN_DEFAULTS),
