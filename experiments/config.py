@@ -32,10 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.games.base import Game
-from actors.games.registry import SMAX_RACES, UnknownGame, resolve
+from actors.games.registry import UnknownGame, resolve
 from league.players import LeagueConfig, SnapshotConfig
 
-RACES = SMAX_RACES  # the default game's races
 RUNNERS = ("inprocess", "ray", "launchpad")
 EXPERIENCE = ("auto", "device", "replay")
 COLOCATIONS = ("all", "race", "agent")

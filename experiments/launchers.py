@@ -129,14 +129,11 @@ CODE_EXCLUDES = [".venv", ".venv-*", "runs", ".git", "*.egg-info", "__pycache__"
 
 def job_runtime_env(config: RunConfig, settings: RaySettings) -> dict:
     """The job's runtime_env: few malloc arenas (the many threads of co-located nodes otherwise
-    each keep their own), a user's game module (`--game=package.module:factory`) on every
-    worker's path, and, on a cluster, the code (the repository as working_dir, the game's
-    module as one of `py_modules`)."""
+    each keep their own) and, on a cluster, the code: the repository as working_dir and a
+    user's game module (`--game=package.module:factory`) as one of `py_modules` (a local Ray
+    instance's workers import it from the driver's directory as the driver does)."""
     env: dict = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
     game_module = module_path(config.game)
-    if game_module:
-        env["env_vars"]["PYTHONPATH"] = os.pathsep.join(
-            p for p in (os.path.dirname(game_module), os.environ.get("PYTHONPATH", "")) if p)
     if settings.ship_code == "always" or (settings.ship_code == "auto" and config.ray_address):
         excludes = list(CODE_EXCLUDES)
         run_dir = os.path.abspath(config.run_dir)

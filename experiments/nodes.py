@@ -40,7 +40,7 @@ from experiments.build import (
     make_game,
     make_network,
 )
-from experiments.config import RACES, RunConfig
+from experiments.config import RunConfig
 from league import curriculum
 from league.players import WithdrawnPlayer, draw_past_withdrawn, learning_agents
 from league.results import GameResult
@@ -267,7 +267,7 @@ class DeviceLearnerGroup(_Learners):
                 unroll_length=run.unroll_length,
                 reward_fn=rewards.device_reward(config.reward, self.spec, team_spirit=(
                     config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
-                value_shape=value_shape(self.network), races=config.game == "smax_races",
+                value_shape=value_shape(self.network), races=bool(config.game_info.capabilities.races),
                 z_probability=config.actor.z_pseudo_reward_probability, devices=jax.local_devices(),
                 scripted=scripted, scripted_slots=scripted_slots)
         rollouts = {s: rollout(s) for s in set(self.heuristic_slots.values())}
@@ -349,6 +349,7 @@ class DeviceLearnerGroup(_Learners):
         from actors.rollout import Opponents
 
         m, scripted = self.config.device.opponent_slots, self.heuristic_slots[agent_id]
+        game_races = self.config.game_info.capabilities.races
 
         def draw():
             dist = self._coordinator.match_distribution(agent_id)
@@ -364,7 +365,7 @@ class DeviceLearnerGroup(_Learners):
         dist, slots, params = draw_past_withdrawn(draw, agent_id)
         # the scripted slots come first (the forced ones first of them, named by their cell);
         # their parameters are not used
-        forced = (self.forced_cells(agent_id, RACES.index(dist["home_race"]))
+        forced = (self.forced_cells(agent_id, game_races.index(dist["home_race"]))
                   if self.forced_slots[agent_id] else [])
         slots = ([(self.HEURISTIC, cell) for cell in forced]
                  + [(self.HEURISTIC, self.HEURISTIC)] * (scripted - len(forced)) + slots)
@@ -372,11 +373,11 @@ class DeviceLearnerGroup(_Learners):
         bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
         use_self = jnp.asarray([opp == agent_id for opp, _ in slots])
         races = None
-        if self.config.game == "smax_races":
-            home, per_game = RACES.index(dist["home_race"]), self.config.learner.batch_size // m
-            away = [RACES.index(dist["races"][opp]) for opp, _ in slots[scripted:]]
+        if game_races:
+            home, per_game = game_races.index(dist["home_race"]), self.config.learner.batch_size // m
+            away = [game_races.index(dist["races"][opp]) for opp, _ in slots[scripted:]]
             with self._lock:
-                enemies = self._rng.choice([RACES.index(r) for r in self.config.race_names],
+                enemies = self._rng.choice([game_races.index(r) for r in self.config.race_names],
                                            size=(scripted - len(forced)) * per_game)
             forced_races = [race for race, _, _ in forced]
             races = np.stack([np.full(m * per_game, home),
@@ -397,7 +398,7 @@ class DeviceLearnerGroup(_Learners):
 
     def forced_cells(self, agent_id: str, home: int) -> list[tuple[int, int, int]]:
         """The agent's forced cells for its next chunk (`device.heuristic_forced_slots` of
-        them): (enemy race, the agent's army, the heuristic's army), indices into `RACES` and
+        them): (enemy race, the agent's army, the heuristic's army), indices into the game's races and
         the races' menus, drawn with replacement from every cell of the run's races by
         `league.pfsp.weighted_pfsp_probabilities`: squared PFSP over the cells' win rates (the
         last 4 chunks that played the cell, wins plus half the draws; 0.5 before any) times
@@ -407,7 +408,8 @@ class DeviceLearnerGroup(_Learners):
         from actors.scripted import pick_probabilities
         from league.pfsp import weighted_pfsp_probabilities
 
-        enemies = [RACES.index(r) for r in self.config.race_names]
+        game_races = self.config.game_info.capabilities.races
+        enemies = [game_races.index(r) for r in self.config.race_names]
         picks = pick_probabilities(self.network, self.learners[agent_id].current_params(),
                                    [[home, enemy] for enemy in enemies], self._fns.config)
         k = picks.shape[1]
@@ -473,7 +475,7 @@ class DeviceLearnerGroup(_Learners):
                 total[k] += getattr(results, k)[m].item()
         rows = [GameResult(agent_id, opp, **total, branch=branch, source="device", actor_id=self.name,
                            **({"home_race": dist["home_race"], "away_race": dist["races"][opp]}
-                              if self.config.game == "smax_races" else {}))
+                              if self.config.game_info.capabilities.races else {}))
                 for (opp, branch), total in sums.items()]
         rows = [r for r in rows if r.games]
         games = self._coordinator.report(rows) if rows else 0
@@ -662,7 +664,7 @@ class EvaluatorNode:
                                     evaluator_id=evaluator_id)
         # One evaluator measures against the heuristic: more would repeat the same curve.
         self._heuristic = None
-        if (config.game == "smax_races" and evaluator_id == "evaluator_0"
+        if (config.game_info.capabilities.scripted_opponent and evaluator_id == "evaluator_0"
                 and config.evaluator.heuristic_every_seconds > 0):
             self._heuristic = (network, params_source, game.fns.config)
         self._last_heuristic = time.monotonic()
@@ -762,7 +764,7 @@ class EvaluatorNode:
 
         rollout = DeviceRollout(network, game.fns, self.config.evaluator.games, 1, 2,
                                 rewards.device_reward("outcome", game.spec),
-                                races=self.config.game == "smax_races")
+                                races=bool(self.config.game_info.capabilities.races))
         return rollout, jax.jit(functools.partial(evaluate_pairs, rollout))
 
     def evaluate_pairs_next(self) -> int:
@@ -784,8 +786,9 @@ class EvaluatorNode:
                                           *[params[m[side]] for m in padded])
 
         races = None
-        if self.config.game == "smax_races":
-            races = jnp.asarray([[[RACES.index(m["home_race"]), RACES.index(m["away_race"])]]
+        game_races = self.config.game_info.capabilities.races
+        if game_races:
+            races = jnp.asarray([[[game_races.index(m["home_race"]), game_races.index(m["away_race"])]]
                                  * self.config.evaluator.games for m in padded], jnp.int32)
         key = jax.random.fold_in(jax.random.PRNGKey(self.config.seed), self.games)
         results = jax.device_get(self._device[1](stacked("home"), stacked("away"), key, races))
@@ -794,7 +797,7 @@ class EvaluatorNode:
                            score=float(results.score[i]), length=int(results.length[i]),
                            branch="evaluation", source="evaluator", actor_id=self.evaluator_id,
                            **({"home_race": m["home_race"], "away_race": m["away_race"]}
-                              if self.config.game == "smax_races" else {}))
+                              if self.config.game_info.capabilities.races else {}))
                 for i, m in enumerate(pairs)]
         games = self._coordinator.report([r for r in rows if r.games])
         self.games += games

@@ -174,3 +174,12 @@ def test_a_factory_may_return_bare_functions(user_dir, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     game = resolve("barenim:make")
     assert game.name == "barenim:make" and game.device and game.capabilities.races == ()
+
+
+def test_on_a_cluster_ray_ships_a_users_game_module_with_the_code(user_dir):
+    from experiments.launchers import job_runtime_env
+
+    mine = RunConfig.make(game="mynim:make", **{"ray.ship_code": "always"})
+    assert job_runtime_env(mine, mine.ray)["py_modules"] == [str(user_dir / "mynim.py")]
+    builtin = RunConfig.make(game="kuhn_poker", **{"ray.ship_code": "always"})
+    assert "py_modules" not in job_runtime_env(builtin, builtin.ray)
