@@ -15,7 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from actors.games import Capabilities, Game
-from agents.specs import MASK_KEY, ActionSpec, ArraySpec, DiscreteHead, GameSpec, ObservationSpec, SideSpec
+from agents.specs import (
+    MASK_KEY,
+    ActionSpec,
+    ArraySpec,
+    DiscreteHead,
+    GameSpec,
+    ObservationSpec,
+    SideSpec,
+)
 
 STONES, MOST = 15, 3
 

@@ -38,6 +38,11 @@ if TYPE_CHECKING:  # agents/__init__ imports JAX: the registry and the config st
 WIN, DRAW, LOSS = 1, 0, -1
 
 
+class UnknownGame(ValueError):
+    """A --game that names no game, or whose module or factory fails; the message says why
+    (raised by `actors.games.registry.resolve` and the adapters it calls)."""
+
+
 class TimeStep(NamedTuple):
     observations: tuple[Mapping[str, Any], Mapping[str, Any]]
     rewards: Any

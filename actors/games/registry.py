@@ -22,7 +22,9 @@ import importlib.metadata
 import os
 import sys
 
-from actors.games.base import Capabilities, Game, GameFunctions
+from actors.games.base import Capabilities, Game, GameFunctions, UnknownGame
+
+__all__ = ["UnknownGame", "module_path", "names", "resolve"]
 
 ENTRY_POINT_GROUP = "league.games"
 
@@ -34,8 +36,6 @@ FORMS = ("NAME (a built-in: {builtins})",
          "a name registered by an installed package in the entry-point group 'league.games'")
 
 
-class UnknownGame(ValueError):
-    """A --game that names no game, or whose module or factory fails; the message says why."""
 
 
 # -- the built-ins ---------------------------------------------------------------------------
