@@ -96,8 +96,11 @@ def act(network, params, rng, obs, state, first=None, greedy: bool = False,
     is an independent categorical sampled from `step`'s logits, and the game's action is the
     heads' action. `exploration` = epsilon > 0 samples from the epsilon-exploring behaviour
     policy instead, and its log-probabilities are mu's (`networks.exploring_log_probs`)."""
+    # A population program passes each agent's epsilon as an array (traced): it explores
+    # (epsilon 0 gives pi itself).
+    explore = not isinstance(exploration, int | float) or exploration > 0
     if hasattr(network, "act"):
-        if exploration:
+        if explore:
             raise ValueError("exploration needs a network whose heads are sampled independently "
                              f"({type(network).__name__} samples its own); leave it at 0")
         return network.act(params, rng, obs, state, first, greedy=greedy)
@@ -105,7 +108,7 @@ def act(network, params, rng, obs, state, first=None, greedy: bool = False,
     if greedy:
         actions = {h: x.argmax(-1).astype("int32") for h, x in out.logits.items()}
         log_probs = {h: jax.nn.log_softmax(x).max(-1) for h, x in out.logits.items()}
-    elif exploration:
+    elif explore:
         actions, log_probs = sample_actions(rng, exploring_log_probs(out.logits, exploration))
     else:
         actions, log_probs = sample_actions(rng, out.logits)

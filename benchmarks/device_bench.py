@@ -39,7 +39,9 @@ flags.DEFINE_multi_string("set", [], "more settings of both leagues, PATH=VALUE 
 TARGETS = {"leduc_poker": 20_000, "kuhn_poker": 50_000}
 
 
-def measure(game: str, path: str, warmup: float, seconds: float) -> dict:
+def measure(game: str, path: str, warmup: float, seconds: float, settings: dict | None = None) -> dict:
+    """The league's recorded games/s and learnt steps/s over the last `seconds` of a run of
+    `warmup + seconds` (`settings`: more {field path: value} over the flags' `--set`)."""
     from coordinator.history import LeagueHistory
     from experiments import launchers
     from experiments.config import RunConfig, prepare_run_dir
@@ -49,6 +51,7 @@ def measure(game: str, path: str, warmup: float, seconds: float) -> dict:
     for setting in FLAGS.set:
         path_, _, value = setting.partition("=")
         extra[path_] = type(RunConfig.make(game=game).get(path_))(value)
+    extra.update(settings or {})
     config = RunConfig.for_game(game, runner="inprocess", run_dir=run_dir, experience=path,
                                 minutes=(warmup + seconds) / 60.0, dashboard_port=-1,
                                 progress_every_seconds=5.0, **extra)

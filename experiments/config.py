@@ -41,7 +41,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.heuristic_forced_slots", "device.heuristic_forced_handicap", "device.main_agent_chunks", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.heuristic_forced_slots", "device.heuristic_forced_handicap", "device.main_agent_chunks", "device.population", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -61,6 +61,40 @@ UNTUNED_SNAPSHOT_UPDATES = {"league.snapshots.main_agent_snapshot_steps": 160,
                             "league.snapshots.exploiter_min_steps": 160,
                             "league.snapshots.main_exploiter_timeout_steps": 320,
                             "league.snapshots.league_exploiter_timeout_steps": 160}
+
+
+# Settings by the accelerator the learners run on, applied where not given (experiments.league:
+# `device_defaults`). CPU keeps the measured laptop defaults (batch 16 per agent: on 2 cores a
+# larger batch adds no learnt steps/s). On a GPU or TPU a chunk fills the device: one SMAX
+# learner's update learnt 81k / 1.03M / 1.51M steps/s at B = 16 / 256 / 1024 on an H100
+# (docs/devices.md), so each agent plays and learns from 256 games per update there. The
+# learning rate is not scaled with the batch (AlphaStar and IMPALA keep Adam's rate at large
+# batches); set --learner.learning_rate with it when the batch is changed by hand.
+DEVICE_DEFAULTS = {"cpu": {}, "gpu": {"learner.batch_size": 256}, "tpu": {"learner.batch_size": 256}}
+
+
+def device_defaults(config: RunConfig, backend: str, given: set[str]) -> tuple[RunConfig, str]:
+    """The config with `DEVICE_DEFAULTS[backend]` for the settings not `given` (field paths), and
+    the first screen's line saying what was chosen and why."""
+    chosen = {k: v for k, v in DEVICE_DEFAULTS.get(backend, {}).items() if k not in given}
+    if chosen:
+        config = _build_over(config, _nest(chosen))
+    batch = config.learner.batch_size
+    why = ("given" if "learner.batch_size" in given else
+           "a chunk fills the accelerator" if chosen else "the measured CPU default")
+    return config, (f"device: {backend}: learner batch {batch} games per agent ({why}; "
+                    "--learner.batch_size sets it)")
+
+
+def _nest(paths: dict) -> dict:
+    nested: dict = {}
+    for path, value in paths.items():
+        node = nested
+        *parents, leaf = path.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return nested
 
 
 def untuned_defaults(game: Game, settings: dict) -> dict:
@@ -201,6 +235,10 @@ class DeviceSettings:
     # exploiter plays one: the share of a small machine that goes to the main agents (AlphaStar
     # gave every agent the same hardware; 1 does the same here)
     main_agent_chunks: int = 1
+    # The agents of a learner group that share a network, rollout and loss structure play and
+    # learn as one jitted program (vmap over agents: learners/population.py); false: one
+    # program per agent, one after another (the device path before the population program)
+    population: bool = True
 
 
 @dataclass(frozen=True)
@@ -566,6 +604,16 @@ def _build(cls, data: dict):
     or values that a (sub-)config's validation refuses."""
     try:
         return _replace(cls(), data)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+
+
+def _build_over(config: RunConfig, data: dict) -> RunConfig:
+    """`config` with the nested settings `data` replaced (validated as `_build`)."""
+    try:
+        return _replace(config, data)
     except ConfigError:
         raise
     except (ValueError, TypeError) as e:

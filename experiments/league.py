@@ -29,6 +29,7 @@ from experiments.config import (
     ALIASES,
     ConfigError,
     RunConfig,
+    device_defaults,
     field_kind,
     fields,
     game_of,
@@ -69,6 +70,43 @@ def choose_start(config: RunConfig, init_given: bool, kl_given: bool = False) ->
                                    kl_teacher_weight=saved.learner.loss.kl_teacher_weight)
         config = dataclasses.replace(config, learner=dataclasses.replace(config.learner, loss=loss))
     return resolve_start(config)
+
+
+def given_paths() -> set[str]:
+    """The field paths set on the command line (by path or alias)."""
+    return {ALIASES.get(name, name) for name in [*(p for p, _ in fields()), *ALIASES] if FLAGS[name].present}
+
+
+def learner_backend(config: RunConfig) -> str:
+    """The accelerator the run's learners get: on a Ray cluster, "gpu" where it offers GPUs
+    (and --ray.learner_gpus does not refuse them), "tpu" where it offers TPUs; else this
+    machine's JAX backend (called after Ray has started: JAX's threads must not see a fork)."""
+    if config.runner == "ray" and config.ray_address:
+        import ray
+
+        resources = ray.cluster_resources()
+        if resources.get("GPU", 0) and config.ray.learner_gpus != 0:
+            return "gpu"
+        return "tpu" if resources.get("TPU", 0) else "cpu"
+    import jax
+
+    return jax.default_backend()
+
+
+def choose_device_defaults(config: RunConfig, given: set[str]) -> tuple[RunConfig, str]:
+    """The settings that follow the learners' accelerator (`experiments.config.device_defaults`)
+    and the first screen's line; a resumed run keeps the batch it was started with unless one
+    is given."""
+    from experiments.supervised_start import saved_config
+
+    saved = saved_config(config.run_dir)
+    if saved is not None and "learner.batch_size" not in given:
+        config = dataclasses.replace(config, learner=dataclasses.replace(
+            config.learner, batch_size=saved.learner.batch_size))
+        given = given | {"learner.batch_size"}
+        _, line = device_defaults(config, learner_backend(config), given)
+        return config, line.replace("(given;", "(as the run was started;")
+    return device_defaults(config, learner_backend(config), given)
 
 
 def define_flags() -> None:
@@ -158,6 +196,7 @@ def main(argv) -> int:
             init_ray(config)
         kl_given = FLAGS["kl_teacher_cost"].present or FLAGS["learner.loss.kl_teacher_weight"].present
         config, start = choose_start(config, FLAGS["init"].present, kl_given)
+        config, device_line = choose_device_defaults(config, given_paths())
         check_teacher(config)
         z_line = check_z(config)
         path, why = experience_path(config)  # --experience=device that cannot be: refused here
@@ -180,6 +219,7 @@ def main(argv) -> int:
     print(f"{'resuming' if resuming else 'starting'} a league: game={config.game} races={config.race_names} "
           f"runner={config.runner} run_dir={config.run_dir}", flush=True)
     print(start, flush=True)
+    print(device_line, flush=True)
     print(z_line, flush=True)
     print(experience_line, flush=True)
     from experiments.launchers import LAUNCHERS

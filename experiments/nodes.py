@@ -306,6 +306,31 @@ class DeviceLearnerGroup(_Learners):
         self._levels: dict[str, dict[tuple[int, int, int], int]] = {a: {} for a in agent_ids}
         self._forced_handicaps = {a: deque(maxlen=16) for a in agent_ids if self.forced_slots[a] and self.handicap}
         self._in_round, self._playing = False, set()  # agents whose chunks run now
+        self.populations, self._population_agents, self._alone = self._make_populations()
+        # population -> its last chunks' (host seconds, program seconds)
+        self._host_time = {id(p): deque(maxlen=16) for p in self.populations}
+
+    def _make_populations(self):
+        """With `device.population`, the agents that share a population key and their chunks per
+        round as one program each (`learners.population.Population`); the rest play alone.
+        Returns (populations, {id(population): its agents}, agents alone)."""
+        from learners.population import Population, population_key
+
+        if not self.config.device.population:
+            return [], {}, list(self.agent_ids)
+        groups: dict = {}
+        for agent in self.agent_ids:
+            key = (population_key(self.learners[agent]), self.chunks_per_round[agent])
+            groups.setdefault(key, []).append(agent)
+        populations, members, alone = [], {}, []
+        for agents in groups.values():
+            if len(agents) == 1:
+                alone.extend(agents)
+                continue
+            population = Population([self.learners[a] for a in agents])
+            populations.append(population)
+            members[id(population)] = agents
+        return populations, members, alone
 
     # -- opponents ------------------------------------------------------------------------
 
@@ -444,6 +469,27 @@ class DeviceLearnerGroup(_Learners):
         """One chunk of the agent (see the class docstring); returns the games reported."""
         opponents, races, slots, dist = self.draw_opponents(agent_id)
         results = self.learners[agent_id].play_and_learn(opponents, races)
+        return self.record_chunk(agent_id, results, slots, dist)
+
+    def play_population_chunk(self, population) -> int:
+        """One chunk of every agent of `population` (`learners.population.Population`) as one
+        program: each agent's opponents drawn as for its own chunk; returns the games reported."""
+        ids = self._population_agents[id(population)]
+        t0 = time.perf_counter()
+        drawn = [self.draw_opponents(agent_id) for agent_id in ids]
+        races = None if drawn[0][1] is None else [d[1] for d in drawn]
+        t1 = time.perf_counter()
+        results = population.play_and_learn([d[0] for d in drawn], races)
+        t2 = time.perf_counter()
+        games = sum(self.record_chunk(agent_id, r, d[2], d[3]) for agent_id, r, d in zip(ids, results, drawn))
+        # The host's share of the chunk's wall time: drawing opponents, then reporting results
+        # (the program's own time includes its transfers in and out).
+        self._host_time[id(population)].append(((t1 - t0) + (time.perf_counter() - t2), t2 - t1))
+        return games
+
+    def record_chunk(self, agent_id: str, results, slots, dist) -> int:
+        """The chunk's results: the scripted slots' win rates and curriculum, the league games
+        reported to the coordinator in one batch; returns the games reported."""
         keys = ("wins", "draws", "losses", "score", "length")
         sums: dict[tuple[str, str], dict] = {}
         scripted, forced = self.heuristic_slots[agent_id], self.forced_slots[agent_id]
@@ -495,20 +541,26 @@ class DeviceLearnerGroup(_Learners):
             threads = self.config.device.threads or min(len(self.agent_ids), os.cpu_count() or 1)
             self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"{self.name}-chunk")
 
-        def chunks(agent_id):
-            self._playing.add(agent_id)
+        def chunks(unit):
+            agents = self._population_agents[id(unit)] if not isinstance(unit, str) else [unit]
+            self._playing.update(agents)
             try:
-                for _ in range(self.chunks_per_round[agent_id]):
+                for _ in range(self.chunks_per_round[agents[0]]):
                     if self._stop.is_set():
                         return
-                    self.play_chunk(agent_id)
+                    if isinstance(unit, str):
+                        self.play_chunk(unit)
+                    else:
+                        self.play_population_chunk(unit)
             finally:
-                self._playing.discard(agent_id)
+                self._playing.difference_update(agents)
 
-        order = sorted(self.agent_ids, key=lambda a: -self.chunks_per_round[a])  # stable: ties keep theirs
+        units = [*self.populations, *self._alone]
+        # the units with the most chunks first (stable: ties keep their order)
+        units.sort(key=lambda u: -self.chunks_per_round[u if isinstance(u, str) else self._population_agents[id(u)][0]])
         self._in_round = True
         try:
-            for future in [self._pool.submit(chunks, a) for a in order]:
+            for future in [self._pool.submit(chunks, u) for u in units]:
                 future.result()
         finally:
             self._in_round = False
@@ -522,7 +574,9 @@ class DeviceLearnerGroup(_Learners):
         with handicaps `heuristic_forced_handicap` (the mean fraction of the heuristic's army
         removed in them);
         `waiting_for_turn` 1 while a round runs other agents' chunks and none of this one's
-        (the coordinator's stall watch does not count that time)."""
+        (the coordinator's stall watch does not count that time); in a population program,
+        `host_share`: the share of its last 16 chunks' wall time spent on the host (drawing
+        opponents, reporting results) rather than in the program."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
         for agent, m in out.items():
             m["waiting_for_turn"] = float(self._in_round and agent not in self._playing)
@@ -537,6 +591,12 @@ class DeviceLearnerGroup(_Learners):
         for agent, fractions in self._forced_handicaps.items():
             if fractions:
                 out[agent]["heuristic_forced_handicap"] = float(np.mean(fractions))
+        for population in self.populations:
+            times = list(self._host_time[id(population)])
+            if times:
+                host, program = np.sum(times, 0)
+                for agent in self._population_agents[id(population)]:
+                    out[agent]["host_share"] = float(host / (host + program))
         return out
 
     def close(self) -> None:

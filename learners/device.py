@@ -125,15 +125,27 @@ class DeviceLearner(Learner):
         with races): K updates, each on an unroll of the B games. Returns the chunk's results
         per opponent slot (`actors.rollout.Results` of numpy arrays). An exploiter reset made
         while the chunk ran wins: the chunk's parameters are dropped, its games still count."""
-        with self._lock:
-            state = self._state
+        state, k_start, k_chunk = self.chunk_inputs()
         opponents, races = jax.device_put((opponents, races), self._replicated)
-        self._key, k_start, k_chunk = jax.random.split(self._key, 3)
         carry, first = self._start_fn(state.params, state.version, opponents, self._teacher,
                                       k_start, races, self._z_source)
         new_state, _, metrics, results = self._chunk_fn(state, carry, opponents, self._teacher,
                                                         k_chunk)
-        results = jax.device_get(first + results)
+        return self.chunk_done(state, new_state, metrics, jax.device_get(first + results))
+
+    # -- a chunk in two halves: what a population program (learners.population) needs of it --
+
+    def chunk_inputs(self):
+        """(state, start key, chunk key) of the agent's next chunk; advances its key."""
+        with self._lock:
+            state = self._state
+        self._key, k_start, k_chunk = jax.random.split(self._key, 3)
+        return state, k_start, k_chunk
+
+    def chunk_done(self, state, new_state, metrics, results):
+        """Takes a chunk's outcome (played from `state`): its new state, unless a reset came
+        while it ran (the reset wins; its games still count); its metrics, games and
+        checkpoint. Returns `results` (numpy)."""
         k = self._updates_per_chunk
         with self._lock:
             if self._state is state:
@@ -146,6 +158,26 @@ class DeviceLearner(Learner):
         if every and self._checkpoint_path and self._dispatched % every < k:
             self.save_checkpoint()
         return results
+
+    @property
+    def network(self):
+        return self._network
+
+    @property
+    def config(self) -> LearnerConfig:
+        return self._config
+
+    @property
+    def teacher(self):
+        return self._teacher
+
+    @property
+    def z_source(self):
+        return self._z_source
+
+    @property
+    def rollout(self):
+        return self._rollout
 
     def metrics(self, server_info: dict | None = None) -> dict[str, float]:
         """`Learner.metrics`, with sample reuse 1 (each played step is learnt on once) and the

@@ -66,9 +66,53 @@ def _all_finite(tree: PyTree) -> jax.Array:
     return jnp.all(jnp.isfinite(jnp.concatenate(leaves))) if leaves else jnp.asarray(True)
 
 
+AGENT_SETTINGS = ("learning_rate", "exploration", "entropy_weight", "entropy_weight_end",
+                  "entropy_anneal_updates")
+"""What may differ between the agents of one population program (`learners.population`): data
+along its agent axis, not a separate program."""
+
+
+def agent_settings(config: LearnerConfig) -> dict[str, float]:
+    """An agent's `AGENT_SETTINGS` as numbers (a constant entropy weight: its end is its start)."""
+    loss = config.loss
+    end = loss.entropy_weight if loss.entropy_weight_end is None else loss.entropy_weight_end
+    return {"learning_rate": config.learning_rate, "exploration": config.exploration,
+            "entropy_weight": loss.entropy_weight, "entropy_weight_end": end,
+            "entropy_anneal_updates": float(max(loss.entropy_anneal_updates, 1))}
+
+
+def shared_config(config: LearnerConfig) -> LearnerConfig:
+    """The part of an agent's learner configuration that the agents of one population program
+    share: all but its `AGENT_SETTINGS` (set to neutral values; the learning rate to 1, so the
+    optimiser's step is scaled by each agent's own) and the role settings that made them
+    (`LearnerConfig.for_role`)."""
+    return dataclasses.replace(
+        config, learning_rate=1.0, exploration=0.0, replay=ReplayConfig(),
+        exploiter_learning_rate=None, exploiter_exploration=None,   # roles: already applied
+        loss=dataclasses.replace(config.loss, entropy_weight=0.0, entropy_weight_end=None,
+                                 entropy_anneal_updates=0, exploiter_entropy_weight=None))
+
+
+def agent_entropy_weight(settings, update: jax.Array) -> jax.Array:
+    """`losses.entropy_schedule` from an agent's settings (arrays: traced per agent):
+
+        alpha_k = alpha_0 (alpha_end / alpha_0) ** min(k / K, 1)
+
+    (constant alpha_0 where alpha_end == alpha_0)."""
+    w0, end = settings["entropy_weight"], settings["entropy_weight_end"]
+    fraction = jnp.minimum(update.astype(jnp.float32) / settings["entropy_anneal_updates"], 1.0)
+    ratio = jnp.where(w0 > 0, end / jnp.where(w0 > 0, w0, 1.0), 1.0)
+    return jnp.where(end == w0, w0, w0 * ratio ** fraction).astype(jnp.float32)
+
+
 def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.GradientTransformation):
     """The pure update: (state, time-major batch [T, B] (`agents.trajectory`), teacher params or
-    None) -> (state, metrics).
+    None[, settings]) -> (state, metrics).
+
+    `settings` (a population program's agent, `agent_settings` as arrays): the learning rate and
+    the entropy weight's schedule come from it instead of `config`; `optimizer` must then step
+    at learning rate 1 (`shared_config`). Adam's step is linear in the learning rate, so the
+    update is the one `config` with the agent's own values gives.
 
     With a teacher, each unroll's core state is the pair (policy's, teacher's) that the actor
     stored (`actors.actor.example_unroll(..., teacher=True)`).
@@ -89,7 +133,7 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         raise ValueError("the learner needs the unit heads' unit axis (each unit learns from its "
                          "own value and advantage): use UnitNetworkConfig(split_units=False)")
 
-    def loss_fn(params, unroll: Unroll, teacher_params, version, magnet):
+    def loss_fn(params, unroll: Unroll, teacher_params, version, magnet, settings):
         steps = unroll.steps
         # Autoregressive heads (the unit network's pointer target depends on the action type)
         # are evaluated on the actions the behaviour policy took (teacher forcing).
@@ -124,12 +168,16 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         return losses.total_loss(
             config.loss, learn(out.logits), out.value[:-1], out.value[-1], learn(steps.action),
             learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
-            teacher_logits, losses.entropy_schedule(config.loss, version), pseudo, magnet_logits)
+            teacher_logits,
+            losses.entropy_schedule(config.loss, version) if settings is None
+            else agent_entropy_weight(settings, version), pseudo, magnet_logits)
 
-    def update(state: TrainingState, unroll: Unroll, teacher_params):
+    def update(state: TrainingState, unroll: Unroll, teacher_params, settings=None):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, unroll, teacher_params, state.version, state.magnet)
+            state.params, unroll, teacher_params, state.version, state.magnet, settings)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        if settings is not None:  # the optimiser's step at learning rate 1, times the agent's
+            updates = jax.tree_util.tree_map(lambda u: u * settings["learning_rate"], updates)
         params = optax.apply_updates(state.params, updates)
         finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(params)
 

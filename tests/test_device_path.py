@@ -643,21 +643,27 @@ def test_device_evaluation_matches_the_exact_payoff():
     assert abs(exact.payoffs("a", ["b"])["b"][1]) > 0.05  # the pair is not even: the test can tell
 
 
-def test_main_agent_chunks_give_main_agents_that_many_chunks_a_round(tmp_path):
+@pytest.mark.parametrize("population", [False, True])
+def test_main_agent_chunks_give_main_agents_that_many_chunks_a_round(tmp_path, population):
     """--device.main_agent_chunks=3 on Kuhn: one round of the learner group applies 3 chunks of
     updates to each main agent and one to each exploiter (counted by the learners' versions and
-    by league.db's games), and is refused where it cannot act."""
+    by league.db's games), one program per agent or the exploiters as one population program
+    (the main agent, alone with its 3 chunks, plays its own), and is refused where it cannot act."""
     from experiments.nodes import DeviceLearnerGroup
     from experiments.program import agent_indices
     from league.players import learning_agents
 
     config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
                             learner_batch_size=8, run_dir=str(tmp_path / "run"), main_agent_chunks=3,
-                            **{"device.updates_per_chunk": 2, "device.threads": 2})
+                            **{"device.updates_per_chunk": 2, "device.threads": 2,
+                               "device.population": population})
     coordinator = Coordinator(config.league, config.run_dir, seed=0)
     indices = agent_indices(config)
     group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
     coordinator.connect_learners(group, list(indices))
+    roles = {p.player_id: p.role for p in learning_agents(config.league)}
+    assert [sorted(group._population_agents[id(p)]) for p in group.populations] == (
+        [sorted(a for a, r in roles.items() if r != "main_agent")] if population else [])
     waits = []   # at each chunk: (the agent's own waiting_for_turn, how many agents wait)
     play_chunk = group.play_chunk
 
@@ -669,14 +675,15 @@ def test_main_agent_chunks_give_main_agents_that_many_chunks_a_round(tmp_path):
     group.play_chunk = watched
     try:
         group._round()
-        roles = {p.player_id: p.role for p in learning_agents(config.league)}
         versions = {a: learner.version() for a, learner in group.learners.items()}
         want = {a: 2 * (3 if roles[a] == "main_agent" else 1) for a in versions}
         assert versions == want and set(roles.values()) >= {"main_agent", "main_exploiter"}
         assert group.games == coordinator.history.game_count() > 0
         # the coordinator's stall watch sees who waits for its turn: all but the (at most 2) playing
-        assert len(waits) == sum(versions.values()) // 2
-        assert all(own == 0.0 and waiting >= len(versions) - 2 for own, waiting in waits), waits
+        alone = [a for a in versions if population is False or roles[a] == "main_agent"]
+        assert len(waits) == sum(versions[a] for a in alone) // 2
+        if not population:
+            assert all(own == 0.0 and waiting >= len(versions) - 2 for own, waiting in waits), waits
         assert not any(m["waiting_for_turn"] for m in group.metrics().values())   # between rounds
     finally:
         group.close()

@@ -144,6 +144,7 @@ def test_a_users_game_outside_the_repository_runs_a_league_on_the_default_runner
                         "--progress_every_seconds=5", cwd=str(user_dir), timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "runner=ray" in result.stdout
+    assert "device: cpu: learner batch 16 games per agent (the measured CPU default" in result.stdout
     history = LeagueHistory(str(run_dir), readonly=True)
     try:
         assert history.game_count() > 1000

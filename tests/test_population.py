@@ -1,0 +1,178 @@
+"""The population program (learners/population.py): several device learners' chunks as one
+vmapped program. Checked against each agent's own program (`DeviceLearner.play_and_learn`,
+itself checked against the batch game driven from Python in tests/test_device_path.py) with the
+same keys, for agents whose learning rate, exploration, entropy weight and schedule (their
+roles' losses) differ; and the entropy schedule against a numpy loop of its formula."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from actors import rewards
+from actors.actor import example_unroll
+from actors.games import make_batch_game
+from actors.rollout import DeviceRollout, Opponents
+from experiments import build
+from experiments.config import RunConfig
+from learners.device import DeviceLearner
+from learners.population import Population, population_key
+from learners.update import agent_entropy_weight, agent_settings
+
+B, M, T, K = 8, 2, 6, 3
+
+
+@pytest.fixture(scope="module")
+def kuhn():
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
+                            learner_batch_size=B, unroll_length=T)
+    game = make_batch_game("kuhn_poker", B)
+    network = build.make_network(config, game.spec)
+    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec))
+    params = [build.initial_params(network, game.spec, i, 0) for i in range(4)]
+    return config.learner, game, network, rollout, params
+
+
+def agent_configs(base):
+    """A main agent (annealed entropy), and exploiters with their own learning rate, exploration
+    and entropy weight (LearnerConfig.for_role)."""
+    main = dataclasses.replace(base, learning_rate=1e-3, loss=dataclasses.replace(
+        base.loss, entropy_weight=0.1, entropy_weight_end=0.01, entropy_anneal_updates=4,
+        exploiter_entropy_weight=0.02))
+    exploiter = dataclasses.replace(main, exploiter_learning_rate=5e-3, exploiter_exploration=0.2)
+    return [main.for_role(True), exploiter.for_role(False),
+            dataclasses.replace(exploiter, exploiter_learning_rate=2e-2).for_role(False)]
+
+
+def make_learners(kuhn, configs):
+    base, game, network, rollout, params = kuhn
+    return [DeviceLearner(network, params[i], c, example_unroll(game.spec, network, T), rollout,
+                          updates_per_chunk=K, seed=11 + i) for i, c in enumerate(configs)]
+
+
+def opponents_of(params, i):
+    bank = jax.tree_util.tree_map(lambda a, b: jnp.stack([jnp.asarray(a), jnp.asarray(b)]),
+                                  params[3], params[(i + 1) % 3])
+    return Opponents(bank, jnp.array([False, i == 0]))   # the main agent's second slot: itself
+
+
+def test_the_population_update_is_each_agents_own_update(kuhn):
+    configs = agent_configs(kuhn[0])
+    assert len({c.learning_rate for c in configs}) == 3 and len({c.exploration for c in configs}) == 2
+    alone, together = make_learners(kuhn, configs), make_learners(kuhn, configs)
+    assert len({population_key(learner) for learner in together}) == 1
+    population = Population(together)
+    params = kuhn[4]
+    for chunk in range(2):   # the second chunk starts from the first's state and keys
+        expected = [learner.play_and_learn(opponents_of(params, i)) for i, learner in enumerate(alone)]
+        got = population.play_and_learn([opponents_of(params, i) for i in range(3)])
+        for i in range(3):
+            for name in ("wins", "draws", "losses"):
+                np.testing.assert_array_equal(getattr(got[i], name), getattr(expected[i], name))
+            a_version, a_params = alone[i].params()
+            b_version, b_params = together[i].params()
+            assert a_version == b_version == K * (chunk + 1)
+            for x, y in zip(jax.tree_util.tree_leaves(a_params), jax.tree_util.tree_leaves(b_params)):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-6)
+    # The agents moved apart: their settings are not one program's constants.
+    moved = [jax.tree_util.tree_leaves(together[i].params()[1])[0] - jax.tree_util.tree_leaves(params[i])[0]
+             for i in range(3)]
+    assert not np.allclose(moved[1], moved[2])
+
+
+def test_resetting_one_agent_changes_only_its_slice(kuhn):
+    configs = agent_configs(kuhn[0])
+    learners = make_learners(kuhn, configs)
+    population = Population(learners)
+    params = kuhn[4]
+    population.play_and_learn([opponents_of(params, i) for i in range(3)])
+    before = [learner.params() for learner in learners]
+    learners[1].reset(params[1])
+    after = [learner.params() for learner in learners]
+    assert after[1][0] == before[1][0] + 1
+    for x, y in zip(jax.tree_util.tree_leaves(after[1][1]), jax.tree_util.tree_leaves(params[1])):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    for i in (0, 2):
+        assert after[i][0] == before[i][0]
+        for x, y in zip(jax.tree_util.tree_leaves(after[i][1]), jax.tree_util.tree_leaves(before[i][1])):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # The next chunk starts agent 1 from its reset parameters.
+    population.play_and_learn([opponents_of(params, i) for i in range(3)])
+    assert learners[1].params()[0] == before[1][0] + 1 + K
+
+
+def test_learners_of_different_structure_are_refused(kuhn):
+    base, game, network, rollout, params = kuhn
+    configs = agent_configs(base)
+    other = dataclasses.replace(configs[0], loss=dataclasses.replace(configs[0].loss, upgo_weight=0.0))
+    with pytest.raises(ValueError, match="must share"):
+        Population(make_learners(kuhn, [configs[0], other]))
+
+
+def test_the_entropy_schedule_follows_its_formula():
+    configs = [(0.1, 0.01, 4), (0.05, None, 0), (0.2, 0.02, 100)]
+    for w0, end, anneal in configs:
+        config = RunConfig.make(game="kuhn_poker").learner
+        config = dataclasses.replace(config, loss=dataclasses.replace(
+            config.loss, entropy_weight=w0, entropy_weight_end=end, entropy_anneal_updates=anneal))
+        settings = {k: jnp.float32(v) for k, v in agent_settings(config).items()}
+        for k in (0, 1, 2, 3, 4, 7, 50, 150):
+            expected = w0 if end is None else w0 * (end / w0) ** min(k / anneal, 1.0)
+            assert float(agent_entropy_weight(settings, jnp.int32(k))) == pytest.approx(expected, rel=1e-5)
+
+
+def test_eight_devices_give_the_same_updates_as_one(tmp_path):
+    """The population program over 8 virtual CPU devices (each agent's games split over them)
+    and over one: the same results and parameters (XLA_FLAGS must be set before JAX starts:
+    a subprocess)."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "eight.py"
+    script.write_text(textwrap.dedent("""
+        import jax
+        import numpy as np
+        from actors import rewards
+        from actors.actor import example_unroll
+        from actors.games import make_batch_game
+        from actors.rollout import DeviceRollout
+        from experiments import build
+        from experiments.config import RunConfig
+        from learners.device import DeviceLearner
+        from learners.population import Population
+        from tests.test_population import K, M, T, agent_configs, opponents_of
+
+        B = 16
+        assert len(jax.local_devices()) == 8
+        config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
+                                learner_batch_size=B, unroll_length=T)
+        game = make_batch_game("kuhn_poker", B)
+        network = build.make_network(config, game.spec)
+        params = [build.initial_params(network, game.spec, i, 0) for i in range(4)]
+        out = []
+        for devices in (jax.local_devices()[:1], jax.local_devices()):
+            rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec),
+                                    devices=devices)
+            learners = [DeviceLearner(network, params[i], c, example_unroll(game.spec, network, T), rollout,
+                                      updates_per_chunk=K, seed=11 + i)
+                        for i, c in enumerate(agent_configs(config.learner))]
+            results = Population(learners).play_and_learn([opponents_of(params, i) for i in range(3)])
+            placed = jax.tree_util.tree_leaves(learners[0].current_params())[0].sharding.device_set
+            out.append(([learner.params()[1] for learner in learners], results, len(placed)))
+        assert (out[0][2], out[1][2]) == (1, 8), (out[0][2], out[1][2])
+        for a, b in zip(out[0][0], out[1][0]):
+            for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
+        for ra, rb in zip(out[0][1], out[1][1]):
+            np.testing.assert_array_equal(ra.wins, rb.wins)
+            np.testing.assert_array_equal(ra.losses, rb.losses)
+        print("same updates")
+    """))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=900, env=env)
+    assert result.returncode == 0 and "same updates" in result.stdout, result.stdout[-2000:] + result.stderr[-3000:]
