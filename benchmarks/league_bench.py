@@ -1,8 +1,9 @@
 """League core speed at 100, 1,000 and 5,000 players.
 
 Reports get_match cost per call (median, p99) over all learning agents, payoff update
-cost, Nash solve time of the meta-game over all players, and payoff memory.
-Targets on this machine: get_match p99 < 1 ms and Nash < 2 s at 1,000 players.
+cost, Nash solve time of the meta-game over all players (the league-like one, and a random
+tournament: the worst case, its Nash support about half the players), and payoff memory.
+Targets on this machine: get_match p99 < 1 ms and Nash < 2 s at 1,000 players, both cases.
 
     python -m benchmarks.league_bench [--sizes=100,1000,5000] [--nash_max=5000]
 """
@@ -111,13 +112,21 @@ def main(argv):
             flush=True,
         )
     ref = results.get(1000) or results[max(results)]
+    ratios = {
+        "get_match": ref["get_match_p99_ms"] / 1.0,
+        "nash": ref["nash_s"] / 2.0,
+        "nash_random": ref["nash_random_s"] / 2.0,
+    }
     print(
         f"limits at {ref['players']} players: get_match p99 {ref['get_match_p99_ms']:.3f} ms / 1 ms = "
-        f"{ref['get_match_p99_ms'] / 1.0:.2f}; Nash {ref['nash_s']:.2f} s / 2 s = {ref['nash_s'] / 2.0:.2f}"
+        f"{ratios['get_match']:.2f}; Nash {ref['nash_s']:.2f} s / 2 s = {ratios['nash']:.2f}; "
+        f"Nash, random tournament {ref['nash_random_s']:.2f} s / 2 s = {ratios['nash_random']:.2f}"
     )
+    # ratio: the worst of the three (nan, i.e. not measured, counts as missing).
     print(
         f"RESULT league get_match_p99_ms={ref['get_match_p99_ms']:.3f} nash_1000_s={ref['nash_s']:.2f} "
-        f"ratio={max(ref['get_match_p99_ms'] / 1.0, ref['nash_s'] / 2.0):.2f} target=1.0"
+        f"nash_random_1000_s={ref['nash_random_s']:.2f} nash_random_ratio={ratios['nash_random']:.2f} "
+        f"ratio={np.nanmax(list(ratios.values())):.2f} target=1.0"
     )
 
 
