@@ -70,7 +70,12 @@ UNTUNED_SNAPSHOT_UPDATES = {"league.snapshots.main_agent_snapshot_steps": 160,
 # (docs/devices.md), so each agent plays and learns from 256 games per update there. The
 # learning rate is not scaled with the batch (AlphaStar and IMPALA keep Adam's rate at large
 # batches); set --learner.learning_rate with it when the batch is changed by hand.
-DEVICE_DEFAULTS = {"cpu": {}, "gpu": {"learner.batch_size": 256}, "tpu": {"learner.batch_size": 256}}
+# The population program (`device.population`) is for accelerators: on this 2-core CPU it
+# measured 0.53x the learnt steps/s of one program per agent on two threads (Kuhn's league,
+# benchmarks/population_bench.py), so CPU keeps one program per agent.
+DEVICE_DEFAULTS = {"cpu": {},
+                   "gpu": {"learner.batch_size": 256, "device.population": True},
+                   "tpu": {"learner.batch_size": 256, "device.population": True}}
 
 
 def device_defaults(config: RunConfig, backend: str, given: set[str]) -> tuple[RunConfig, str]:
@@ -82,8 +87,10 @@ def device_defaults(config: RunConfig, backend: str, given: set[str]) -> tuple[R
     batch = config.learner.batch_size
     why = ("given" if "learner.batch_size" in given else
            "a chunk fills the accelerator" if chosen else "the measured CPU default")
+    programs = ("one program for the agents that share a network (--device.population)"
+                if config.device.population else "one program per agent (--device.population=false)")
     return config, (f"device: {backend}: learner batch {batch} games per agent ({why}; "
-                    "--learner.batch_size sets it)")
+                    f"--learner.batch_size sets it); {programs}")
 
 
 def _nest(paths: dict) -> dict:
@@ -237,8 +244,9 @@ class DeviceSettings:
     main_agent_chunks: int = 1
     # The agents of a learner group that share a network, rollout and loss structure play and
     # learn as one jitted program (vmap over agents: learners/population.py); false: one
-    # program per agent, one after another (the device path before the population program)
-    population: bool = True
+    # program per agent, `threads` at a time. Off on CPU, where it measured slower (XLA:CPU's
+    # batched matmuls: Kuhn's league 0.53x); on for a GPU or TPU (DEVICE_DEFAULTS)
+    population: bool = False
 
 
 @dataclass(frozen=True)

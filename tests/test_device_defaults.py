@@ -12,6 +12,7 @@ def test_cpu_keeps_the_measured_batch_and_an_accelerator_gets_a_full_one():
     for backend in ("gpu", "tpu"):
         chosen, line = device_defaults(config, backend, set())
         assert chosen.learner.batch_size == DEVICE_DEFAULTS[backend]["learner.batch_size"] == 256
+        assert chosen.device.population and not config.device.population and "one program for" in line
         assert f"device: {backend}: learner batch 256" in line and "fills the accelerator" in line
         # nothing else moves: the learning rate (documented, not scaled) and the game's settings
         assert chosen.learner.learning_rate == config.learner.learning_rate
