@@ -98,7 +98,7 @@ def player_params(run_dir: str, player_id: str) -> tuple[int, dict]:
     """(version, params) of any player of a run, read from disk: a learning agent's learner
     checkpoint (learners/checkpoint.py), a frozen player's `params/` file, or, for a learning
     agent of a run that has not written a checkpoint yet, its newest frozen snapshot."""
-    from coordinator.history import LeagueHistory
+    from coordinator.history_reader import HistoryReader
     from learners import checkpoint
 
     got = checkpoint.read_params(run_dir, player_id)
@@ -107,7 +107,7 @@ def player_params(run_dir: str, player_id: str) -> tuple[int, dict]:
     store = ParamStore(run_dir)
     if player_id in store:
         return store.load(player_id)
-    snapshots = [p["player_id"] for p in LeagueHistory(run_dir, readonly=True).players()
+    snapshots = [p["player_id"] for p in HistoryReader(run_dir).players()
                  if p["parent"] == player_id and p["player_id"] in store]
     if not snapshots:
         raise KeyError(f"no parameters on disk for {player_id!r} in {run_dir}")

@@ -1,6 +1,6 @@
 """The league dashboard: payoff matrix, Nash distribution, ratings and learning health, live.
 
-Reads the run's SQLite history through `coordinator.history.LeagueHistory`'s readers
+Reads the run's SQLite history through `coordinator.history_reader.DashboardReader`
 (`<run_dir>/league.db`) and nothing else, read-only, one short read transaction per
 refresh: it never blocks the league and keeps working after the run is gone. The page is
 static files (`dashboard/static/`: index.html, dashboard.js, dashboard.css and plotly.js);
@@ -39,7 +39,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from coordinator.history import DB_NAME, HistoryError, LeagueHistory
+from coordinator.history_reader import DashboardReader
+from coordinator.league_db import DB_NAME, HistoryError
 from league.payoff import Payoff
 from league.players import HISTORICAL, LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_EXPLOITER
 
@@ -103,7 +104,7 @@ class DashboardData:
     """Builds the page's JSON from one run's history; caches it until the history changes.
 
     `response(if_none_match)` gives (status, ETag, body): the ETag names this instance
-    and the history's version (`LeagueHistory.data_version`), so a client that has it
+    and the history's version (`DashboardReader.data_version`), so a client that has it
     gets 304 and nothing is built; the JSON is rebuilt only when the version changed.
     Game counts per pair are aggregated incrementally (only games newer than the last
     build are read), so refreshing a long run stays cheap.
@@ -131,7 +132,7 @@ class DashboardData:
         the league to start, nor on an "error")."""
         with self._lock:
             try:
-                history = LeagueHistory(self.path, readonly=True)
+                history = DashboardReader(self.path)
             except HistoryError as e:
                 return 200, None, _message("waiting", f"waiting for the league to start ({e})")
             try:
@@ -158,7 +159,7 @@ class DashboardData:
 
     # -- the build -----------------------------------------------------------------
 
-    def _build(self, history: LeagueHistory) -> dict:
+    def _build(self, history: DashboardReader) -> dict:
         players = history.players()
         players = [players[i] for i in display_order(players)]
         ids = [p["player_id"] for p in players]
@@ -216,7 +217,7 @@ class DashboardData:
             "learners": self._learner_metrics(history),
         }
 
-    def _game_counts(self, history: LeagueHistory, ids: list[str]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    def _game_counts(self, history: DashboardReader, ids: list[str]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
         """All games: their number, and in display order a's wins over b and the draws between
         them ([n, n]), and each player's losses in self-play (home == away) ([n]).
 
@@ -283,7 +284,7 @@ class DashboardData:
         self._self_losses = np.concatenate([self._self_losses, np.zeros(size - len(self._self_losses), np.int64)])
 
     @staticmethod
-    def _nash(history: LeagueHistory, index: dict[str, int]) -> dict:
+    def _nash(history: DashboardReader, index: dict[str, int]) -> dict:
         """Nash weights per player over (thinned) time, players in the support at any time."""
         times = _thin(history.nash_times())
         if not times:
@@ -300,7 +301,7 @@ class DashboardData:
         return {"times": times, "players": support, "weights": np.round(weights, 6).tolist(), "latest": latest}
 
     @staticmethod
-    def _exploitability(history: LeagueHistory) -> dict:
+    def _exploitability(history: DashboardReader) -> dict:
         """{subject: {"time": [...], "nash_conv": [...]}}: "nash", "nash_average" and each main agent."""
         out: dict = {}
         for when, subject, value in history.exploitability_history():
@@ -310,7 +311,7 @@ class DashboardData:
         return out
 
     @staticmethod
-    def _exploiter_gaps(history: LeagueHistory) -> dict:
+    def _exploiter_gaps(history: DashboardReader) -> dict:
         """{exploiter role: {"time", "gap", "player", "target", "br_value", "exploiter_value": [...]}}:
         poker, each exploiter snapshot's gap to a best response against its target (the
         `exploiter_gaps` rows in order, one series per role); {} before the first."""
@@ -324,7 +325,7 @@ class DashboardData:
         return out
 
     @staticmethod
-    def _heuristic(history: LeagueHistory) -> dict:
+    def _heuristic(history: DashboardReader) -> dict:
         """{main agent: {"race", "time": [...], "win_rate": [...], "version": [...], "games": [...],
         "by_race": {heuristic race: [...]}}}: per measurement (the rows of one time), the win
         rate against the scripted heuristic (draws half), the mean over the heuristic's races,
@@ -347,7 +348,7 @@ class DashboardData:
         return out
 
     @staticmethod
-    def _ratings(history: LeagueHistory, index: dict[str, int]) -> dict:
+    def _ratings(history: DashboardReader, index: dict[str, int]) -> dict:
         """Elo and TrueSkill per player at (thinned) times, rows sorted by player then time.
 
         Times are thinned to about MAX_RATING_POINTS points in all (at least 20 times):
@@ -371,7 +372,7 @@ class DashboardData:
         return out
 
     @staticmethod
-    def _learner_metrics(history: LeagueHistory) -> dict:
+    def _learner_metrics(history: DashboardReader) -> dict:
         """Per metric name, per learner: the mean value in each of MAX_TIME_POINTS time buckets."""
         series: dict[str, dict[str, dict]] = {}
         for name, agent, t, v in history.learner_metric_means(MAX_TIME_POINTS):
@@ -383,7 +384,7 @@ class DashboardData:
 
 
 def league_notices(events: list[dict]) -> dict:
-    """What the page's notice box lists, from the history's events (`LeagueHistory.events`):
+    """What the page's notice box lists, from the history's events (`DashboardReader.events`):
 
     "withdrawn": each frozen player taken out of matchmaking (its parameter file is damaged;
     for the rest of the run): {"player", "agent" (its parent), "step", "time", "reason"}, in
@@ -567,7 +568,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="write one self-contained HTML file and exit instead of serving")
     args = parser.parse_args(argv)
     try:
-        LeagueHistory(args.run_dir, readonly=True).close()
+        DashboardReader(args.run_dir).close()
         if args.export:
             path = export(args.run_dir, args.export)
             print(f"dashboard written to {os.path.abspath(path)}")

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 
@@ -110,9 +111,9 @@ class RunReader:
         self._policies: dict[tuple[str, int], object] = {}
 
     def history(self):
-        from coordinator.history import LeagueHistory
+        from coordinator.history_reader import HistoryReader
 
-        return LeagueHistory(self.run_dir, readonly=True)
+        return HistoryReader(self.run_dir)
 
     def checkpoint_params(self, agent_id: str):
         """(version, params) of a learning agent's learner checkpoint, or None."""
@@ -232,7 +233,7 @@ def measure_run(run_dir: str, mixture: str = "nash", weights: str = "league",
 
 def gap_summary(rows: list[dict]) -> dict[str, dict[str, float]]:
     """{exploiter role: {"count", "mean", "min", "max"}} of the gaps in league.db's
-    `exploiter_gaps` rows (`LeagueHistory.exploiter_gaps`)."""
+    `exploiter_gaps` rows (`HistoryReader.exploiter_gaps`)."""
     out = {}
     for role in sorted({r["role"] for r in rows}):
         gaps = np.asarray([r["gap"] for r in rows if r["role"] == role], np.float64)
@@ -244,9 +245,9 @@ def gap_summary(rows: list[dict]) -> dict[str, dict[str, float]]:
 def print_gaps(run_dir: str) -> None:
     """The run's exploiter snapshots' gaps to a best response (league.db), one line each, and
     their count, mean, min and max per role."""
-    from coordinator.history import LeagueHistory
+    from coordinator.history_reader import HistoryReader
 
-    history = LeagueHistory(run_dir, readonly=True)
+    history = HistoryReader(run_dir)
     try:
         rows = history.exploiter_gaps()
     finally:
@@ -282,8 +283,26 @@ def define_flags() -> None:
                         "default: .npz tabular policy keyed by information-state string.")
 
 
+class _BackendProbe(logging.Filter):
+    """Drops JAX's INFO lines of backends it probed and did not find."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not record.getMessage().startswith("Unable to initialize backend")
+
+
+def quiet_backend_probe() -> None:
+    """With JAX_PLATFORMS unset JAX tries every backend it knows and logs each one this host
+    lacks at INFO ("Unable to initialize backend 'tpu': ... libtpu.so"); absl's `app.run`
+    shows INFO, so the command's first lines were that probe. Only the probe's lines go: a
+    backend that was asked for and fails still raises, and JAX's warnings still show."""
+    logger = logging.getLogger("jax._src.xla_bridge")
+    if not any(isinstance(f, _BackendProbe) for f in logger.filters):
+        logger.addFilter(_BackendProbe())
+
+
 def main(argv):
     del argv
+    quiet_backend_probe()
     if FLAGS.run_dir and FLAGS.gaps:
         print_gaps(FLAGS.run_dir)
         return

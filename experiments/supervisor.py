@@ -14,7 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from coordinator.coordinator import HANG_SECONDS
+from coordinator.learner_watch import compiling
+from coordinator.learners import HANG_SECONDS
 from experiments.config import RunConfig
 from experiments.program import Program
 
@@ -44,6 +45,7 @@ class Supervisor:
         # Snapshots and resets since the last progress line: summed on it, not a line each (a
         # fast game makes several a second).
         self.changes: collections.Counter = collections.Counter()
+        self.players_at_start: int | None = None   # the league's size at the first progress line
 
     def report(self, fresh: bool = False) -> dict:
         """Prints the progress line from the coordinator's summary and the learners' metrics
@@ -51,10 +53,17 @@ class Supervisor:
         elapsed = time.time() - self.started
         metrics = self.coordinator.record_learners() if fresh else self.coordinator.learner_metrics()
         summary = self.coordinator.summary()
-        rates = {a: m["updates_per_second"] for a, m in metrics.items() if "updates_per_second" in m}
-        updates = sum(rates.values())
+        # until a learner's first update (its first chunk compiling: minutes for SMAX on a CPU)
+        # the line says so, not 0.0/s (`learner_watch.compiling`)
+        reported = {a: m for a, m in metrics.items() if m}
+        first = [a for a, m in reported.items() if compiling(m)]
+        rates = {a: m["updates_per_second"] for a, m in reported.items()
+                 if "updates_per_second" in m and a not in first}
         slowest = min(rates, key=rates.get) if len(rates) > 1 else None
-        slowest = f" (slowest {slowest} {rates[slowest]:.1f}/s)" if slowest else ""
+        notes = ([f"slowest {slowest} {rates[slowest]:.1f}/s"] if slowest else []) + (
+            [f"{len(first)} compiling"] if first else [])
+        updates = ("compiling" if len(first) == len(reported) else f"{sum(rates.values()):.1f}/s"
+                   + (f" ({'; '.join(notes)})" if notes else ""))
         def by_race(rates):
             return "  ".join(f"{a.split('_main_agent')[0]} {w}" for a, w in rates.items())
 
@@ -75,11 +84,14 @@ class Supervisor:
         scripted = by_race({a: against_heuristic(m) for a, m in metrics.items() if against_heuristic(m)})
         changes = ", ".join(f"+{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(self.changes.items()))
         self.changes.clear()
-        per_minute = summary["players"] / max(elapsed / 60, 1e-9)
+        # new players a minute, once a minute is in (the league's first players are no news)
+        if self.players_at_start is None:
+            self.players_at_start = summary["players"]
+        per_minute = ((summary["players"] - self.players_at_start) / (elapsed / 60) if elapsed >= 60 else None)
         print(
             f"[{elapsed / 60:5.1f} min] players {summary['players']} ({summary['historical']} frozen"
-            + (f"; {changes}" if changes else "") + f"; {per_minute:.0f}/min)  "
-            f"games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates:.1f}/s{slowest}  "
+            + (f"; {changes}" if changes else "") + (f"; {per_minute:.0f}/min" if per_minute is not None else "")
+            + f")  games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates}  "
             f"main agents' win rate vs league: {vs or '-'}"
             + (f"  vs heuristic (training games): {scripted}" if scripted else "")
             + (self.note() if self.note else "")

@@ -7,6 +7,8 @@ owns one `League`, asks it for matches and decisions, carries the decisions out
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from league import matchmaking, rules
@@ -24,6 +26,7 @@ from league.players import (
     learning_agents,
     snapshot_id,
 )
+from league.results import GameResult
 from league.rules import AddSnapshot, ResetAgent
 
 
@@ -129,6 +132,13 @@ class League:
     def historical_ids(self) -> list[str]:
         return list(self._historical)
 
+    def win_rates_vs_frozen(self, role: str) -> dict[str, float]:
+        """Each learning agent of `role`'s mean win rate against the frozen players (NaN while
+        there are none)."""
+        historical = self.historical_ids()
+        return {a: float(self.payoff.win_rates(a, historical).mean()) if historical else float("nan")
+                for a in self.learning_agent_ids(role)}
+
     def snapshots_of(self, agent_id: str) -> list[str]:
         """The agent's historical players, oldest first."""
         return list(self._snapshots_of.get(agent_id, ()))
@@ -173,6 +183,16 @@ class League:
         self.player(home), self.player(away)
         self.payoff.update(home, away, outcome, score)
         self._update_quality(home, away, outcome)
+
+    def record_results(self, results: Sequence[GameResult]) -> int:
+        """Every game of `results` (`league.results.GameResult`s, checked: `results.check`):
+        a single game as `record_result`, a count as `record_counts`. Returns the games."""
+        for r in results:
+            if r.games == 1:
+                self.record_result(r.home, r.away, r.outcome, r.score)
+            else:
+                self.record_counts(r.home, r.away, r.wins, r.draws, r.losses, r.score)
+        return sum(r.games for r in results)
 
     def record_counts(self, home: str, away: str, wins: int, draws: int, losses: int,
                       score: float | None = None) -> None:

@@ -6,8 +6,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from coordinator.coordinator import Coordinator, CoordinatorConfig, initial_player_id
-from coordinator.history import HistoryError, LeagueHistory, pack_array
+from coordinator.coordinator import Coordinator, CoordinatorConfig
+from coordinator.decisions import initial_player_id
+from coordinator.history import HistoryWriter
+from coordinator.history_reader import HistoryReader
+from coordinator.league_db import HistoryError, pack_array
 from coordinator.param_store import ParamStore
 from experiments.matrix_league import StrategyLearner
 from league.payoff import Payoff
@@ -83,7 +86,7 @@ def test_poll_snapshots_into_the_store_and_resets_exploiters(tmp_path):
     version, params = store.load("terran_main_exploiter_0#0")
     np.testing.assert_array_equal(params["strategy"], [5.0, 5.0, 5.0])  # frozen before the reset
     np.testing.assert_array_equal(learners["terran_main_exploiter_0"].strategy_params, np.zeros(3))
-    history = LeagueHistory(str(tmp_path), readonly=True)
+    history = HistoryReader(str(tmp_path))
     assert {p["player_id"] for p in history.players() if p["role"] == "historical"} >= {"terran_main_agent_0#0", "terran_main_exploiter_0#0"}
     assert any(e["kind"] == "reset" for e in history.events())
     assert not store.save("terran_main_exploiter_0#0", {"strategy": np.ones(3)}, 9)  # written once
@@ -170,7 +173,7 @@ def test_meta_game_is_published(tmp_path):
     assert nash["terran_main_agent_0"] == pytest.approx(1.0, abs=1e-7)
     for agent in ("terran_main_exploiter_0", "terran_league_exploiter_0", "terran_league_exploiter_1"):
         assert nash[agent] == pytest.approx(0.0, abs=1e-7)
-    history = LeagueHistory(str(tmp_path), readonly=True)
+    history = HistoryReader(str(tmp_path))
     _, players, wins, _, _ = history.latest_payoff()
     assert wins[players.index("terran_main_agent_0"), players.index("terran_main_exploiter_0")] == pytest.approx(sum(0.99**k for k in range(5)), rel=1e-5)
     assert history.nash_history() and history.ratings_history()
@@ -187,7 +190,7 @@ def test_meta_game_is_on_scores_when_games_report_them(tmp_path):
     assert coordinator.league.payoff.win_rate(a, b) > 0.7
     nash = coordinator.publish_meta_game()["nash"]
     assert nash[a] == pytest.approx(0.0, abs=1e-7) and nash[b] > 0.3
-    history = LeagueHistory(str(tmp_path), readonly=True)
+    history = HistoryReader(str(tmp_path))
     _, players, _, _, scores = history.latest_payoff()
     # three +1 games then a -5 one, each after a 0.99 decay of what came before
     decayed = 0.99 ** 3 + 0.99 ** 2 + 0.99
@@ -223,14 +226,14 @@ def test_corrupt_league_checkpoint_is_reported_and_left_alone(tmp_path):
 
 def test_missing_history_is_a_clear_error(tmp_path):
     with pytest.raises(HistoryError, match="no league history"):
-        LeagueHistory(str(tmp_path / "nothing"), readonly=True)
+        HistoryReader(str(tmp_path / "nothing"))
 
 
 def test_a_new_history_appears_with_its_tables_and_ignores_a_half_made_one(tmp_path, monkeypatch):
     """league.db is made beside its path and renamed into place: a reader that finds the file
     finds its tables (CI once caught the dashboard's reader between the file and its schema),
     and the leftover of a start killed half-way is replaced."""
-    import coordinator.history as history_module
+    import coordinator.league_db as history_module
 
     db = tmp_path / "league.db"
     (tmp_path / "league.db.new").write_bytes(b"half")
@@ -238,13 +241,13 @@ def test_a_new_history_appears_with_its_tables_and_ignores_a_half_made_one(tmp_p
     real_replace = os.replace
 
     def replace(src, dst):
-        seen.append((os.path.exists(dst), LeagueHistory(src, readonly=True).game_count()))
+        seen.append((os.path.exists(dst), HistoryReader(src).game_count()))
         real_replace(src, dst)
 
     monkeypatch.setattr(history_module.os, "replace", replace)
-    LeagueHistory(str(db)).close()
+    HistoryWriter(str(db)).close()
     assert seen == [(False, 0)]
-    assert LeagueHistory(str(db), readonly=True).game_count() == 0
+    assert HistoryReader(str(db)).game_count() == 0
     assert not (tmp_path / "league.db.new").exists()
 
 
@@ -269,7 +272,7 @@ def test_a_league_exploiter_resets_to_the_main_agents_newest_copy_when_asked(tmp
     coordinator.poll()
     # main agent's first copy (made this poll): the league exploiter's reset started from it
     np.testing.assert_array_equal(learners[exploiter].strategy_params, [7.0, 7.0, 7.0])
-    resets = [e for e in LeagueHistory(str(tmp_path), readonly=True).events()
+    resets = [e for e in HistoryReader(str(tmp_path)).events()
               if e["kind"] == "reset" and e["agent_id"] == exploiter]
     assert resets and resets[-1]["reason"] == f"from {main}#0"
     assert learners["terran_main_exploiter_0"].strategy_params.tolist() == [0.0, 0.0, 0.0]   # initial
@@ -324,11 +327,11 @@ def test_a_history_from_before_scores_is_read_and_upgraded(tmp_path):
                ('["a", "b"]', pack_array(np.eye(2)[::-1]), pack_array(np.zeros((2, 2)))))
     db.commit()
     db.close()
-    old = LeagueHistory(str(tmp_path), readonly=True)
+    old = HistoryReader(str(tmp_path))
     assert old.games()[0]["score"] is None and old.latest_nash() == (1.0, {"a": 1.0})
     _, players, wins, _, scores = old.latest_payoff()
     assert players == ["a", "b"] and wins[0, 1] == 1.0 and scores is None
-    upgraded = LeagueHistory(str(tmp_path))
+    upgraded = HistoryWriter(str(tmp_path))
     upgraded.add_games([{"home": "a", "away": "b", "outcome": "loss", "score": -2.0}])
     assert [g["score"] for g in upgraded.games()] == [None, -2.0]
 
@@ -384,7 +387,7 @@ def test_published_trueskill_is_the_sequential_replay_of_every_reported_game(tmp
         else:
             ratings[home], ratings[away] = trueskill.rate_1vs1(ratings[home], ratings[away],
                                                                drawn=outcome == "draw", env=env)
-    history = LeagueHistory(str(tmp_path), readonly=True)
+    history = HistoryReader(str(tmp_path))
     last = max(t for t, *_ in history.ratings_history())
     published = {p: (mu, sigma) for t, p, _, mu, sigma in history.ratings_history() if t == last}
     for p, r in ratings.items():
@@ -495,6 +498,7 @@ def test_a_learner_whose_updates_are_all_skipped_or_that_gets_no_experience_is_n
     coordinator.set_learners(learners)
     nan, idle = "terran_main_agent_0", "terran_main_exploiter_0"
     healthy = [a for a in learners if a not in (nan, idle)]
+    learners[idle].m["updates_dispatched"] = 5   # it has learnt (compiled its first update), then stops
 
     def reading(seconds, **changes):
         now[0] += seconds
@@ -547,6 +551,7 @@ def test_a_device_learner_waiting_for_its_turn_in_a_round_is_not_named_stalled(t
     coordinator.set_learners(learners)
     waiting = "terran_main_exploiter_0"
     learners[waiting].m["waiting_for_turn"] = 1.0
+    learners[waiting].m["updates_dispatched"] = 5   # its first chunk is done: not compiling
 
     def reading(seconds):
         now[0] += seconds
@@ -564,6 +569,98 @@ def test_a_device_learner_waiting_for_its_turn_in_a_round_is_not_named_stalled(t
     assert reading(40) == [("stalled", waiting)]         # 70 s of its own turn
     reason = [e for e in coordinator.history.events() if e["kind"] == "stalled"][-1]["reason"]
     assert "no update for 70 s" in reason
+    coordinator.close()
+
+
+def test_a_learner_compiling_its_first_chunk_is_not_named_stalled_but_one_that_stops_after_learning_is(tmp_path):
+    """Issue 58, a quiet first hour: a fresh SMAX league's learners compile their first chunk
+    for minutes (no update yet: `updates_dispatched` 0), and the old watch said "stalled: ...
+    no update for 187 s" at `stall_seconds`. A learner without its first update since it
+    started is compiling: named only after `stall_compile_seconds`, as "compiling for N min";
+    one that has learnt and then gets no update is named at `stall_seconds` as before."""
+    now = [1000.0]
+    config = LeagueConfig(races=("terran",), snapshots=SNAPSHOTS, initial_snapshots=False)
+    coordinator = Coordinator(config, str(tmp_path), seed=3, clock=lambda: now[0],
+                              config=CoordinatorConfig(meta_game_every_seconds=float("inf"),
+                                                       checkpoint_every_seconds=float("inf"),
+                                                       stall_seconds=180.0, stall_compile_seconds=900.0))
+    learners = {a: _MeteredLearner() for a in coordinator.agent_ids()}
+    coordinator.set_learners(learners)
+    slow, stops = "terran_main_agent_0", "terran_main_exploiter_0"   # compiles for 20 min; learns, then stops
+    others = [a for a in learners if a not in (slow, stops)]
+
+    def reading(seconds, learning):
+        now[0] += seconds
+        for agent in learning:
+            learners[agent].m["updates_dispatched"] += 8
+            learners[agent].m["version"] += 8
+        coordinator.record_learners()
+        return [(e["kind"], e["agent_id"]) for e in coordinator.take_events()]
+
+    assert reading(0, []) == []                          # every learner compiling
+    assert [reading(60, []) for _ in range(5)] == [[]] * 5   # 300 s without a first update: compiling
+    assert reading(10, [stops, *others]) == []           # their first chunks are done
+    assert [reading(60, others) for _ in range(2)] == [[]] * 2
+    assert reading(60, others) == [("stalled", stops)]   # 490 s: 180 s since its last update
+    assert [reading(60, others) for _ in range(6)] == [[]] * 6   # 850 s: the slow one still compiling
+    assert reading(60, others) == [("stalled", slow)]    # 910 s >= 15 min without a first update
+    reasons = {e["agent_id"]: e["reason"] for e in coordinator.history.events() if e["kind"] == "stalled"}
+    assert reasons[stops].startswith("no update for 180 s")
+    assert reasons[slow].startswith("compiling for 15 min")
+    assert set(reasons) == {stops, slow}
+    assert reading(60, [slow, stops, *others]) == [("recovered", slow), ("recovered", stops)]
+
+    # a learner that restarts (its count from 0 again) compiles again: not named at 180 s
+    learners[slow].m["updates_dispatched"] = 0
+    assert [reading(60, [stops, *others]) for _ in range(5)] == [[]] * 5
+    # a learner stalled when the run stopped is not "recovered" by the restart, only by an update
+    assert [reading(60, others) for _ in range(3)][-1] == [("stalled", stops)]
+    coordinator.close()
+    for learner in learners.values():
+        learner.m["updates_dispatched"] = 0   # every learner restarts with the league
+    coordinator = Coordinator(config, str(tmp_path), seed=3, clock=lambda: now[0],
+                              config=CoordinatorConfig(meta_game_every_seconds=float("inf"),
+                                                       checkpoint_every_seconds=float("inf")))
+    coordinator.set_learners(learners)
+    assert [reading(60, []) for _ in range(5)] == [[]] * 5    # compiling: neither stalled nor recovered
+    assert reading(10, [stops]) == [("recovered", stops)]
+    coordinator.close()
+
+
+def test_the_progress_line_says_compiling_until_the_first_update(tmp_path):
+    """Issue 58: the progress line said `learner updates 0.0/s` for the minutes a fresh league
+    compiles; it says `compiling` until a learner's first update, then the rate, naming how
+    many still compile."""
+    import io
+
+    from experiments.config import RunConfig
+    from experiments.supervisor import Supervisor
+
+    now = [1000.0]
+    config = LeagueConfig(races=("terran",), snapshots=SNAPSHOTS, initial_snapshots=False)
+    coordinator = Coordinator(config, str(tmp_path), seed=3, clock=lambda: now[0], config=NEVER)
+    learners = {a: _MeteredLearner() for a in coordinator.agent_ids()}
+    coordinator.set_learners(learners)
+
+    def line():
+        out = io.StringIO()
+        Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+        return out.getvalue()
+
+    first_line = line()
+    assert "learner updates compiling  " in first_line    # no reading yet
+    assert "/min" not in first_line   # players a minute only once a minute is in (it read 25165824/min)
+    now[0] += 60.0
+    assert "learner updates compiling  " in line(), line()   # two readings, no update: not "0.0/s"
+    first = "terran_main_agent_0"
+    learners[first].m["updates_dispatched"] = 60
+    now[0] += 60.0
+    assert f"learner updates 0.5/s ({len(learners) - 1} compiling)" in line(), line()
+    for learner in learners.values():
+        learner.m["updates_dispatched"] += 120
+    now[0] += 60.0
+    text = line()
+    assert "compiling" not in text and "learner updates " in text and "/s (slowest " in text, text
     coordinator.close()
 
 
