@@ -1,13 +1,19 @@
 """The replay path's tests (marker `replay`) need Reverb and TensorFlow, the `[replay]` extra,
-which lives in an environment of its own (README, "The replay path"). In the base environment
-they are skipped with that reason; with LEAGUE_REQUIRE_REPLAY=1 (CI's replay environment) a
-missing Reverb fails the run instead.
+which lives in an environment of its own (docs/experience.md, "The replay environment"). In the
+base environment they are skipped with that reason; with LEAGUE_REQUIRE_REPLAY=1 (CI's replay
+environment) a missing Reverb fails the run instead.
 
 The long tests (marker `long`: the Leduc league's quality, a Kuhn league's exploiter gaps, the
 heuristic's table, the three-host cluster, three Launchpad runs) are each a
 minutes-long league, the short form of a benchmark. `pytest` leaves them out (the gate CI runs
 in under 30 minutes); `pytest --long` runs them too, and `LEAGUE_CI_LONG=1 bash .ci/run` runs
-them in every environment."""
+them in every environment.
+
+The tests come in two tiers (docs/testing.md): the fast tier, `pytest -m "not system"` (the
+league logic, losses, games' protocol checks, networks, small learners: minutes on 2 cores), and
+the system tier, `pytest -m system` (marker `system`, set at the top of each such file: whole
+leagues, launchers, faults, Ray, the browser). `pytest` runs both. The markers are independent:
+`-m replay` selects the replay path's tests whatever their tier."""
 
 import importlib.util
 import os
@@ -38,6 +44,9 @@ def pytest_configure(config):
         "markers", "replay: the replay path's test: needs Reverb and TensorFlow (the [replay] extra)")
     config.addinivalue_line(
         "markers", "long: a minutes-long league (learning quality, a run under faults): run with --long")
+    config.addinivalue_line(
+        "markers", "system: the system tier: whole leagues, launchers, faults, Ray, the browser, the command-line "
+                   "tools as programs (`pytest -m system`; the fast tier is `pytest -m \"not system\"`)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -52,9 +61,9 @@ def pytest_collection_modifyitems(config, items):
         return
     if os.environ.get("LEAGUE_REQUIRE_REPLAY") == "1":
         raise pytest.UsageError("LEAGUE_REQUIRE_REPLAY=1 but reverb is not importable: install the "
-                                "[replay] extra (README, 'The replay path')")
+                                "[replay] extra (docs/experience.md, 'The replay environment')")
     skip = pytest.mark.skip(reason="the replay path: needs the [replay] extra (Reverb, TensorFlow 2.15) "
-                                   "in its own environment; README, 'The replay path'")
+                                   "in its own environment; docs/experience.md, 'The replay environment'")
     for item in items:
         if item.get_closest_marker("replay"):
             item.add_marker(skip)

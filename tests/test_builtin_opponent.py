@@ -19,6 +19,9 @@ from experiments.config import RunConfig, prepare_run_dir
 from learners import checkpoint
 from tests.test_scripted import CONFIG, ScriptedNetwork
 
+# The system tier (docs/testing.md): SMAX leagues against the scripted heuristic.
+pytestmark = pytest.mark.system
+
 GAMES = 32
 
 

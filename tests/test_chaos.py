@@ -13,8 +13,13 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from benchmarks import chaos as chaos_harness
 from tests.conftest import skip_unless_root
+
+# The system tier (docs/testing.md): a Kuhn league on Ray under every kind of fault (root).
+pytestmark = pytest.mark.system
 
 CHAOS_MINUTES = 8.0   # a ceiling: the run stops 10 s after the last fault recovered
 # A hang (30 s) is named within 25 s (a ping every 5 s, unanswered for 20 s).

@@ -15,6 +15,9 @@ import pytest
 from experiments.cluster_hosts import PREFIX, available
 from experiments.config import RunConfig
 
+# The system tier (docs/testing.md): a league on three Ray hosts (root).
+pytestmark = pytest.mark.system
+
 DRIVER = "ab" * 28  # a node id (hex)
 
 

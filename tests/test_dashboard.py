@@ -25,6 +25,9 @@ from coordinator.history import LeagueHistory
 from dashboard.server import DashboardData, league_notices, serve
 from tests.browser import BrowserMissing, Tab, chromium, find_chromium
 
+# The system tier (docs/testing.md): the dashboard in a real browser.
+pytestmark = pytest.mark.system
+
 CHARTS = ("chart-payoff", "chart-nash-now", "chart-nash-time", "chart-exploitability", "chart-elo",
           "chart-trueskill", "chart-composition", "chart-events")
 LEARNER_METRICS = {"updates_per_s": 8.5, "frames_per_s": 8800.0, "loss": 0.7, "entropy": 1.1, "kl": 0.02,

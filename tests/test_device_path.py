@@ -31,6 +31,9 @@ from experiments.program import build_program, experience_path
 from league.payoff import Payoff
 from league.players import LeagueConfig
 
+# The system tier (docs/testing.md): whole leagues on the device path, on Ray and in one process.
+pytestmark = pytest.mark.system
+
 B, M, T = 8, 2, 6
 
 

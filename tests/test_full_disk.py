@@ -20,6 +20,9 @@ from league.players import LeagueConfig, SnapshotConfig
 from tests.conftest import skip_unless_root
 from tests.test_coordinator import _MeteredLearner
 
+# The system tier (docs/testing.md): leagues on a full disk of their own (root).
+pytestmark = pytest.mark.system
+
 
 @pytest.fixture
 def small_disk(tmp_path):

@@ -13,6 +13,9 @@ from actors.games import Game, GameFunctions, make_batch_game
 from actors.games.registry import BUILTINS, UnknownGame, module_path, resolve
 from experiments.config import UNTUNED_SNAPSHOT_UPDATES, ConfigError, RunConfig
 
+# The system tier (docs/testing.md): a user's game in a league on Ray, the command line as a program.
+pytestmark = pytest.mark.system
+
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPOSITORY, "examples", "nim.py")
 

@@ -13,6 +13,9 @@ from actors.games import smax_races as sr
 from actors.games.base import BatchGame, random_legal_actions
 from agents.specs import MASK_KEY
 
+# The system tier (docs/testing.md): many SMAX battles played to the end.
+pytestmark = pytest.mark.system
+
 CONFIG = sr.SmaxRacesConfig(menu=sr.fixed_size_menu(3), max_steps=25, map_width=20, map_height=20)
 MATCHUPS = np.array(list(itertools.product(range(3), range(3))), np.int32)  # all nine
 

@@ -18,6 +18,9 @@ from coordinator.history import LeagueHistory
 from experiments.config import ConfigError, RunConfig
 from league.players import learning_agents
 
+# The system tier (docs/testing.md): SMAX main agents against the heuristic, and the dashboard in a browser.
+pytestmark = pytest.mark.system
+
 TINY = dict(hidden_size=16, core_size=16)
 GAMES = 8
 VERSION = 7

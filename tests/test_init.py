@@ -13,6 +13,9 @@ import pytest
 from agents.storage import params_to_npz_bytes
 from experiments.config import RunConfig
 
+# The system tier (docs/testing.md): leagues started from a supervised file, the command line as a program.
+pytestmark = pytest.mark.system
+
 
 def supervised_file(path, races, hidden=16, core=16, seed=5):
     """A file in experiments.supervised's format ({race: params}) for a network of these sizes."""
@@ -132,7 +135,7 @@ def test_a_kl_weight_without_a_teacher_source_is_refused_and_nothing_is_written(
 
     with pytest.raises(ConfigError, match="a KL weight needs a teacher"):
         RunConfig.make(game="smax_races", kl_teacher_cost=0.1, init="none")
-    with pytest.raises(ConfigError, match="supervised start exists for smax_races only"):
+    with pytest.raises(ConfigError, match="has no supervised start"):
         RunConfig.make(game="kuhn_poker", init=str(tmp_path / "supervised.npz"))
     assert RunConfig.make(game="smax_races", kl_teacher_cost=0.1, init="x.npz").teacher_source == "init"
     assert RunConfig.make(game="smax_races", kl_teacher_cost=0.1, init="x.npz",

@@ -20,6 +20,9 @@ import time
 
 import pytest
 
+# The system tier (docs/testing.md): leagues under Launchpad (its own environment).
+pytestmark = pytest.mark.system
+
 REQUIRED = os.environ.get("LEAGUE_REQUIRE_LAUNCHPAD") == "1"
 if importlib.util.find_spec("launchpad") is None:
     if REQUIRED:

@@ -47,6 +47,9 @@ import pytest
 from experiments import launchers, nashconv
 from experiments.config import RunConfig, prepare_run_dir
 
+# The system tier (docs/testing.md): a Kuhn league's exact NashConv.
+pytestmark = pytest.mark.system
+
 UNIFORM_KUHN = 11 / 12
 KUHN_STEPS = 1_000_000  # agent steps per learner (~3,900 updates of 256 steps)
 KUHN_MINUTES = 6.0   # a cap only: ~2.5 minutes on a quiet machine

@@ -14,6 +14,9 @@ from actors.games.registry import LEDUC_DEFAULTS
 from coordinator.history import LeagueHistory
 from experiments.config import RunConfig, fields, prepare_run_dir
 
+# The system tier (docs/testing.md): whole leagues through the launchers, their faults and refusals.
+pytestmark = pytest.mark.system
+
 FAST = dict(
     races=1, actors_per_learner=1, batch_size=16, learner_batch_size=8, unroll_length=8,
     hidden_size=16, core_size=16, main_agent_snapshot_steps=300, exploiter_min_steps=300,

@@ -23,6 +23,9 @@ from agents import Action
 from experiments.build import initial_params, make_game, make_network
 from experiments.config import RunConfig
 
+# The system tier (docs/testing.md): SMAX leagues and many games against the scripted heuristic.
+pytestmark = pytest.mark.system
+
 CONFIG = sr.SmaxRacesConfig()
 
 
@@ -359,7 +362,7 @@ def test_heuristic_slots_are_refused_where_they_cannot_act():
     from experiments.config import ConfigError
     from experiments.program import experience_path
 
-    with pytest.raises(ConfigError, match="heuristic_slots: the scripted heuristic plays smax_races only"):
+    with pytest.raises(ConfigError, match="heuristic_slots: --game=kuhn_poker has no scripted opponent"):
         RunConfig.make(game="kuhn_poker", heuristic_slots=1)
     with pytest.raises(ConfigError, match=r"heuristic_slots must be in \[0, --device.opponent_slots\) = \[0, 4\)"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=4)

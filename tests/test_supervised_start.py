@@ -8,7 +8,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from experiments.config import RunConfig
+
+# The system tier (docs/testing.md): a SMAX league that builds its supervised start.
+pytestmark = pytest.mark.system
 
 TINY = ["--races=1", "--supervised.games=3", "--supervised.steps=2", "--supervised.batch_size=2",
         "--hidden_size=16", "--core_size=16"]

@@ -14,6 +14,9 @@ from agents import surgery
 from agents.networks import NetworkConfig, ReferenceNetwork
 from agents.unit_network import UnitNetwork, UnitNetworkConfig
 
+# The system tier (docs/testing.md): a Kuhn league widened and resumed.
+pytestmark = pytest.mark.system
+
 T, B = 6, 3
 
 

@@ -26,6 +26,9 @@ from agents.specs import (
 from agents.storage import params_from_npz_bytes, params_to_npz_bytes
 from agents.unit_network import UnitNetwork, UnitNetworkConfig
 
+# The system tier (docs/testing.md): SMAX's unit network compiled and trained, minutes on 2 cores.
+pytestmark = pytest.mark.system
+
 N, TYPES, COMPS, F, OWN = 3, 6, 3, 13, 10
 ATTACK = 5
 

@@ -398,7 +398,7 @@ def test_z_source_flags_and_bad_replays_are_refused(tmp_path):
     from experiments.config import ConfigError, RunConfig
     from experiments.league import check_z
 
-    with pytest.raises(ConfigError, match="z exists for smax_races only"):
+    with pytest.raises(ConfigError, match="has no statistic z"):
         RunConfig.make(game="kuhn_poker", z_replays=str(tmp_path))
     with pytest.raises(ConfigError, match="needs a network that takes z"):
         RunConfig.make(z_replays=str(tmp_path), **{"network.z": False})
