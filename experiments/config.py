@@ -94,6 +94,7 @@ def device_defaults(config: RunConfig, backend: str, given: set[str]) -> tuple[R
 
 
 def _nest(paths: dict) -> dict:
+    """{"a.b": v} -> {"a": {"b": v}}."""
     nested: dict = {}
     for path, value in paths.items():
         node = nested
@@ -507,14 +508,7 @@ class RunConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(f"unknown settings {unknown}; `python -m experiments.league --help` lists them")
-        nested: dict = {}
-        for path, value in values.items():
-            node = nested
-            *parents, leaf = path.split(".")
-            for p in parents:
-                node = node.setdefault(p, {})
-            node[leaf] = value
-        return _build(cls, nested)
+        return _build(cls, _nest(values))
 
     def get(self, path: str):
         value = self

@@ -37,7 +37,6 @@ import threading
 import time
 import traceback
 
-from actors.games.registry import module_path
 from experiments.config import RunConfig
 from experiments.program import build_program, resolve
 from experiments.supervisor import NodeFailed
@@ -330,12 +329,10 @@ def run_launchpad(config: RunConfig, stop_event: threading.Event | None = None, 
         terminal = os.environ.get("LAUNCHPAD_LAUNCH_LOCAL_TERMINAL", "output_to_files")
         if terminal == "output_to_files":
             log_dir = _log_dir(config)
-        env = {"MALLOC_ARENA_MAX": "2"}
-        game_module = module_path(config.game)  # a user's game (package.module:factory): on the path
-        if game_module:
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (os.path.dirname(game_module), os.environ.get("PYTHONPATH", "")) if p)
-        resources = {n.name: PythonProcess(env={"LEAGUE_NODE": n.name, **env}) for n in program.nodes}
+        # A user's game module (--game=package.module:factory) imports in every node process
+        # as in this one: they start in this directory (tests/test_launchpad.py).
+        resources = {n.name: PythonProcess(env={"LEAGUE_NODE": n.name, "MALLOC_ARENA_MAX": "2"})
+                     for n in program.nodes}
         print(f"launching {len(program.nodes)} nodes under Launchpad (local_mp, one process each"
               + (f"; their output: {log_dir}/<node>/0)" if log_dir else ")"), file=out, flush=True)
         manager = lp.launch(lp_program, launch_type="local_mp", local_resources=resources,

@@ -102,8 +102,9 @@ class RunReader:
             raise FileNotFoundError(f"{path} not found: pass the --run_dir of a league run")
         with open(path) as f:
             self.config = RunConfig.from_dict(json.load(f))
-        if self.config.game not in ("kuhn_poker", "leduc_poker"):
-            raise ValueError(f"NashConv needs a poker run; {run_dir} is a {self.config.game} run")
+        if not self.config.game_info.capabilities.exact_evaluator:
+            raise ValueError(f"NashConv needs a poker run (a game with an exact evaluator); {run_dir} "
+                             f"is a {self.config.game} run")
         self.run_dir = run_dir
         self.game = poker.load_game(self.config.game)
         self.network = make_network(self.config, poker.make_spec(self.game))

@@ -236,3 +236,25 @@ def test_kuhn_league_on_the_device_path_under_launchpad(tmp_path):
     assert sources.get("device", 0) > 1000 and sources.get("evaluator", 0) > 0, (sources, out)
     versions = learner_versions(run_dir)
     assert len(versions) == 4 and all(v > 0 for v in versions.values()), out
+
+
+def test_a_users_game_outside_the_repository_runs_under_launchpad(tmp_path):
+    """A user's game by its module path (`--game=mynim:make`, the example copied out of the
+    repository, run from its directory) under Launchpad's local_mp: every node process imports
+    it, and its games reach league.db."""
+    import shutil
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    shutil.copy(os.path.join(ROOT, "examples", "nim.py"), mine / "mynim.py")
+    run_dir = str(tmp_path / "run")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    process = subprocess.Popen(
+        [sys.executable, "-u", "-m", "experiments.league", "--runner=launchpad", "--game=mynim:make",
+         f"--run_dir={run_dir}", "--minutes=0.75", "--progress_every_seconds=5", "--dashboard_port=-1"],
+        cwd=str(mine), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env=env)
+    out = finish(process, timeout=300)
+    assert "game=mynim:make" in out and "checkpoints written" in out, out
+    sources = dict(query(run_dir, "SELECT source, sum(wins + draws + losses) FROM game_counts GROUP BY source"))
+    assert sources.get("device", 0) > 1000, (sources, out)
