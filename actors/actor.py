@@ -50,7 +50,7 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
   produced (army, enemy types in first-attack order, types attacked: `z_pseudo_rewards`) and
   writes them with the active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
 - Parameters. A background thread asks `params_source.latest_params(agent_id,
-  min_version=version + 1)` every `refresh_seconds` (AlphaStar: 10 s), puts new parameters on
+  min_version=version + 1)` every `param_refresh_seconds` (AlphaStar: 10 s), puts new parameters on
   the device and the loop swaps them in between two steps (two unrolls for fused games): play
   never waits for a refresh.
 """
@@ -70,6 +70,7 @@ import numpy as np
 
 from actors import replays
 from actors import rewards as reward_plugins
+from actors.config import ActorConfig
 from actors.rollout import (
     Games,
     Played,
@@ -87,41 +88,6 @@ from league.players import draw_past_withdrawn
 from league.results import GameResult
 
 PyTree = Any
-
-
-@dataclasses.dataclass(frozen=True)
-class ActorConfig:
-    unroll_length: int = 32
-    episodes_per_match: int = 256      # K: finished games before the next match request
-    refresh_seconds: float = 10.0      # AlphaStar: actors refresh parameters every 10 s
-    reward_plugin: str | None = None   # None/"outcome", "openai_five" or a .py path
-    seed: int = 0
-    write_queue: int = 2               # unroll batches waiting for the Reverb writer thread
-    params_timeout: float = 60.0       # seconds to wait for parameters at a match start
-    fused: bool = True                 # JAX games: one jitted scan per unroll (see Actor)
-    # OpenAI Five's team spirit tau ("openai_five" reward): linear from start to end over
-    # `team_spirit_updates` learner updates (the version of the parameters that play).
-    team_spirit_start: float = 0.3     # OpenAI Five's rerun: 0.3
-    team_spirit_end: float = 0.8       # OpenAI Five's rerun: 0.8
-    team_spirit_updates: int = 2_000
-    # AlphaStar: each pseudo-reward for following z is active in a game with probability 25%.
-    z_pseudo_reward_probability: float = 0.25
-
-    def __post_init__(self):
-        if self.unroll_length < 2:
-            raise ValueError("unroll_length must be >= 2 (one step to learn, one to bootstrap)")
-        if self.episodes_per_match < 1 or self.refresh_seconds <= 0 or self.write_queue < 1:
-            raise ValueError("episodes_per_match, refresh_seconds and write_queue must be > 0")
-        if not (0.0 <= self.team_spirit_start <= 1.0 and 0.0 <= self.team_spirit_end <= 1.0):
-            raise ValueError("team spirit must be in [0, 1]")
-        if self.team_spirit_updates < 0:
-            raise ValueError("team_spirit_updates must be >= 0")
-        if not 0.0 <= self.z_pseudo_reward_probability <= 1.0:
-            raise ValueError("z_pseudo_reward_probability must be in [0, 1]")
-
-    @property
-    def team_spirit(self) -> tuple[float, float, int]:
-        return self.team_spirit_start, self.team_spirit_end, self.team_spirit_updates
 
 
 def observation_template(game_spec, network) -> dict:
@@ -611,7 +577,7 @@ class Actor:
             self._version, self._params = self._wait_params(self.agent_id)
         if self._refresher is None:
             self._refresher = _ParamsRefresher(self.params_source, self.agent_id,
-                                               self.config.refresh_seconds, self._version)
+                                               self.config.param_refresh_seconds, self._version)
         if self._match is None:
             self._new_match()
 

@@ -81,8 +81,8 @@ def spec_fingerprint(spec) -> str:
 # ---------------------------------------------------------------------------------------------
 # z for SMAX races.
 
-ATTACK = 5  # actors.games.smax_races.ATTACK (kept here so that z needs no JAX)
-NUM_UNIT_TYPES = 6  # actors.games.smax_races.UNIT_TYPES
+ATTACK = 5  # SMAX's attack action type (kept here so that z needs no JAX; a test checks)
+NUM_UNIT_TYPES = 6  # SMAX's unit types (a test checks)
 
 
 def enemy_slot(side: int, target, num_units: int):
@@ -101,7 +101,7 @@ def smax_z(actions: Mapping[str, np.ndarray], alive: np.ndarray, length: int,
     opening is which enemy units one goes for. For side `side`:
 
     - `army` (int): the composition (menu index) chosen at step 0, `actions["composition"][0]`;
-    - `attack_order` [6] int: the SMAX unit types (index into `smax_races.UNIT_TYPES`) of the
+    - `attack_order` [6] int: the SMAX unit types (indices into SMAX's unit types) of the
       enemy units this side ordered attacks on, in the order of the first such order per type,
       -1 padded. An attack order is `action_type == ATTACK` by a unit alive at that step
       (`alive[t, i]`, the observation's field); its unit type is that of the enemy slot
@@ -150,7 +150,7 @@ def smax_z_of_chunk(chunk: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 # z as a network input and the pseudo-rewards for following it (issue 14 section 1, "z").
 
-Z_ARMIES = 3  # actors.games.smax_races.COMPOSITIONS_PER_RACE (menu entries per race)
+Z_ARMIES = 3  # SMAX's armies per race (a test checks)
 Z_SIZE = Z_ARMIES + NUM_UNIT_TYPES * NUM_UNIT_TYPES + NUM_UNIT_TYPES
 """The length of z's fixed-size numeric encoding (`encode_z`): 3 + 36 + 6 = 45."""
 PSEUDO_REWARDS = ("build_order", "attacked_types")

@@ -6,8 +6,8 @@
   that hold their own state (OpenSpiel's pool), with the same outputs: the running games
   (`Games`) and what each step produced (`Played`, time-major [T, B]).
 - Callers: the replay path's actor (`actors.actor`: fused and stepwise), the evaluator
-  (`actors.evaluator`), matches against the scripted AI (`actors.scripted`,
-  `actors.games.smax_races.play_heuristic_games`), replay recording (`experiments.record`), the
+  (`actors.evaluator`), matches against a game's scripted AI (`actors.games.base.ScriptedOpponent`), a
+  game's replay recording (SMAX's), the
   surgery check (`experiments.surgery.record`), and the device learner's `DeviceRollout` below
   (with `evaluate_pairs`).
 
@@ -70,7 +70,7 @@ PyTree = Any
 # games (`Games`) and what each step produced (`Played`, time-major [T, B] over a rollout).
 #
 # A side acts through `act(key, obs, state, first) -> (Action, state)` (`network_policy`: a
-# network with its parameters; `actors.games.smax_races.heuristic_side`: the scripted AI);
+# network with its parameters; a game's `ScriptedOpponent.side`: its scripted AI);
 # `Action.game` is what the game is given.
 
 
@@ -303,7 +303,7 @@ class DeviceRollout:
         learner's own parameters cannot be an opponent (`Opponents.use_self` all False).
 
         `scripted` (a function `games -> (act, initial state)` of a scripted side 1 for that
-        many games, e.g. `functools.partial(actors.games.smax_races.heuristic_side, fns, 1)`)
+        many games, e.g. `functools.partial(scripted_opponent.side, fns, 1)`)
         and `scripted_slots` S: the first S opponent slots are played by it (their
         `Opponents` entries are ignored), the other M - S by their parameters."""
         if batch_size % num_slots:

@@ -21,6 +21,16 @@ SMALL_REFERENCE = dict(mlp_sizes=(64,), lstm_size=64)
 """Reference-network sizes for a laptop league (poker, matrix games)."""
 
 
+def initial_params(network, game_spec, index: int, seed: int):
+    """A network's initial parameters (numpy arrays), seeded by `seed` and an index (a learning
+    agent's, a race's): `network.init` on side 0's zero observation."""
+    import numpy as np
+
+    obs = game_spec.sides[0].zero_observation()
+    params = network.init(jax.random.PRNGKey(seed * 1000 + index), obs, opponent_observation=obs)
+    return jax.tree_util.tree_map(np.asarray, params)
+
+
 def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | None = None,
                  side: int = 0, *, hidden_size: int | None = None, core_size: int | None = None,
                  z: tuple[int, int] | None = None):

@@ -22,7 +22,7 @@ Arms (AlphaStar, Fig. 3b-d, i):
   targets, no UPGO), `vtrace_td` (value from TD(lambda)), `vtrace_td_upgo` (+ UPGO: the
   program's default; the same configuration as `pfsp_sp`, so its runs are shared).
 
-Test opponents (held out from every arm): jaxmarl's scripted heuristic (`actors.scripted`) and
+Test opponents (held out from every arm): jaxmarl's scripted heuristic (`actors.games.smax_races.scripted`) and
 frozen players of an independent run (the full league with seed 1000, same budget, `heldout`).
 Measured per arm and seed, on the main agent's final parameters:
 - games against every test opponent -> Elo (one fit over every arm, seed and test opponent,
@@ -59,8 +59,9 @@ ARMS = {
     "main_agents": dict(**NO_EXPLOITERS),
     "main_exploiters": dict(league_exploiters_per_race=0),
     "league_exploiters": {},
-    "vtrace": dict(main_agent_matchmaker="pfsp_sp", value_target="vtrace", upgo_cost=0.0, **NO_EXPLOITERS),
-    "vtrace_td": dict(main_agent_matchmaker="pfsp_sp", upgo_cost=0.0, **NO_EXPLOITERS),
+    "vtrace": {"main_agent_matchmaker": "pfsp_sp", "learner.loss.value_target": "vtrace",
+               "learner.loss.upgo_weight": 0.0, **NO_EXPLOITERS},
+    "vtrace_td": {"main_agent_matchmaker": "pfsp_sp", "learner.loss.upgo_weight": 0.0, **NO_EXPLOITERS},
     "heldout": {},  # the independent run whose frozen players are test opponents
 }
 SHARED = {"vtrace_td_upgo": "pfsp_sp"}  # identical configurations: one set of runs
@@ -82,7 +83,8 @@ RACES = ("terran", "terran")
 # has a history to forget.
 COMMON = dict(game="smax_races", races=1, runner="inprocess", dashboard_port=-1,
               main_agent_snapshot_steps=20_000, exploiter_min_steps=20_000,
-              main_exploiter_timeout_steps=40_000, league_exploiter_timeout_steps=20_000,
+              **{"league.snapshots.main_exploiter_timeout_steps": 40_000,
+                 "league.snapshots.league_exploiter_timeout_steps": 20_000},
               progress_every_seconds=30.0)
 HEURISTIC = "heuristic"
 
@@ -183,7 +185,7 @@ class Arena:
     def play(self, player: str, opponent: str) -> tuple[int, int, int]:
         """(wins, draws, losses) of `player` against `opponent` over `self.games` games."""
         if opponent == HEURISTIC:
-            from actors import scripted
+            from actors.games.smax_races import scripted
 
             _, params = self.players.latest_params(player)
             outcomes = scripted.play_against_heuristic(self.network, params, RACES, self.games,

@@ -100,7 +100,7 @@ def actor_rate(game, network, params, seconds: float) -> tuple[float, dict]:
     server = reverb.Server([table])
     actor = Actor("bench", "agent", game, network, Matches(), BumpingParams(params),
                   f"localhost:{server.port}", "bench",
-                  ActorConfig(unroll_length=T, refresh_seconds=FLAGS.refresh_seconds,
+                  ActorConfig(unroll_length=T, param_refresh_seconds=FLAGS.refresh_seconds,
                               episodes_per_match=10**9))
     try:
         actor.run(num_steps=2 * (T - 1))  # compile, fill the writer pipeline

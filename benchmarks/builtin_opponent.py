@@ -7,7 +7,7 @@ For every race matchup (the main agent of race r against the heuristic playing r
 win rate (draws count half) of (a) the main agent's final parameters (learner checkpoint,
 written when the run stops) and (b) the same agent's initial parameters (its frozen copy
 `<agent>#0`: the supervised start when the run had one), the baseline before any training,
-over `--games` games each (`actors.scripted.play_against_heuristic`). The
+over `--games` games each (`actors.games.smax_races.scripted.play_against_heuristic`). The
 heuristic picks its army uniformly from its race's menu; the agent picks with its own
 composition head. Prints a markdown table and, last,
 `RESULT builtin_opponent mean_win_rate=<x> ratio=<x/0.5> target=1.0`
@@ -35,7 +35,7 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
     """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
     `by_composition` ("trained" or "initial") each row also holds the `composition_breakdown`
     of those parameters."""
-    from actors import scripted
+    from actors.games.smax_races import scripted
     from coordinator.history import LeagueHistory
     from coordinator.param_store import player_params
     from experiments.build import initial_params, make_game, make_network
@@ -94,7 +94,7 @@ def composition_breakdown(network, params, races: tuple[str, str], games: int, s
     `with_picks`: picks @ army_rates (what its own picks should reach; its measured win rate
     differs by sampling only). `own`: the agent's `games` games of its own choosing
     (`scripted.HeuristicGames`) where already played, else played here."""
-    from actors import scripted
+    from actors.games.smax_races import scripted
     from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
 
     if own is None:

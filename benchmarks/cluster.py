@@ -53,16 +53,16 @@ HOSTS_LINE = re.compile(r"^hosts: (.*)$")
 
 # SMAX, 3 races, small enough for a shared 2-core machine.
 FAST_SMAX = ["--races=3", "--init=none", "--hidden_size=16", "--core_size=16", "--batch_size=8",
-             "--learner_batch_size=8", "--unroll_length=8", "--replay_size=64",
-             "--league_exploiters_per_race=1", "--episodes_per_match=8",
+             "--learner_batch_size=8", "--unroll_length=8", "--learner.replay.max_size=64",
+             "--league_exploiters_per_race=1", "--actor.episodes_per_match=8",
              "--main_agent_snapshot_steps=1000", "--exploiter_min_steps=1000",
-             "--main_exploiter_timeout_steps=2000", "--league_exploiter_timeout_steps=1000",
+             "--league.snapshots.main_exploiter_timeout_steps=2000", "--league.snapshots.league_exploiter_timeout_steps=1000",
              "--evaluation_games=8", "--actor_groups=race", "--learner_groups=all"]
 # The matrix game: seconds to compile; one actor node per agent, so every host has some.
 FAST_MATRIX = ["--batch_size=16", "--learner_batch_size=8", "--unroll_length=8",
-               "--hidden_size=16", "--core_size=16", "--replay_size=256", "--episodes_per_match=16",
+               "--hidden_size=16", "--core_size=16", "--learner.replay.max_size=256", "--actor.episodes_per_match=16",
                "--main_agent_snapshot_steps=300", "--exploiter_min_steps=300",
-               "--main_exploiter_timeout_steps=600", "--league_exploiter_timeout_steps=300",
+               "--league.snapshots.main_exploiter_timeout_steps=600", "--league.snapshots.league_exploiter_timeout_steps=300",
                "--evaluation_games=8", "--actor_groups=agent", "--learner_groups=all"]
 COMMON = ["--experience=replay",  # actors on the worker hosts: the path this demonstrates
           "--dashboard_port=-1", "--progress_every_seconds=10", "--meta_game_every_seconds=5",

@@ -55,9 +55,10 @@ flags.DEFINE_float("param_refresh_seconds", None, "Actor refresh period (default
 
 
 def e2e_config(run_dir: str) -> RunConfig:
-    overrides = {name: getattr(FLAGS, name) for name in
-                 ("batch_size", "learner_batch_size", "unroll_length", "samples_per_insert",
-                  "param_refresh_seconds") if getattr(FLAGS, name) is not None}
+    paths = {"batch_size": "actor.batch_size", "learner_batch_size": "learner.batch_size",
+             "unroll_length": "learner.unroll_length", "samples_per_insert": "learner.replay.samples_per_insert",
+             "param_refresh_seconds": "actor.param_refresh_seconds"}
+    overrides = {path: getattr(FLAGS, name) for name, path in paths.items() if getattr(FLAGS, name) is not None}
     return RunConfig.make(game=FLAGS.game, races=1, runner="ray", run_dir=run_dir,
                      main_exploiters_per_race=0, league_exploiters_per_race=0, evaluators=0,
                      dashboard_port=-1, progress_every_seconds=3.0, experience="replay",
@@ -152,7 +153,7 @@ class Limit:
                            _SelfPlay(agent, config.race_names[0]), _FixedParams(params), None,
                            agent, ActorConfig(unroll_length=config.learner.unroll_length,
                                               episodes_per_match=config.actor.episodes_per_match,
-                                              refresh_seconds=3600.0,
+                                              param_refresh_seconds=3600.0,
                                               reward_plugin=config.reward))
         self.inline = _InlineLearner(self.learner, config.learner.batch_size,
                                      config.learner.replay.samples_per_insert)

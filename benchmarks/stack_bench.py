@@ -28,7 +28,7 @@ from absl import app, flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("base_python", sys.executable, "the base environment's python")
-flags.DEFINE_string("replay_python", "", "the replay environment's python (README, 'The replay path')")
+flags.DEFINE_string("replay_python", "", "the replay environment's python (docs/experience.md, 'The replay environment')")
 flags.DEFINE_integer("rounds", 2, "rounds; each runs both parts in both environments")
 flags.DEFINE_float("league_seconds", 40.0, "measured seconds of the Kuhn league per run")
 flags.DEFINE_float("league_warmup", 20.0, "seconds of the Kuhn league before measuring")
@@ -55,7 +55,7 @@ def versions(python: str) -> str:
 def main(argv):
     del argv
     if not FLAGS.replay_python:
-        raise app.UsageError("--replay_python: the replay environment's python (README, 'The replay path')")
+        raise app.UsageError("--replay_python: the replay environment's python (docs/experience.md, 'The replay environment')")
     envs = {"base": FLAGS.base_python, "replay": FLAGS.replay_python}
     for name, python in envs.items():
         print(f"{name:6s} {python}: {versions(python)}", flush=True)

@@ -68,7 +68,7 @@ def league_score(run_dir: str, agent: str, since: float, until: float) -> tuple[
 def heuristic(run_dir: str, agent: str, games: int) -> tuple[float, str]:
     """The agent's win rate (draws half) against the scripted heuristic, same race and seed,
     and its losses/draws/wins."""
-    from actors import scripted
+    from actors.games.smax_races import scripted
     from coordinator.param_store import player_params
     from experiments.build import make_game, make_network
     from experiments.config import RunConfig

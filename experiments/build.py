@@ -214,13 +214,11 @@ def agent_races(config: RunConfig) -> dict[str, str]:
 
 
 def initial_params(network, spec, agent_index: int, seed: int):
-    """Each learning agent's initial (and reset) parameters, seeded by its index."""
-    import jax
+    """Each learning agent's initial (and reset) parameters, seeded by its index
+    (`agents.initial_params`, imported here when called: this module imports no JAX)."""
+    import agents
 
-    side = spec.sides[0]
-    obs = side.zero_observation()
-    params = network.init(jax.random.PRNGKey(seed * 1000 + agent_index), obs, opponent_observation=obs)
-    return jax.tree_util.tree_map(np.asarray, params)
+    return agents.initial_params(network, spec, agent_index, seed)
 
 
 def learner_setup(config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int]):

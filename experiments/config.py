@@ -5,17 +5,18 @@
       .network                NetworkSettings       sizes of the agents' network
       .league                 league.players.LeagueConfig (.matchmaking, .snapshots)
       .learner                learners.config.LearnerConfig (.loss: LossConfig, .replay: ReplayConfig)
-      .actor                  ActorSettings
+      .actor                  actors.config.ActorConfig  (the actors' own configuration)
       .evaluator              EvaluatorSettings
       .supervised             SupervisedStartSettings  the automatic supervised start (SMAX)
 
 Every leaf field is a command-line flag named by its path (`--learner.loss.entropy_weight`,
-`--league.snapshots.main_agent_snapshot_steps`, ...; `fields()` lists them, with help text
-from each field's comment), and the short names of earlier versions stay as aliases
-(`ALIASES`: `--batch_size` is `--actor.batch_size`). `RunConfig.make(**values)` takes either
+`--league.snapshots.main_agent_snapshot_steps`, ...; `fields()` lists them, and each field
+carries its help: `league.settings.setting(default, help)`, read by `help_text`); the short
+names that docs/running.md's commands use stay as aliases (`ALIASES`: `--batch_size` is
+`--actor.batch_size`). `RunConfig.make(**values)` takes either
 spelling, applies the game's measured defaults (`Capabilities.defaults`) under them, and a PPO preset
 when `learner.loss.policy_loss` is "ppo". config.json holds the nested dict; `from_dict`
-round-trips it (and reads the flat config.json of earlier versions). Rerunning with the same
+round-trips it (and reads the flat config.json of earlier versions: `EARLIER_NAMES`). Rerunning with the same
 `--run_dir` resumes the run; the configuration must then be the same (a different one is
 refused, naming the fields that differ) except for `RESUMABLE_CHANGES`.
 """
@@ -23,17 +24,17 @@ refused, naming the fields that differ) except for `RESUMABLE_CHANGES`.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import os
-import re
 import typing
 from dataclasses import dataclass, field
 from typing import Any
 
+from actors.config import ActorConfig
 from actors.games.base import Game
 from actors.games.registry import UnknownGame, resolve
 from league.players import LeagueConfig, SnapshotConfig
+from league.settings import help_of, setting
 
 RUNNERS = ("inprocess", "ray", "launchpad")
 EXPERIENCE = ("auto", "device", "replay")
@@ -45,9 +46,11 @@ RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_p
                      "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
-# Leaves that are not settings: the league's races come from --game/--races, each learner's
-# table is named after its agent.
-DERIVED = ("league.races", "learner.replay.table")
+# Leaves that are not flags: the league's races come from --game/--races, each learner's
+# table is named after its agent, the actors' unroll length is the learner's and their seed the
+# run's (`RunConfig.actor_config`); the actors' writer queue and parameter timeout are internals.
+DERIVED = ("league.races", "learner.replay.table", "actor.unroll_length", "actor.seed",
+           "actor.write_queue", "actor.params_timeout")
 
 # Each game's measured defaults live with its registration (`Capabilities.defaults`,
 # actors/games/registry.py) and apply under the flags given.
@@ -129,8 +132,9 @@ def untuned_defaults(game: Game, settings: dict) -> dict:
 # agents keep the start's strength (BENCHMARKS.md, "A league from the automatic supervised start").
 SUPERVISED_KL_WEIGHT = 0.5
 
-# The flat names of earlier versions (and of the README's commands) -> field paths.
-ALIASES = {
+# The flat names of earlier versions -> field paths: the keys of a flat config.json
+# (`RunConfig.from_dict`). Frozen: new settings get no flat name.
+EARLIER_NAMES = {
     "main_agents_per_race": "league.main_agents_per_race",
     "main_exploiters_per_race": "league.main_exploiters_per_race",
     "league_exploiters_per_race": "league.league_exploiters_per_race",
@@ -172,6 +176,19 @@ ALIASES = {
     "evaluation_games": "evaluator.games",
 }
 
+# The short flags: the earlier names that the docs' commands use (docs/running.md,
+# docs/smax-heuristic.md, docs/supervised-start.md, ...; `tests/test_config.py` checks that each
+# is used) and `--learner_batch_size` (tests/test_supervised_start.py). Every other setting is
+# given by its path.
+ALIASES = {name: EARLIER_NAMES[name] for name in (
+    "main_exploiters_per_race", "league_exploiters_per_race", "main_agent_matchmaker",
+    "initial_snapshots", "main_pfsp_weighting", "pfsp_hard_exponent", "main_agent_snapshot_steps",
+    "exploiter_min_steps", "actors_per_learner", "batch_size", "param_refresh_seconds",
+    "reward_plugin", "learner_batch_size", "heuristic_slots", "heuristic_forced_slots",
+    "heuristic_forced_handicap", "main_agent_chunks", "unroll_length", "learning_rate",
+    "entropy_cost", "policy_loss", "kl_teacher_cost", "hidden_size", "core_size", "evaluators",
+    "evaluation_games")}
+
 
 class ConfigError(ValueError):
     """A configuration problem, with the fix in its message."""
@@ -187,33 +204,12 @@ def game_of(name: str) -> Game:
 
 @dataclass(frozen=True)
 class NetworkSettings:
-    hidden_size: int = 64  # network width (encoder / MLP)
-    core_size: int = 64  # recurrent core (LSTM) size; 0: no LSTM, a two-layer MLP (poker, matrix games)
-    # SMAX: the unit network takes the statistic z as an input (and has a value head per
-    # pseudo-reward for following it; AlphaStar); ignored for other games.
-    z: bool = True
-
-
-@dataclass(frozen=True)
-class ActorSettings:
-    per_learner: int = 1  # actors per learning agent, each playing batch_size games at once
-    batch_size: int = 32  # games per actor, stepped as one batch with one jitted policy step
-    episodes_per_match: int = 32  # finished games before an actor asks for a new opponent
-    param_refresh_seconds: float = 10.0  # seconds between parameter refreshes (AlphaStar: 10)
-    # The training reward: None picks OpenAI Five's shaped, zero-sum reward for SMAX (with the
-    # outcome alone untrained SMAX leagues play ~99% draws), the chips for poker, the outcome
-    # for matrix games; or "outcome", "game", "openai_five", or the path of a .py plug-in.
-    reward_plugin: str | None = None
-    fused: bool = True  # JAX games: one jitted scan of policy and game steps per unroll
-    # OpenAI Five's team spirit tau of the openai_five reward (each unit's reward is
-    # (1 - tau) its own + tau the team's mean; every unit learns from its own advantage):
-    # linear from team_spirit_start to team_spirit_end over team_spirit_updates learner updates.
-    team_spirit_start: float = 0.3  # team spirit tau at the start (OpenAI Five's rerun: 0.3)
-    team_spirit_end: float = 0.8  # team spirit tau after the annealing (OpenAI Five's rerun: 0.8)
-    team_spirit_updates: int = 2_000  # learner updates over which team spirit anneals (0: end at once)
-    # SMAX main agents conditioned on z: each pseudo-reward for following z is active in a game
-    # with this probability (AlphaStar: 25%).
-    z_pseudo_reward_probability: float = 0.25
+    hidden_size: int = setting(64, "network width (encoder / MLP)")
+    core_size: int = setting(
+        64, "recurrent core (LSTM) size; 0: no LSTM, a two-layer MLP (poker, matrix games)")
+    z: bool = setting(
+        True, "SMAX: the unit network takes the statistic z as an input (and has a value head per "
+        "pseudo-reward for following it; AlphaStar); ignored for other games")
 
 
 @dataclass(frozen=True)
@@ -221,64 +217,70 @@ class DeviceSettings:
     """The device path (--experience=device): learners that play their own games
     (learners/device.py, actors/rollout.py); each plays learner.batch_size games."""
 
-    updates_per_chunk: int = 8  # updates per jitted call (a chunk) between two talks to the coordinator
-    opponent_slots: int = 4  # opponents drawn per chunk from the match distribution (divides learner.batch_size)
-    threads: int = 0  # chunks of a learner group run at once; 0: one per core (at most one per agent)
-    evaluation_pairs: int = 8  # pairs of players an evaluator plays at once in one vmapped program
-    # SMAX: main agents play this many of their opponent slots against jaxmarl's scripted
-    # heuristic (a race of the run at random): training on the test opponent of
-    # benchmarks/builtin_opponent.py, which AlphaStar's league did not do; 0: never
-    heuristic_slots: int = 0
-    # Of those heuristic slots, this many play one forced matchup each chunk: an enemy race, the
-    # main agent's army and the heuristic's, drawn by PFSP over those cells (their win rates,
-    # squared weighting) times how often the agent picks the cell's army (its policy); the agent
-    # learns no pick from them. The others keep the agent's own pick and the heuristic's uniform
-    # one. 0: none (benchmarks/builtin_opponent.py --by_composition shows the cells)
-    heuristic_forced_slots: int = 0
-    # The forced cells start from a handicap the agent can win: the heuristic's army plays
-    # without some of its units, a level per cell that the agent's results move (league/
-    # curriculum.py: automatic domain randomization); false: the full armies
-    heuristic_forced_handicap: bool = False
-    # Chunks a main agent plays and learns from per round of its learner group, where every
-    # exploiter plays one: the share of a small machine that goes to the main agents (AlphaStar
-    # gave every agent the same hardware; 1 does the same here)
-    main_agent_chunks: int = 1
-    # The agents of a learner group that share a network, rollout and loss structure play and
-    # learn as one jitted program (vmap over agents: learners/population.py); false: one
-    # program per agent, `threads` at a time. Off on CPU, where it measured slower (XLA:CPU's
-    # batched matmuls: Kuhn's league 0.53x); on for a GPU or TPU (DEVICE_DEFAULTS)
-    population: bool = False
+    updates_per_chunk: int = setting(
+        8, "device path: updates per jitted call (a chunk) between two talks to the coordinator")
+    opponent_slots: int = setting(
+        4, "device path: opponents drawn per chunk from the match distribution (divides learner.batch_size)")
+    threads: int = setting(
+        0, "device path: chunks of a learner group run at once; 0: one per core (at most one per agent)")
+    evaluation_pairs: int = setting(
+        8, "device path: pairs of players an evaluator plays at once in one vmapped program")
+    heuristic_slots: int = setting(
+        0, "SMAX, device path: main agents play this many of their opponent slots against jaxmarl's "
+        "scripted heuristic (a race of the run at random): training on the test opponent of "
+        "benchmarks/builtin_opponent.py, which AlphaStar's league did not do; 0: never")
+    heuristic_forced_slots: int = setting(
+        0, "SMAX, device path: of the heuristic slots, this many play one forced matchup each chunk: "
+        "an enemy race, the main agent's army and the heuristic's, drawn by PFSP over those cells "
+        "(their win rates, squared weighting) times how often the agent picks the cell's army (its "
+        "policy); the agent learns no pick from them. The others keep the agent's own pick and the "
+        "heuristic's uniform one. 0: none (benchmarks/builtin_opponent.py --by_composition shows the cells)")
+    heuristic_forced_handicap: bool = setting(
+        False, "SMAX, device path: the forced cells start from a handicap the agent can win: the "
+        "heuristic's army plays without some of its units, a level per cell that the agent's results "
+        "move (league/curriculum.py: automatic domain randomization); false: the full armies")
+    main_agent_chunks: int = setting(
+        1, "device path: chunks a main agent plays and learns from per round of its learner group, "
+        "where every exploiter plays one: the share of a small machine that goes to the main agents "
+        "(AlphaStar gave every agent the same hardware; 1 does the same here)")
+    population: bool = setting(
+        False, "device path: the agents of a learner group that share a network, rollout and loss "
+        "structure play and learn as one jitted program (vmap over agents: learners/population.py); "
+        "false: one program per agent, `threads` at a time. Off on CPU, where it measured slower "
+        "(XLA:CPU's batched matmuls: Kuhn's league 0.53x); on for a GPU or TPU (DEVICE_DEFAULTS)")
 
 
 @dataclass(frozen=True)
 class EvaluatorSettings:
-    count: int = 1  # evaluator nodes filling the payoff matrix for pairs with few games
-    games: int = 16  # games an evaluator plays per pair of players
-    greedy: bool = False  # most likely actions instead of sampled ones
-    # Games with an exact meta-game (poker): frozen players' payoffs against each other are
-    # computed exactly (tabular policies, one tree walk) instead of sampled.
-    exact: bool = True
-    # Games with an exact meta-game (poker): seconds between measurements of the exact
-    # NashConv of the Nash mixture and of each main agent (league.db `exploitability`, the
-    # dashboard's curve); 0: never.
-    nash_conv_every_seconds: float = 60.0
-    # SMAX: evaluator_0 plays each main agent (current parameters, z = 0) against jaxmarl's
-    # scripted heuristic in every race of the run this often (league.db `heuristic`, the
-    # dashboard's curve; OpenAI Five's fixed reference agents); 0: never.
-    heuristic_every_seconds: float = 300.0
-    heuristic_games: int = 16  # games per main agent and heuristic race in each measurement
+    count: int = setting(1, "evaluator nodes filling the payoff matrix for pairs with few games")
+    games: int = setting(16, "games an evaluator plays per pair of players")
+    greedy: bool = setting(False, "evaluators play the most likely actions instead of sampled ones")
+    exact: bool = setting(
+        True, "games with an exact meta-game (poker): frozen players' payoffs against each other are "
+        "computed exactly (tabular policies, one tree walk) instead of sampled")
+    nash_conv_every_seconds: float = setting(
+        60.0, "games with an exact meta-game (poker): seconds between measurements of the exact "
+        "NashConv of the Nash mixture and of each main agent (league.db `exploitability`, the "
+        "dashboard's curve); 0: never")
+    heuristic_every_seconds: float = setting(
+        300.0, "SMAX: evaluator_0 plays each main agent (current parameters, z = 0) against jaxmarl's "
+        "scripted heuristic in every race of the run this often (league.db `heuristic`, the "
+        "dashboard's curve; OpenAI Five's fixed reference agents); 0: never")
+    heuristic_games: int = setting(16, "games per main agent and heuristic race in each heuristic measurement")
 
 
 @dataclass(frozen=True)
 class SupervisedStartSettings:
     """The automatic supervised start (--init=auto: experiments/supervised_start.py)."""
 
-    games: int = 324  # heuristic games recorded for the automatic supervised start (all races and armies)
-    steps: int = 600  # behaviour-cloning steps per race of the automatic supervised start (BENCHMARKS.md)
-    batch_size: int = 16  # games per behaviour-cloning step of the automatic supervised start
-    # Where automatic supervised starts are cached ("": $LEAGUE_SUPERVISED_CACHE, else
-    # $XDG_CACHE_HOME/league-trainer/supervised, else ~/.cache/league-trainer/supervised).
-    cache_dir: str = ""
+    games: int = setting(
+        324, "heuristic games recorded for the automatic supervised start (all races and armies)")
+    steps: int = setting(
+        600, "behaviour-cloning steps per race of the automatic supervised start (BENCHMARKS.md)")
+    batch_size: int = setting(16, "games per behaviour-cloning step of the automatic supervised start")
+    cache_dir: str = setting(
+        "", "where automatic supervised starts are cached (\"\": $LEAGUE_SUPERVISED_CACHE, else "
+        "$XDG_CACHE_HOME/league-trainer/supervised, else ~/.cache/league-trainer/supervised)")
 
 
 @dataclass(frozen=True)
@@ -301,12 +303,17 @@ class RaySettings:
       no GPU on a cluster that has some run JAX on CPU (`JAX_PLATFORMS=cpu`).
     """
 
-    learner_gpus: float = -1.0  # GPUs per learner group; -1: 1 when the cluster has GPUs (shared if fewer), else 0
-    learner_resource: str = "learner"  # custom resource a learner group requests when some node offers it
-    actor_resource: str = "actor"  # custom resource actors and evaluators request when some node offers it
-    spread: bool = True  # actors and evaluators spread over the nodes (Ray's SPREAD strategy)
-    ship_code: str = "auto"  # the repository as Ray's working_dir: auto (with --ray_address), always, never
-    gpu_memory_fraction: float = 0.0  # XLA_PYTHON_CLIENT_MEM_FRACTION of learner groups; 0: no preallocation
+    learner_gpus: float = setting(
+        -1.0, "GPUs per learner group; -1: 1 when the cluster has GPUs (shared if fewer), else 0")
+    learner_resource: str = setting(
+        "learner", "Ray custom resource a learner group requests when some node offers it")
+    actor_resource: str = setting(
+        "actor", "Ray custom resource actors and evaluators request when some node offers it")
+    spread: bool = setting(True, "actors and evaluators spread over the nodes (Ray's SPREAD strategy)")
+    ship_code: str = setting(
+        "auto", "the repository as Ray's working_dir: auto (with --ray_address), always, never")
+    gpu_memory_fraction: float = setting(
+        0.0, "XLA_PYTHON_CLIENT_MEM_FRACTION of learner groups; 0: no preallocation")
 
     def __post_init__(self):
         if self.ship_code not in ("auto", "always", "never"):
@@ -333,56 +340,58 @@ def _run_learner():
 
 @dataclass(frozen=True)
 class RunConfig:
-    # the game: a built-in (smax_races, kuhn_poker, leduc_poker, matrix_rps, ...), your own
-    # (package.module:factory), pgx/<env_id>, jaxmarl/<env_id> or openspiel/<name> (docs/games.md)
-    game: str = "smax_races"
-    races: int = 3  # a game with races (SMAX: terran, protoss, zerg) plays the first N; other games one
-    # Where the program's nodes run: "ray" (Ray actors on a local instance, or on a cluster
-    # with ray_address), "inprocess" (threads of this one process: debugging) or "launchpad"
-    # (a Launchpad program; Launchpad needs its own Python 3.10 environment: README "Launchpad").
-    runner: str = "ray"
-    # Where learners' experience comes from: "device" (each learner plays its own games in the
-    # jitted program of its update: games with a JAX step), "replay" (actors write to Reverb,
-    # learners sample), "auto" (device wherever the game and settings allow; --print_program
-    # says which and why).
-    experience: str = "auto"
-    ray_address: str | None = None  # an existing Ray cluster ("auto", "ray://host:10001")
-    run_dir: str = ""  # the run's directory (config.json, league.db, params/, learners/); rerun to resume
-    minutes: float = 0.0  # stop after this many minutes; 0: until Ctrl-C (or learner_steps)
-    learner_steps: int = 0  # stop once every learner has learnt this many agent steps; 0: no limit
-    seed: int = 0  # seed of the league, the initial parameters and the games
-    # The KL term's teacher (weight: learner.loss.kl_teacher_weight) for every agent:
-    # "RUN_DIR:PLAYER_ID" (any saved player of a run) or a params .npz file; it keeps its own
-    # recurrent state. Left out with a weight and a supervised start (init): each agent's
-    # teacher is its own race's supervised policy (AlphaStar's KL to the supervised policy).
-    teacher: str = ""
-    # SMAX's start: a file of experiments.supervised ({race: params}), every learning agent
-    # starting from its race's supervised parameters and exploiters resetting to them
-    # (AlphaStar); "auto" (experiments.league's default on SMAX) builds or reuses the cached
-    # supervised start (experiments/supervised_start.py); "none" or "": random parameters.
-    init: str = ""
-    # Where SMAX main agents sample z from at each game's start (network.z): a replay directory
-    # of experiments.record; "" the replays the --init start was trained on (named in its .json
-    # report); "none": no z bank (z = 0, no pseudo-rewards). Exploiters always play with z = 0.
-    z_replays: str = ""
-    # Co-location of the program's nodes (experiments/program.py): all learners in one node
-    # (one process: a laptop), one node per race, or one per agent (a cluster); actors alike.
-    learner_groups: str = "all"  # learners: all in one node, one node per race, or per agent
-    actor_groups: str = "all"  # actors: all, race or agent (as learner_groups)
-    dashboard_port: int = 0  # live dashboard on 127.0.0.1: 0 any free port, -1 none
-    progress_every_seconds: float = 10.0  # seconds between progress lines in the terminal
-    meta_game_every_seconds: float = 10.0  # seconds between payoff/Nash/ratings rows in league.db
-    checkpoint_every_seconds: float = 30.0  # seconds between league and learner checkpoints
-    # seconds between online backups of league.db (<run_dir>/league.db.backup; restore with
-    # python -m experiments.restore_history --run_dir=...); 0: none
-    backup_every_seconds: float = 300.0
-    # league.db: a row per single game (~180 bytes each) besides the rows of counts that it
-    # always keeps (one per batch of games against one opponent in the same races)
-    per_game_rows: bool = False
+    game: str = setting(
+        "smax_races", "the game: a built-in (smax_races, kuhn_poker, leduc_poker, matrix_rps, ...), "
+        "your own (package.module:factory), pgx/<env_id>, jaxmarl/<env_id> or openspiel/<name> (docs/games.md)")
+    races: int = setting(3, "a game with races (SMAX: terran, protoss, zerg) plays the first N; other games one")
+    runner: str = setting(
+        "ray", "where the program's nodes run: \"ray\" (Ray actors on a local instance, or on a cluster "
+        "with ray_address), \"inprocess\" (threads of this one process: debugging) or \"launchpad\" "
+        "(a Launchpad program; Launchpad needs its own Python 3.10 environment: docs/launchpad.md)")
+    experience: str = setting(
+        "auto", "where learners' experience comes from: \"device\" (each learner plays its own games in "
+        "the jitted program of its update: games with a JAX step), \"replay\" (actors write to Reverb, "
+        "learners sample), \"auto\" (device wherever the game and settings allow; --print_program "
+        "says which and why; docs/experience.md)")
+    ray_address: str | None = setting(None, "an existing Ray cluster (\"auto\", \"ray://host:10001\")")
+    run_dir: str = setting(
+        "", "the run's directory (config.json, league.db, params/, learners/); rerun to resume")
+    minutes: float = setting(0.0, "stop after this many minutes; 0: until Ctrl-C (or learner_steps)")
+    learner_steps: int = setting(0, "stop once every learner has learnt this many agent steps; 0: no limit")
+    seed: int = setting(0, "seed of the league, the initial parameters and the games")
+    teacher: str = setting(
+        "", "the KL term's teacher (weight: learner.loss.kl_teacher_weight) for every agent: "
+        "\"RUN_DIR:PLAYER_ID\" (any saved player of a run) or a params .npz file; it keeps its own "
+        "recurrent state. Left out with a weight and a supervised start (init): each agent's "
+        "teacher is its own race's supervised policy (AlphaStar's KL to the supervised policy)")
+    init: str = setting(
+        "", "SMAX's start: a file of experiments.supervised ({race: params}), every learning agent "
+        "starting from its race's supervised parameters and exploiters resetting to them "
+        "(AlphaStar); \"auto\" (experiments.league's default on SMAX) builds or reuses the cached "
+        "supervised start (experiments/supervised_start.py); \"none\" or \"\": random parameters")
+    z_replays: str = setting(
+        "", "where SMAX main agents sample z from at each game's start (network.z): a replay "
+        "directory of experiments.record; \"\": the replays the --init start was trained on (named "
+        "in its .json report); \"none\": no z bank (z = 0, no pseudo-rewards). Exploiters always "
+        "play with z = 0")
+    learner_groups: str = setting(
+        "all", "co-location of the learners (experiments/program.py): all in one node (one process: "
+        "a laptop), one node per race, or one per agent (a cluster)")
+    actor_groups: str = setting("all", "co-location of actors and evaluators: all, race or agent (as learner_groups)")
+    dashboard_port: int = setting(0, "live dashboard on 127.0.0.1: 0 any free port, -1 none")
+    progress_every_seconds: float = setting(10.0, "seconds between progress lines in the terminal")
+    meta_game_every_seconds: float = setting(10.0, "seconds between payoff/Nash/ratings rows in league.db")
+    checkpoint_every_seconds: float = setting(30.0, "seconds between league and learner checkpoints")
+    backup_every_seconds: float = setting(
+        300.0, "seconds between online backups of league.db (<run_dir>/league.db.backup; restore "
+        "with python -m experiments.restore_history --run_dir=...); 0: none")
+    per_game_rows: bool = setting(
+        False, "league.db: a row per single game (~180 bytes each) besides the rows of counts that it "
+        "always keeps (one per batch of games against one opponent in the same races)")
     network: NetworkSettings = field(default_factory=NetworkSettings)
     league: LeagueConfig = field(default_factory=_run_league)
     learner: Any = field(default_factory=_run_learner)  # learners.config.LearnerConfig
-    actor: ActorSettings = field(default_factory=ActorSettings)
+    actor: ActorConfig = field(default_factory=ActorConfig)
     evaluator: EvaluatorSettings = field(default_factory=EvaluatorSettings)
     device: DeviceSettings = field(default_factory=DeviceSettings)
     ray: RaySettings = field(default_factory=RaySettings)
@@ -402,8 +411,7 @@ class RunConfig:
         for name in ("learner_groups", "actor_groups"):
             if getattr(self, name) not in COLOCATIONS:
                 raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
-        for name in ("actor.per_learner", "actor.batch_size", "actor.episodes_per_match",
-                     "network.hidden_size", "evaluator.games", "evaluator.heuristic_games",
+        for name in ("network.hidden_size", "evaluator.games", "evaluator.heuristic_games",
                      "supervised.games", "supervised.steps", "supervised.batch_size",
                      "device.updates_per_chunk", "device.opponent_slots", "device.evaluation_pairs",
                      "device.main_agent_chunks"):
@@ -414,11 +422,7 @@ class RunConfig:
                               f"on --game={self.game}; got {self.network.core_size}"
                               + (" (0, no LSTM, is for the reference network of games without units)"
                                  if caps.unit_network else ""))
-        for name in ("actor.team_spirit_start", "actor.team_spirit_end",
-                     "actor.z_pseudo_reward_probability"):
-            if not 0.0 <= self.get(name) <= 1.0:
-                raise ConfigError(f"--{name} must be in [0, 1]; got {self.get(name)}")
-        for name in ("minutes", "learner_steps", "evaluator.count", "actor.team_spirit_updates", "device.threads",
+        for name in ("minutes", "learner_steps", "evaluator.count", "device.threads",
                      "evaluator.heuristic_every_seconds"):
             if self.get(name) < 0:
                 raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
@@ -462,8 +466,10 @@ class RunConfig:
         if plugin and plugin not in BUILTIN_REWARDS and not os.path.isfile(plugin):
             raise ConfigError(f"--actor.reward_plugin {plugin!r} is not a file; pass the path of a .py "
                               "file defining get_reward(batch, contiguous)")
-        # The league plays the run's races.
+        # The league plays the run's races; actors write the learner's unrolls.
         object.__setattr__(self, "league", dataclasses.replace(self.league, races=self.race_names))
+        object.__setattr__(self, "actor", dataclasses.replace(
+            self.actor, unroll_length=self.learner.unroll_length, seed=self.seed))
 
     # -- building ---------------------------------------------------------------------
 
@@ -510,6 +516,11 @@ class RunConfig:
             raise ConfigError(f"unknown settings {unknown}; `python -m experiments.league --help` lists them")
         return _build(cls, _nest(values))
 
+    def actor_config(self, index: int) -> ActorConfig:
+        """The configuration of the run's actor number `index`: its own seed, and the reward the
+        run trains on (`reward`: the game's where --actor.reward_plugin is not given)."""
+        return dataclasses.replace(self.actor, seed=self.seed * 7919 + index, reward_plugin=self.reward)
+
     def get(self, path: str):
         value = self
         for part in path.split("."):
@@ -520,7 +531,7 @@ class RunConfig:
 
     @property
     def reward(self) -> str:
-        """The reward plug-in actors use (see `ActorSettings.reward_plugin`)."""
+        """The reward plug-in the games train on (see `ActorConfig.reward_plugin`)."""
         if self.actor.reward_plugin:
             return self.actor.reward_plugin
         return self.game_info.capabilities.reward
@@ -591,9 +602,8 @@ class RunConfig:
         saved before z was a network input (no `network.z`) resumes without z: its checkpoints
         hold a network without the z input."""
         if not any(isinstance(v, dict) for v in data.values()):
-            flat = {k: v for k, v in data.items() if v is not None or k not in ALIASES}
-            if flat.get("entropy_cost", 0) is None:
-                flat.pop("entropy_cost")
+            flat = {EARLIER_NAMES.get(k, k): v for k, v in data.items()
+                    if v is not None or k not in EARLIER_NAMES}
             flat.setdefault("network.z", False)
             return cls.make(**flat)
         if "z" not in data.get("network", {"z": True}):
@@ -666,76 +676,21 @@ def field_kind(path: str) -> type:
     return kinds[0] if kinds else str
 
 
-# Help for the fields whose comment in their own package (league/players.py,
-# learners/config.py) is too short to stand alone as a flag's help: it leans on the field's
-# name or on the comment of the field before it.
-HELP = {
-    "league.main_agents_per_race": "main agents per race (AlphaStar: 1)",
-    "league.main_exploiters_per_race": "main exploiters per race (AlphaStar: 1)",
-    "league.league_exploiters_per_race": "league exploiters per race (AlphaStar: 2)",
-    "league.matchmaking.verification_exploiter_win_rate":
-        "main agents' verification: PFSP over past main exploiters when the agent beats one of "
-        "them less often than this",
-    "league.matchmaking.verification_forgotten_win_rate":
-        "main agents' verification, when no past main exploiter qualifies: PFSP over a main "
-        "agent's forgotten snapshots when the agent beats one of them less often than this",
-    "league.matchmaking.main_exploiter_curriculum_probability":
-        "main exploiters: share of the curriculum (PFSP over the main agent's snapshots) when "
-        "below main_exploiter_curriculum_win_rate",
-    "league.snapshots.main_exploiter_timeout_steps":
-        "a main exploiter that has not beaten its targets adds a copy (and resets) after this many steps",
-    "league.snapshots.league_exploiter_timeout_steps":
-        "a league exploiter that has not beaten its targets adds a copy after this many steps",
-    "league.snapshots.main_exploiter_reset_probability":
-        "probability that a main exploiter resets after adding a copy (AlphaStar: 1, every copy)",
-    "league.snapshots.league_exploiter_reset_probability":
-        "probability that a league exploiter resets after adding a copy (AlphaStar: 0.25)",
-    "learner.loss.policy_loss":
-        ('"vtrace" (AlphaStar: V-trace + UPGO + TD(lambda)), "ppo" (OpenAI Five: PPO + GAE) or '
-         '"neurd" (R-NaD\'s Neural Replicator Dynamics on V-trace\'s advantage)'),
-    "learner.loss.value_weight": "weight of the value term (the value loss already carries the 1/2)",
-    "learner.loss.importance_correction":
-        "importance ratios of the off-policy corrections; False: every ratio is 1 (ablation)",
-}
-
-
-def help_text(path: str) -> str:
-    """A flag's help: `HELP`'s, else the comment beside (or above) the field in its class's
-    source."""
-    if path in HELP:
-        return HELP[path]
-    config = RunConfig()
+def help_text(path: str, config: Any = None) -> str:
+    """A flag's help: the metadata "help" of its field (`league.settings.setting`) in `config`
+    (default: a RunConfig); "" where the field has none."""
     *parents, leaf = path.split(".")
-    owner = config
+    owner = RunConfig() if config is None else config
     for p in parents:
         owner = getattr(owner, p)
-    return _comments(type(owner)).get(leaf, f"{type(owner).__name__}.{leaf}")
+    return help_of({f.name: f for f in dataclasses.fields(owner)}[leaf])
 
 
-_COMMENTS: dict = {}
-
-
-def _comments(cls) -> dict[str, str]:
-    if cls not in _COMMENTS:
-        found, above = {}, []
-        try:
-            lines = inspect.getsource(cls).splitlines()
-        except (OSError, TypeError):
-            lines = []
-        for line in lines:
-            stripped = line.strip()
-            match = re.match(r"(\w+)\s*:[^=#]*(=[^#]*)?(#\s*(.*))?$", stripped)
-            if stripped.startswith("#"):
-                above.append(stripped.lstrip("# ").strip())
-            elif match and not stripped.startswith(("def ", "class ", "return")):
-                text = match.group(4) or " ".join(above)
-                if text:
-                    found[match.group(1)] = text
-                above = []
-            else:
-                above = []
-        _COMMENTS[cls] = found
-    return _COMMENTS[cls]
+def undocumented(config: Any = None) -> list[str]:
+    """The settings of `config` (default: a RunConfig; every path of `fields`, each a flag)
+    whose field carries no help: each must have one."""
+    config = RunConfig() if config is None else config
+    return [path for path, _ in fields(config) if not help_text(path, config)]
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:

@@ -42,7 +42,7 @@ from experiments.program import build_program, resolve
 from experiments.supervisor import NodeFailed
 
 LAUNCH_TYPES = ("local_mp", "local_mt")
-# The README's commands that create the Launchpad environment (section "Launchpad").
+# The commands that create the Launchpad environment (docs/launchpad.md).
 CREATE_ENVIRONMENT = (
     "python3.10 -m venv .venv-launchpad && . .venv-launchpad/bin/activate && "
     "pip install -c constraints-launchpad.txt -e '.[launchpad]'")
@@ -65,10 +65,12 @@ def problem(config: RunConfig) -> str | None:
             "No python3.10? `pyenv install 3.10` (then `PYENV_VERSION=3.10.13 python3.10 -m venv ...`), "
             "or your OS's package (Debian/Ubuntu: python3.10-venv). Or use --runner=ray / --runner=inprocess "
             "in the main environment.")
-    if config.game == "smax_races" and importlib.util.find_spec("jaxmarl") is None:
-        return ("--game=smax_races needs jaxmarl, which the Launchpad environment installs "
-                "separately (jaxmarl 0.2.0 declares Python >= 3.11 but runs on 3.10):\n"
-                f"  {JAXMARL_LINE}")
+    missing = [m for m in config.game_info.capabilities.requires if importlib.util.find_spec(m) is None]
+    if missing:
+        fix = ("jaxmarl, which the Launchpad environment installs separately (jaxmarl 0.2.0 declares "
+               f"Python >= 3.11 but runs on 3.10):\n  {JAXMARL_LINE}") if missing == ["jaxmarl"] else \
+            f"{', '.join(missing)}: pip install them in this environment"
+        return f"--game={config.game} needs {fix}"
     return None
 
 

@@ -24,7 +24,7 @@ import sys
 from absl import app, flags
 
 from coordinator.history import DB_NAME, HistoryError, check_file
-from experiments import run_lock
+from experiments import distributed_league, run_lock
 from experiments.config import (
     ALIASES,
     ConfigError,
@@ -111,8 +111,8 @@ def choose_device_defaults(config: RunConfig, given: set[str]) -> tuple[RunConfi
 
 def define_flags() -> None:
     """One flag per setting of RunConfig and its sub-configs, named by its path
-    (`--learner.loss.entropy_weight`), with the field's comment as help; the short names of
-    earlier versions as aliases (`--entropy_cost`). Defined only when run as a program, so
+    (`--learner.loss.entropy_weight`), with the help its field carries (`help_text`); the short
+    names the docs use as aliases (`--entropy_cost`, `ALIASES`). Defined only when run as a program, so
     importing this module registers no flags."""
     for path, default in fields():
         text = help_text(path)
@@ -126,6 +126,7 @@ def define_flags() -> None:
             _define(path, default, text)
     for alias, path in ALIASES.items():
         _define(alias, None, f"alias of --{path}: {help_text(path)}", kind=_kind(path))
+    distributed_league.define_flags()   # --distributed.*: one league over several hosts' devices
     flags.DEFINE_bool("print_program", False, "Print the program's graph of nodes (experiments/program.py) and exit.")
     if importlib.util.find_spec("launchpad") is not None:  # the Launchpad environment
         from experiments.launchpad_launcher import define_flags as define_launchpad_flags
@@ -175,6 +176,13 @@ def main(argv) -> int:
         print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
         return 2
     quiet_libraries()
+    try:   # before anything else uses JAX
+        distributed_line = distributed_league.start()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if distributed_league.is_follower():   # process > 0: lends process 0 its devices
+        return distributed_league.follow()
     try:
         config = config_from_flags()
         if FLAGS.print_program:
@@ -183,8 +191,10 @@ def main(argv) -> int:
             print(build_program(config))
             return 0
         from experiments.launchers import problem
-        from experiments.program import experience_path, replay_problem
+        from experiments.program import experience_path, replay_problem, unread_settings
 
+        if config.experience != "auto":   # the path is known: a flag it never reads is refused now
+            unread_settings(config.experience, f"--experience={config.experience}", given_paths())
         if config.experience == "replay" and (missing := replay_problem()):
             raise ConfigError(f"--experience=replay: {missing}")
         runner_problem = problem(config)
@@ -202,6 +212,7 @@ def main(argv) -> int:
         path, why = experience_path(config)  # --experience=device that cannot be: refused here
         if path == "replay" and (missing := replay_problem()):
             raise ConfigError(f"experience: replay ({why}): {missing}")
+        unread_settings(path, why, given_paths())   # auto's choice: a flag it never reads is refused
         experience_line = f"experience: {path} ({why})"
         check_file(os.path.join(config.run_dir, DB_NAME))   # a damaged league.db: exit 2, untouched
         resuming = prepare_run_dir(config)
@@ -222,6 +233,8 @@ def main(argv) -> int:
     print(device_line, flush=True)
     print(z_line, flush=True)
     print(experience_line, flush=True)
+    if distributed_line:
+        print(distributed_line, flush=True)
     from experiments.launchers import LAUNCHERS
 
     try:
@@ -261,7 +274,10 @@ def quiet_libraries() -> None:
 
 
 def main_and_exit(argv) -> None:
-    code = main(argv)
+    try:
+        code = main(argv)
+    finally:
+        distributed_league.stop()   # process 0, however its run ended: the followers return
     # Reverb's and TensorFlow's C++ threads can abort the interpreter's own shutdown
     # ("terminate called without an active exception") after everything is saved: leave at once.
     sys.stdout.flush()

@@ -235,15 +235,14 @@ class DeviceLearnerGroup(_Learners):
                  coordinator, name: str = "learners"):
         from collections import OrderedDict
 
-        import jax
-
         from actors import rewards
         from actors.actor import example_unroll, value_shape
         from actors.rollout import DeviceRollout, ZSource
-        from learners import checkpoint
+        from learners import checkpoint, distributed
         from learners.device import DeviceLearner
 
         self.config, self.name = config, name
+        self._agent_indices = dict(agent_indices)
         self.agent_ids = list(agent_ids)
         self._coordinator = coordinator
         probe, self.network, self._initial, self._teachers = learner_setup(config, agent_ids, agent_indices)
@@ -258,17 +257,16 @@ class DeviceLearnerGroup(_Learners):
 
         def rollout(scripted_slots: int):
             scripted = None
-            if scripted_slots:
-                from actors.games.smax_races import heuristic_side
-
-                scripted = functools.partial(heuristic_side, probe.fns, 1)
+            if scripted_slots:  # the game's scripted opponent on side 1 of those slots' games
+                scripted = functools.partial(config.game_info.capabilities.scripted_opponent().side,
+                                             probe.fns, 1)
             return DeviceRollout(
                 self.network, probe.fns, batch_size=run.batch_size, num_slots=config.device.opponent_slots,
                 unroll_length=run.unroll_length,
                 reward_fn=rewards.device_reward(config.reward, self.spec, team_spirit=(
                     config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
                 value_shape=value_shape(self.network), races=bool(config.game_info.capabilities.races),
-                z_probability=config.actor.z_pseudo_reward_probability, devices=jax.local_devices(),
+                z_probability=config.actor.z_pseudo_reward_probability, devices=distributed.rollout_devices(),
                 scripted=scripted, scripted_slots=scripted_slots)
         rollouts = {s: rollout(s) for s in set(self.heuristic_slots.values())}
         # AlphaStar: main agents are conditioned on z sampled from their race's replays;
@@ -314,6 +312,7 @@ class DeviceLearnerGroup(_Learners):
         """With `device.population`, the agents that share a population key and their chunks per
         round as one program each (`learners.population.Population`); the rest play alone.
         Returns (populations, {id(population): its agents}, agents alone)."""
+        from learners import distributed
         from learners.population import Population, population_key
 
         if not self.config.device.population:
@@ -327,7 +326,12 @@ class DeviceLearnerGroup(_Learners):
             if len(agents) == 1:
                 alone.extend(agents)
                 continue
-            population = Population([self.learners[a] for a in agents])
+            # several processes (--distributed.*): what the others build to run it with this one
+            # (`experiments.distributed_league.population_program` builds it from these)
+            recipe = None if not distributed.multiprocess() else (
+                "experiments.distributed_league:population_program", self.config.to_dict(),
+                list(self.agent_ids), dict(self._agent_indices), self.name, len(populations))
+            population = Population([self.learners[a] for a in agents], recipe)
             populations.append(population)
             members[id(population)] = agents
         return populations, members, alone
@@ -428,14 +432,13 @@ class DeviceLearnerGroup(_Learners):
         `league.pfsp.weighted_pfsp_probabilities`: squared PFSP over the cells' win rates (the
         last 4 chunks that played the cell, wins plus half the draws; 0.5 before any) times
         the agent's probability of picking the cell's army in that matchup
-        (`actors.scripted.pick_probabilities`, its current parameters): the cells that count
-        most toward its result against the heuristic's uniform pick and that it wins least."""
-        from actors.scripted import pick_probabilities
+        (the scripted opponent's `pick_probabilities`, its current parameters): the cells that
+        count most toward its result against the heuristic's uniform pick and that it wins least."""
         from league.pfsp import weighted_pfsp_probabilities
 
         game_races = self.config.game_info.capabilities.races
         enemies = [game_races.index(r) for r in self.config.race_names]
-        picks = pick_probabilities(self.network, self.learners[agent_id].current_params(),
+        picks = self._scripted().pick_probabilities(self.network, self.learners[agent_id].current_params(),
                                    [[home, enemy] for enemy in enemies], self._fns.config)
         k = picks.shape[1]
         cells = [(enemy, own, army) for enemy in enemies for own in range(k) for army in range(k)]
@@ -456,7 +459,11 @@ class DeviceLearnerGroup(_Learners):
     def _army_size(self, cell: tuple[int, int, int]) -> int:
         """Units in the heuristic's army of a forced cell (enemy race, own army, its army)."""
         race, _, army = cell
-        return self._fns.config.menu[race][army].size
+        return self._scripted().army_units(self._fns.config, race, army)
+
+    def _scripted(self):
+        """The game's scripted opponent (`actors.games.base.ScriptedOpponent`)."""
+        return self.config.game_info.capabilities.scripted_opponent()
 
     def cell_win_rate(self, agent_id: str, cell: tuple[int, int, int]) -> float:
         """The agent's win rate in a forced cell over the last chunks that played it (wins plus
@@ -613,7 +620,7 @@ class ActorGroup:
     def __init__(self, config: RunConfig, assignments: list[tuple[str, str]], coordinator,
                  learner_groups: Mapping[str, Any]):
         """`learner_groups`: agent id -> the learner group that learns it."""
-        from actors.actor import Actor, ActorConfig
+        from actors.actor import Actor
 
         self.config = config
         params_source = ParamsSource(learner_groups, coordinator)
@@ -629,15 +636,7 @@ class ActorGroup:
                 network = make_network(config, game.spec)
                 teachers = load_teachers(config, initial_params(network, game.spec, 0, config.seed))
                 z_banks = agent_z_banks(config, load_z_bank(config, game.spec))
-            actor_config = ActorConfig(unroll_length=config.learner.unroll_length,
-                                       episodes_per_match=config.actor.episodes_per_match,
-                                       refresh_seconds=config.actor.param_refresh_seconds,
-                                       reward_plugin=config.reward, fused=config.actor.fused,
-                                       team_spirit_start=config.actor.team_spirit_start,
-                                       team_spirit_end=config.actor.team_spirit_end,
-                                       team_spirit_updates=config.actor.team_spirit_updates,
-                                       z_pseudo_reward_probability=config.actor.z_pseudo_reward_probability,
-                                       seed=config.seed * 7919 + index)
+            actor_config = config.actor_config(index)
             # AlphaStar: main agents are conditioned on z sampled from their race's replays;
             # exploiters are not (z = 0).
             self.actors[actor_id] = Actor(actor_id, agent_id, game, network, coordinator, params_source,
@@ -895,14 +894,13 @@ class EvaluatorNode:
     def measure_against_heuristic(self) -> list[dict]:
         """Each main agent's current parameters (z = 0) against jaxmarl's scripted heuristic
         playing each race of the run: `heuristic_games` games per agent and heuristic race
-        (`actors.scripted.play_against_heuristic`, the agent on side 0, seed = the run's seed:
-        every measurement plays the same dice, so the curve moves with the parameters), recorded
-        in league.db (`heuristic`) for the dashboard's curve; returns the rows recorded."""
-        from actors import scripted
-
+        (the game's `ScriptedOpponent.play`, the agent on side 0, seed = the run's seed: every
+        measurement plays the same dice, so the curve moves with the parameters), recorded in
+        league.db (`heuristic`) for the dashboard's curve; returns the rows recorded."""
         if self._heuristic is None:
             return []
         network, params_source, game_config = self._heuristic
+        scripted = self.config.game_info.capabilities.scripted_opponent()
         settings = self.config.evaluator
         rows = []
         for player in self._coordinator.players():
@@ -915,13 +913,14 @@ class EvaluatorNode:
             for opponent_race in self.config.race_names:
                 if self._stop.is_set():  # a part of a measurement would skew the curve's mean
                     return []
-                outcomes = scripted.play_against_heuristic(
+                outcomes = np.asarray(scripted.play(
                     network, params, (player["race"], opponent_race), settings.heuristic_games,
-                    seed=self.config.seed, config=game_config, greedy=settings.greedy)
+                    seed=self.config.seed, config=game_config, greedy=settings.greedy))
+                wins, draws = int(np.sum(outcomes > 0)), int(np.sum(outcomes == 0))
                 rows.append({"player_id": player["player_id"], "version": int(version), "race": player["race"],
-                             "opponent_race": opponent_race, "win_rate": scripted.win_rate(outcomes),
-                             "games": len(outcomes), "wins": int(np.sum(outcomes > 0)),
-                             "draws": int(np.sum(outcomes == 0)), "losses": int(np.sum(outcomes < 0))})
+                             "opponent_race": opponent_race, "win_rate": (wins + 0.5 * draws) / len(outcomes),
+                             "games": len(outcomes), "wins": wins, "draws": draws,
+                             "losses": int(np.sum(outcomes < 0))})
         if rows:
             self._coordinator.record_heuristic(rows)
         self.heuristic_measurements += 1

@@ -190,7 +190,7 @@ def device_problem(config: RunConfig) -> str | None:
 
 
 REPLAY_INSTALL = "pip install -c constraints-replay.txt -e '.[replay]'"
-"""The replay path's environment (README, "The replay path"): Reverb and TensorFlow 2.15."""
+"""The replay path's environment (docs/experience.md, "The replay environment"): Reverb and TensorFlow 2.15."""
 
 
 def replay_problem() -> str | None:
@@ -222,6 +222,48 @@ def experience_path(config: RunConfig) -> tuple[str, str]:
         why += ("; learner.exploration and learner.exploiter_exploration act on the device path "
                 "only: not used here (the actors play the policy itself)")
     return path, why
+
+
+# Settings that one experience path reads and the other never does, with what does their job
+# on the other path (docs/experience.md). A prefix ending in "." stands for every setting under it.
+REPLAY_ONLY = {
+    "actor.per_learner": "each learner plays its own games: --learner.batch_size of them",
+    "actor.batch_size": "the learners' games are --learner.batch_size",
+    "actor.episodes_per_match": ("a learner draws --device.opponent_slots opponents per chunk of "
+                                 "--device.updates_per_chunk updates"),
+    "actor.fused": "a learner's games and updates are always one jitted program",
+    "learner.sampler": "a learner learns from its games as it plays them, without a replay table",
+    "learner.prefetch_batches": "a learner learns from its games as it plays them, without a replay table",
+    "learner.replay.": "a learner learns from its games as it plays them, without a replay table",
+}
+DEVICE_ONLY = {
+    "device.updates_per_chunk": "the learners sample the actors' replay tables, one batch per update",
+    "device.opponent_slots": "each actor plays one opponent for --actor.episodes_per_match games",
+    "device.threads": "the actors play on threads of their own (--actor.per_learner per learner)",
+    "device.population": "each learner is a program of its own",
+    "device.evaluation_pairs": "evaluators play one pair at a time (--evaluator.games games each)",
+    "device.heuristic_slots": "nothing does it (training against the heuristic is the device path's)",
+    "device.heuristic_forced_slots": "nothing does it (training against the heuristic is the device path's)",
+    "device.heuristic_forced_handicap": "nothing does it (training against the heuristic is the device path's)",
+    "device.main_agent_chunks": "every learner learns from what its actors play",
+    "learner.exploration": "the actors play the policy itself",
+    "learner.exploiter_exploration": "the actors play the policy itself",
+}
+
+
+def unread_settings(path: str, why: str, given: set[str]) -> None:
+    """ConfigError naming a setting given on the command line (`given`: field paths) that the
+    run's experience path `path` ("device" | "replay", chosen for `why`) never reads, and what
+    does its job there. Defaults and a game's defaults are not given, so they never count."""
+    other, unread = ("replay", REPLAY_ONLY) if path == "device" else ("device", DEVICE_ONLY)
+    for name in sorted(given):
+        job = next((j for key, j in unread.items()
+                    if name == key or (key.endswith(".") and name.startswith(key))), None)
+        if job is not None:
+            raise ConfigError(
+                f"--{name} is read by the {other} path only, and this run takes the {path} path "
+                f"({why}): on the {path} path {job}. Leave --{name} out, or pass "
+                f"--experience={other} (docs/experience.md)")
 
 
 def _experience_path(config: RunConfig) -> tuple[str, str]:

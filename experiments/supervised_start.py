@@ -1,13 +1,13 @@
 """The automatic supervised start (issue 14 section 1): `python -m experiments.league --races=3`
-with no `--init` on SMAX starts every learning agent from a supervised agent of its race, as
-AlphaStar does, without the user running `experiments.record` and `experiments.supervised`.
+with no `--init` on a game with a supervised start (SMAX) starts every learning agent from a
+supervised agent of its race, as AlphaStar does, without the user recording and cloning games.
 
 `resolve_start(config)` turns the config's `init` into the file the league starts from:
-- "auto" (the league command's default on SMAX): the cached start for this config, built first
-  if there is none: `--supervised.games` games of jaxmarl's scripted heuristic on both sides,
-  every race pairing and army evenly (experiments.record), then `--supervised.steps`
-  behaviour-cloning steps per race of the run (experiments.supervised), with their progress
-  lines;
+- "auto" (the league command's default where the game has a supervised start): the cached
+  start for this config, built first if there is none by the game's `SupervisedStart`
+  (`Capabilities.supervised_start`; SMAX: `--supervised.games` games of its scripted heuristic
+  on both sides, then `--supervised.steps` behaviour-cloning steps per race of the run), with
+  their progress lines;
 - a file: used as it is (`--init=FILE`, or the file a resumed run began with: a cached start
   or its --init; the line says which);
 - "none" or "": random initial parameters.
@@ -16,12 +16,12 @@ which start the run uses; the league prints it.
 
 The cache: under `--supervised.cache_dir`, else `$LEAGUE_SUPERVISED_CACHE`, else
 `$XDG_CACHE_HOME/league-trainer/supervised` (default `~/.cache/league-trainer/supervised`):
-- `replays-<key>/`: the recorded games, keyed by what determines them (this module's
-  `VERSION`, the replay format version, the game's spec fingerprint and menu, the number of
-  games and the recording seed);
-- `start-<key>/supervised.npz` (experiments.supervised's file, with its `.json` report) and
+- `replays-<key>/`: the recorded games, keyed by what determines them (the game's
+  `recording(config)`: for SMAX its versions, the replay format version, the game's spec
+  fingerprint and menu, the number of games and the recording seed);
+- `start-<key>/supervised.npz` (the game's `train` writes it, with its `.json` report) and
   `key.json` (everything the key was made of): keyed by the replays' key, the network (its
-  sizes and every parameter's shape), the races and the training settings.
+  sizes and every parameter's shape), the races and the training settings (`training(config)`).
 Each entry is built in a temporary directory beside it and renamed into place when complete,
 so an interrupted build leaves nothing that a later run would take for a start; a second run
 with the same settings reuses the entry and trains nothing.
@@ -38,22 +38,6 @@ import tempfile
 import time
 
 from experiments.config import ConfigError, RunConfig
-
-# Bump when recording or behaviour cloning changes what a start with the same settings is.
-# 2: the heuristic no longer walks every unit to the map's top-right corner (its default target
-# was set on the strategy step; actors.games.smax_races.heuristic_policy), so version-1 replays
-# and starts imitate a side-0-favouring walk and are rebuilt.
-VERSION = 2
-# ... and this when only behaviour cloning changes (the recorded games are reused). 2: the
-# network takes z (fed each game's own z, zeroed 10% of the time); starts of version 1 have no
-# z input and are rebuilt.
-START_VERSION = 2
-# Settings of the build that are not flags (experiments.supervised's defaults).
-RECORD_SEED = 0
-CHUNK_GAMES = 27
-LEARNING_RATE = 1e-3
-HOLDOUT = 0.1
-TRAIN_SEED = 0
 
 
 def cache_root(config: RunConfig) -> str:
@@ -72,27 +56,21 @@ def _digest(description: dict) -> str:
 
 def describe(config: RunConfig) -> tuple[dict, dict]:
     """(what determines the recorded games, what determines the start): the cache keys'
-    contents, written beside each entry."""
+    contents, written beside each entry; the game's own parts from its `SupervisedStart`."""
     import jax
     import numpy as np
 
-    from actors import replays
-    from actors.games import smax_races
-    from experiments import build, record
+    from experiments import build
 
-    game_config = smax_races.SmaxRacesConfig()
-    spec = smax_races._cached_functions(game_config).spec
-    recorded = {"version": VERSION, "replay_format": replays.FORMAT_VERSION, "game": spec.name,
-                "spec_fingerprint": replays.spec_fingerprint(spec),
-                "game_config": record.game_config_description(game_config),
-                "policy": "heuristic", "games": config.supervised.games, "seed": RECORD_SEED}
+    game = config.game_info.capabilities.supervised_start()
+    recorded = game.recording(config)
+    spec = config.game_info.functions().spec
     like = build.initial_params(build.make_network(config, spec), spec, 0, 0)
     shapes = {jax.tree_util.keystr(path): list(np.shape(leaf))
               for path, leaf in jax.tree_util.tree_flatten_with_path(like)[0]}
-    start = {"version": VERSION, "start_version": START_VERSION, "replays": _digest(recorded), "races": list(config.race_names),
+    start = {**game.training(config), "replays": _digest(recorded), "races": list(config.race_names),
              "network": dataclasses.asdict(config.network), "parameter_shapes": shapes,
-             "steps": config.supervised.steps, "batch_size": config.supervised.batch_size,
-             "learning_rate": LEARNING_RATE, "holdout": HOLDOUT, "seed": TRAIN_SEED}
+             "steps": config.supervised.steps, "batch_size": config.supervised.batch_size}
     return recorded, start
 
 
@@ -123,8 +101,9 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     """(the supervised file of this config's start, whether it was built now): reuses the
     cached one, else records the heuristic's games (unless cached) and trains the run's races.
     ConfigError if the cache cannot be written."""
-    from experiments import build, record, supervised
+    from experiments import build
 
+    game = config.game_info.capabilities.supervised_start()
     replay_dir, path = start_paths(config)
     if os.path.isfile(path):
         return path, False
@@ -148,8 +127,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     if not os.path.isdir(replay_dir):
         tmp = tempfile.mkdtemp(dir=root, prefix=".replays-")
         try:
-            record.record(os.path.join(tmp, "replays"), "heuristic", s.games, CHUNK_GAMES,
-                          RECORD_SEED, log=log)
+            game.record(os.path.join(tmp, "replays"), config, log)
             _write_json(os.path.join(tmp, "replays", "key.json"), recorded)
             _move_into_place(os.path.join(tmp, "replays"), replay_dir)
         finally:
@@ -160,11 +138,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     try:
         out = os.path.join(tmp, "start", "supervised.npz")
         os.makedirs(os.path.dirname(out))
-        supervised.supervised(replay_dir, out, config.race_names, steps=s.steps,
-                              batch_size=s.batch_size, learning_rate=LEARNING_RATE, holdout=HOLDOUT,
-                              hidden_size=config.network.hidden_size,
-                              core_size=config.network.core_size, z=config.network.z,
-                              seed=TRAIN_SEED, log=log)
+        game.train(replay_dir, out, config, log)
         _write_json(os.path.join(tmp, "start", "key.json"), start)
         _move_into_place(os.path.join(tmp, "start"), os.path.dirname(path))
     finally:

@@ -42,6 +42,7 @@ import numpy as np
 from absl import app, flags
 
 from experiments.config import ConfigError, NetworkSettings, RunConfig
+from experiments.nashconv import quiet_backend_probe
 
 FLAGS = flags.FLAGS
 SIZE_FIELDS = tuple(f.name for f in dataclasses.fields(NetworkSettings))
@@ -410,6 +411,7 @@ def main(argv) -> int:
     if len(argv) > 1:
         print(f"error: unexpected arguments {argv[1:]}; see --help", file=sys.stderr)
         return 2
+    quiet_backend_probe()   # no "Unable to initialize backend 'tpu'" lines on the first screen
     requested = {name: FLAGS[name].value for name in SIZE_FIELDS}
     try:
         new_features = [int(k) for k in FLAGS.new_features]

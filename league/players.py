@@ -15,6 +15,8 @@ from typing import TypeVar
 
 import numpy as np
 
+from league.settings import setting
+
 MAIN_AGENT = "main_agent"
 MAIN_EXPLOITER = "main_exploiter"
 LEAGUE_EXPLOITER = "league_exploiter"
@@ -62,38 +64,47 @@ class Player:
 
 @dataclass(frozen=True)
 class MatchmakingConfig:
-    """Every threshold of the matchmakers, with AlphaStar's values as defaults."""
+    """Every threshold of the matchmakers, with AlphaStar's values as defaults.
 
-    # Main agent: 50% PFSP over all past players, 15% verification, rest self-play.
-    main_pfsp_probability: float = 0.5  # main agents: share of PFSP over all past players
-    main_verification_probability: float = 0.15  # main agents: share of verification
-    main_pfsp_weighting: str = "squared"  # main agents' PFSP weighting (league/pfsp.py; hard uses pfsp_hard_exponent)
-    # Self-play only if the agent beats the chosen main agent more than this; otherwise
-    # PFSP(variance) over that main agent's snapshots as a curriculum.
-    main_self_play_min_win_rate: float = 0.3
-    # Verification: past main exploiters beaten less than this ...
-    verification_exploiter_win_rate: float = 0.3
-    # ... then forgotten snapshots of a main agent beaten less than this.
-    verification_forgotten_win_rate: float = 0.7
-    # Main exploiter: below this win rate against the main agent (paper text: 20%;
-    # the pseudocode uses 10%), half of the time PFSP(variance) over its snapshots.
-    main_exploiter_curriculum_win_rate: float = 0.2
-    main_exploiter_curriculum_probability: float = 0.5  # share of the curriculum when below it
-    league_exploiter_weighting: str = "linear_capped"  # league exploiters' PFSP weighting
-    # League exploiters' opponents: "pfsp" (AlphaStar: PFSP over all historical players),
-    # "nash" (PSRO's best-response target: the league's latest meta-game Nash mixture over
-    # historical players; PFSP until the coordinator has published one) or "nash_fixed" (PSRO's
-    # fixed target: the Nash mixture published first after the exploiter's last copy was
-    # evaluated, held until its next copy; `League.nash_targets`).
-    league_exploiter_opponents: str = "pfsp"
-    # The exponent p of the "hard" weighting f_hard(x) = (1 - x)^p, wherever a weighting above
-    # is "hard" (AlphaStar: "squared" is p = 2; larger p focuses harder on the strongest).
-    pfsp_hard_exponent: float = 2.0
-    # Ablation arm pfsp_sp: self-play share (Fig. 3: a 50%-50% mix of SP and PFSP).
-    pfsp_sp_self_play_probability: float = 0.5
-    # OpenAI Five (appendix N): 80% latest self, 20% past selves by quality score.
-    openai_five_past_probability: float = 0.2
-    openai_five_learning_rate: float = 0.01  # step size of the past selves' quality scores
+    Main agents (AlphaStar): 50% PFSP over all past players, 15% verification, the rest
+    self-play."""
+
+    main_pfsp_probability: float = setting(0.5, "main agents: share of PFSP over all past players")
+    main_verification_probability: float = setting(0.15, "main agents: share of verification")
+    main_pfsp_weighting: str = setting(
+        "squared", "main agents' PFSP weighting (league/pfsp.py; hard uses pfsp_hard_exponent)")
+    main_self_play_min_win_rate: float = setting(
+        0.3, "main agents play self-play only if they beat the chosen main agent more than this; "
+        "otherwise PFSP(variance) over that main agent's snapshots as a curriculum")
+    verification_exploiter_win_rate: float = setting(
+        0.3, "main agents' verification: PFSP over past main exploiters when the agent beats one of "
+        "them less often than this")
+    verification_forgotten_win_rate: float = setting(
+        0.7, "main agents' verification, when no past main exploiter qualifies: PFSP over a main "
+        "agent's forgotten snapshots when the agent beats one of them less often than this")
+    main_exploiter_curriculum_win_rate: float = setting(
+        0.2, "main exploiters: below this win rate against the main agent (paper text: 20%; the "
+        "pseudocode uses 10%), half of the time PFSP(variance) over its snapshots")
+    main_exploiter_curriculum_probability: float = setting(
+        0.5, "main exploiters: share of the curriculum (PFSP over the main agent's snapshots) when "
+        "below main_exploiter_curriculum_win_rate")
+    league_exploiter_weighting: str = setting("linear_capped", "league exploiters' PFSP weighting")
+    league_exploiter_opponents: str = setting(
+        "pfsp", "league exploiters' opponents: \"pfsp\" (AlphaStar: PFSP over all historical "
+        "players), \"nash\" (PSRO's best-response target: the league's latest meta-game Nash "
+        "mixture over historical players; PFSP until the coordinator has published one) or "
+        "\"nash_fixed\" (PSRO's fixed target: the Nash mixture published first after the "
+        "exploiter's last copy was evaluated, held until its next copy; `League.nash_targets`)")
+    pfsp_hard_exponent: float = setting(
+        2.0, "the exponent p of the \"hard\" PFSP weighting f_hard(x) = (1 - x)^p, wherever a "
+        "weighting is \"hard\" (AlphaStar: \"squared\" is p = 2; larger p focuses harder on the strongest)")
+    pfsp_sp_self_play_probability: float = setting(
+        0.5, "ablation arm pfsp_sp: self-play share (Fig. 3: a 50%-50% mix of SP and PFSP)")
+    openai_five_past_probability: float = setting(
+        0.2, "OpenAI Five's matchmaker (appendix N): share of past selves, drawn by quality score "
+        "(the rest: the latest self)")
+    openai_five_learning_rate: float = setting(
+        0.01, "OpenAI Five's matchmaker: step size of the past selves' quality scores")
 
 
 @dataclass(frozen=True)
@@ -103,21 +114,29 @@ class SnapshotConfig:
     Defaults are AlphaStar's (steps are agent steps); experiments scale them down.
     """
 
-    main_agent_snapshot_steps: float = 2e9  # a main agent adds a frozen copy every this many agent steps
-    exploiter_min_steps: float = 2e9  # exploiters add no copy sooner than this after their last
-    exploiter_win_rate: float = 0.7  # an exploiter adds a copy once it beats all its targets above this
-    main_exploiter_timeout_steps: float = 4e9  # ... or after this many steps (then resets)
-    league_exploiter_timeout_steps: float = 2e9  # ... or after this many steps (league exploiters)
-    # Train until beaten no more: an exploiter also adds a copy once its lowest win rate against
-    # its targets has not risen by exploiter_plateau_gain for this many steps (0: off).
-    exploiter_plateau_steps: float = 0.0  # steps without progress after which an exploiter adds a copy (0: off)
-    exploiter_plateau_gain: float = 0.02  # the rise in win rate that counts as progress
-    main_exploiter_reset_probability: float = 1.0  # main exploiters reset after every copy
-    league_exploiter_reset_probability: float = 0.25  # league exploiters reset after 25% of copies
-    # What a league exploiter restarts from at a reset: "initial" (AlphaStar: the initial
-    # parameters, the supervised start where there is one) or "main_agent" (the newest frozen
-    # copy of a main agent of its race, a warm start; the initial parameters until one exists).
-    league_exploiter_reset_to: str = "initial"
+    main_agent_snapshot_steps: float = setting(
+        2e9, "a main agent adds a frozen copy every this many agent steps")
+    exploiter_min_steps: float = setting(
+        2e9, "exploiters add no copy sooner than this many agent steps after their last")
+    exploiter_win_rate: float = setting(
+        0.7, "an exploiter adds a copy once it beats all its targets above this")
+    main_exploiter_timeout_steps: float = setting(
+        4e9, "a main exploiter that has not beaten its targets adds a copy (and resets) after this many steps")
+    league_exploiter_timeout_steps: float = setting(
+        2e9, "a league exploiter that has not beaten its targets adds a copy after this many steps")
+    exploiter_plateau_steps: float = setting(
+        0.0, "train until beaten no more: an exploiter also adds a copy once its lowest win rate "
+        "against its targets has not risen by exploiter_plateau_gain for this many steps (0: off)")
+    exploiter_plateau_gain: float = setting(
+        0.02, "the rise in an exploiter's lowest win rate that counts as progress (exploiter_plateau_steps)")
+    main_exploiter_reset_probability: float = setting(
+        1.0, "probability that a main exploiter resets after adding a copy (AlphaStar: 1, every copy)")
+    league_exploiter_reset_probability: float = setting(
+        0.25, "probability that a league exploiter resets after adding a copy (AlphaStar: 0.25)")
+    league_exploiter_reset_to: str = setting(
+        "initial", "what a league exploiter restarts from at a reset: \"initial\" (AlphaStar: the "
+        "initial parameters, the supervised start where there is one) or \"main_agent\" (the newest "
+        "frozen copy of a main agent of its race, a warm start; the initial parameters until one exists)")
 
 
 RESET_SOURCES = ("initial", "main_agent")   # SnapshotConfig.league_exploiter_reset_to
@@ -126,17 +145,19 @@ LEAGUE_EXPLOITER_OPPONENTS = ("pfsp", "nash", "nash_fixed")   # MatchmakingConfi
 
 @dataclass(frozen=True)
 class LeagueConfig:
-    races: tuple[str, ...] = ("terran", "protoss", "zerg")
-    main_agents_per_race: int = 1  # AlphaStar: 1
-    main_exploiters_per_race: int = 1  # AlphaStar: 1
-    league_exploiters_per_race: int = 2  # AlphaStar: 2
-    # Main agents' opponents: alphastar (the full rule), or an ablation arm of AlphaStar's
-    # Fig. 3c (self_play, fsp, pfsp, pfsp_sp) or OpenAI Five's past-self sampler (openai_five).
-    main_agent_matchmaker: str = "alphastar"
-    payoff_decay: float = 0.99  # each pair's counts are multiplied by this before a new result
-    # AlphaStar's pseudocode adds a frozen copy of every main agent's initial parameters to
-    # the league at the start (`initial_snapshot_id`), so PFSP has opponents from the first match.
-    initial_snapshots: bool = True
+    # Derived from the run's races (experiments/config.py: DERIVED), not a flag.
+    races: tuple[str, ...] = setting(("terran", "protoss", "zerg"), "the league's races")
+    main_agents_per_race: int = setting(1, "main agents per race (AlphaStar: 1)")
+    main_exploiters_per_race: int = setting(1, "main exploiters per race (AlphaStar: 1)")
+    league_exploiters_per_race: int = setting(2, "league exploiters per race (AlphaStar: 2)")
+    main_agent_matchmaker: str = setting(
+        "alphastar", "main agents' opponents: alphastar (the full rule), or an ablation arm of "
+        "AlphaStar's Fig. 3c (self_play, fsp, pfsp, pfsp_sp) or OpenAI Five's past-self sampler (openai_five)")
+    payoff_decay: float = setting(
+        0.99, "each pair's counts in the payoff table are multiplied by this before a new result")
+    initial_snapshots: bool = setting(
+        True, "a frozen copy of every main agent's initial parameters joins the league at the start "
+        "(AlphaStar's pseudocode: `initial_snapshot_id`), so PFSP has opponents from the first match")
     matchmaking: MatchmakingConfig = field(default_factory=MatchmakingConfig)
     snapshots: SnapshotConfig = field(default_factory=SnapshotConfig)
 

@@ -9,6 +9,8 @@ import dataclasses
 import json
 import typing
 
+from league.settings import setting
+
 
 def _floats(config) -> None:
     """A whole number given to a float field becomes a float (JSON's `0` for `vtrace_lambda=0`:
@@ -30,48 +32,51 @@ class LossConfig:
     horizon 180 s: gamma = 0.9993).
     """
 
-    policy_loss: str = "vtrace"          # "vtrace", "ppo" or "neurd" (V-trace's advantage, NeuRD's direction)
-    discount: float = 1.0                # multiplied into the data's per-step discounts
-    policy_weight: float = 1.0           # weight of the V-trace (or PPO) policy term
-    upgo_weight: float = 1.0             # weight of the UPGO policy term (0: off)
-    # UPGO follows the return through steps where the agent had no choice (the opponent's turn),
-    # instead of judging them by "Q >= V" (`losses.upgo_returns`): False is AlphaStar's formula.
-    upgo_follow_forced: bool = False
-    value_weight: float = 1.0            # the value loss already carries the 1/2
-    entropy_weight: float = 0.01         # entropy bonus (OpenAI Five: 0.01; poker runs: 0.1)
-    # Annealing of the entropy weight (MMD's temperature alpha -> 0: the regularised equilibrium
-    # approaches a Nash equilibrium): geometric from entropy_weight to entropy_weight_end over
-    # entropy_anneal_updates learner updates, then constant (`losses.entropy_schedule`).
-    entropy_weight_end: float | None = None  # final entropy weight of the annealing (None: constant)
-    entropy_anneal_updates: int = 0  # learner updates over which the entropy weight anneals
-    kl_teacher_weight: float = 0.0       # KL(teacher || policy), AlphaStar's supervised penalty
-    # 1/eta of magnetic mirror descent: KL(pi || behaviour policy), `kl_to_behaviour_loss`.
-    kl_behaviour_weight: float = 0.0
-    # A moving magnet (MMD / R-NaD's regularisation policy): alpha of KL(pi || magnet), the
-    # magnet being the learner's own parameters, replaced by the current ones every
-    # magnet_every updates (`kl_to_magnet_loss`; 0: off).
-    magnet_weight: float = 0.0           # alpha of KL(pi || magnet) (0: no magnet)
-    magnet_every: int = 1000             # learner updates between replacements of the magnet
-    # Exploiters learn best responses, not a regularised equilibrium (`for_role`): their
-    # entropy weight (None: entropy_weight), and neither the magnet nor entropy annealing.
-    exploiter_entropy_weight: float | None = None  # the exploiters' entropy weight (None: entropy_weight)
-    vtrace_lambda: float = 1.0           # lambda of the V-trace traces c_t
-    clip_rho_threshold: float = 1.0      # rho-bar of the V-trace targets
-    clip_pg_rho_threshold: float = 1.0   # rho-bar of the policy-gradient advantage
-    importance_correction: bool = True   # False: every ratio is 1 (ablation)
-    value_target: str = "td_lambda"      # "td_lambda" (AlphaStar) or "vtrace" (IMPALA; ablation)
-    td_lambda: float = 0.8               # lambda of the TD(lambda) value target (AlphaStar: 0.8)
-    ppo_clip_epsilon: float = 0.2        # PPO's clip (OpenAI Five: 0.2)
-    # NeuRD (`losses.neurd_policy_loss`): a centred logit stops moving outward beyond +-beta,
-    # and the all-actions advantage is clipped to +-clip (R-NaD: 2 and 10,000).
-    neurd_beta: float = 2.0              # NeuRD's logit threshold beta (R-NaD: 2)
-    neurd_clip: float = 10_000.0         # NeuRD's advantage clip (R-NaD: 10,000)
-    gae_lambda: float = 0.95             # lambda of GAE for PPO (OpenAI Five: 0.95)
-    # z's pseudo-rewards (SMAX main agents conditioned on z; `losses.pseudo_reward_losses`):
-    # the weights of their policy-gradient and value terms (0: off). Unused by networks
-    # without z (poker, matrix games).
-    pseudo_policy_weight: float = 1.0    # weight of the pseudo-rewards' V-trace policy term
-    pseudo_value_weight: float = 1.0     # weight of the pseudo-rewards' TD(lambda) value term
+    policy_loss: str = setting(
+        "vtrace", "\"vtrace\" (AlphaStar: V-trace + UPGO + TD(lambda)), \"ppo\" (OpenAI Five: PPO + GAE) "
+        "or \"neurd\" (R-NaD's Neural Replicator Dynamics on V-trace's advantage)")
+    discount: float = setting(1.0, "discount multiplied into the data's per-step discounts")
+    policy_weight: float = setting(1.0, "weight of the V-trace (or PPO) policy term")
+    upgo_weight: float = setting(1.0, "weight of the UPGO policy term (0: off)")
+    upgo_follow_forced: bool = setting(
+        False, "UPGO follows the return through steps where the agent had no choice (the opponent's "
+        "turn), instead of judging them by \"Q >= V\" (`losses.upgo_returns`); false: AlphaStar's formula")
+    value_weight: float = setting(1.0, "weight of the value term (the value loss already carries the 1/2)")
+    entropy_weight: float = setting(0.01, "entropy bonus (OpenAI Five: 0.01; poker runs: 0.1)")
+    entropy_weight_end: float | None = setting(
+        None, "final entropy weight of an annealing (MMD's temperature alpha -> 0: the regularised "
+        "equilibrium approaches a Nash equilibrium): geometric from entropy_weight to this over "
+        "entropy_anneal_updates learner updates, then constant (`losses.entropy_schedule`); None: constant")
+    entropy_anneal_updates: int = setting(0, "learner updates over which the entropy weight anneals")
+    kl_teacher_weight: float = setting(
+        0.0, "weight of KL(teacher || policy), AlphaStar's penalty to the supervised policy")
+    kl_behaviour_weight: float = setting(
+        0.0, "1/eta of magnetic mirror descent: weight of KL(pi || behaviour policy) (`kl_to_behaviour_loss`)")
+    magnet_weight: float = setting(
+        0.0, "alpha of KL(pi || magnet), MMD / R-NaD's moving magnet: the learner's own parameters, "
+        "replaced by the current ones every magnet_every updates (`kl_to_magnet_loss`; 0: no magnet)")
+    magnet_every: int = setting(1000, "learner updates between replacements of the magnet")
+    exploiter_entropy_weight: float | None = setting(
+        None, "the exploiters' entropy weight (None: entropy_weight); exploiters learn best "
+        "responses, so neither the magnet nor entropy annealing applies to them (`for_role`)")
+    vtrace_lambda: float = setting(1.0, "lambda of the V-trace traces c_t")
+    clip_rho_threshold: float = setting(1.0, "rho-bar of the V-trace targets")
+    clip_pg_rho_threshold: float = setting(1.0, "rho-bar of the V-trace policy-gradient advantage")
+    importance_correction: bool = setting(
+        True, "importance ratios of the off-policy corrections; false: every ratio is 1 (ablation)")
+    value_target: str = setting("td_lambda", "\"td_lambda\" (AlphaStar) or \"vtrace\" (IMPALA; ablation)")
+    td_lambda: float = setting(0.8, "lambda of the TD(lambda) value target (AlphaStar: 0.8)")
+    ppo_clip_epsilon: float = setting(0.2, "PPO's clip epsilon (OpenAI Five: 0.2)")
+    neurd_beta: float = setting(
+        2.0, "NeuRD's logit threshold beta: a centred logit stops moving outward beyond +-beta "
+        "(`losses.neurd_policy_loss`; R-NaD: 2)")
+    neurd_clip: float = setting(10_000.0, "NeuRD's clip of the all-actions advantage (R-NaD: 10,000)")
+    gae_lambda: float = setting(0.95, "lambda of GAE for PPO (OpenAI Five: 0.95)")
+    pseudo_policy_weight: float = setting(
+        1.0, "weight of the V-trace policy term of z's pseudo-rewards (SMAX main agents conditioned "
+        "on z; `losses.pseudo_reward_losses`; 0: off; unused by networks without z)")
+    pseudo_value_weight: float = setting(
+        1.0, "weight of the TD(lambda) value term of z's pseudo-rewards (0: off; unused by networks without z)")
 
     def __post_init__(self):
         _floats(self)
@@ -132,12 +137,15 @@ class ReplayConfig:
     (default: two batches' worth).
     """
 
-    table: str = "learner"  # the table's name (a league run names it after the agent)
-    selector: str = "uniform"  # "uniform" sampling or "fifo" (a queue when samples_per_insert is 1)
-    max_size: int = 4096  # unrolls the table holds; the oldest are removed first
-    samples_per_insert: float = 2.0  # target times each unroll is sampled (AlphaStar: 2)
-    min_size_to_sample: int = 1  # unrolls in the table before sampling starts
-    error_buffer: float | None = None  # the rate limiter's slack in samples (None: two batches)
+    table: str = setting("learner", "the Reverb table's name (a league run names it after the agent)")
+    selector: str = setting(
+        "uniform", "the replay table's sampling: \"uniform\", or \"fifo\" (a queue when samples_per_insert is 1)")
+    max_size: int = setting(4096, "unrolls the replay table holds; the oldest are removed first")
+    samples_per_insert: float = setting(
+        2.0, "target times each unroll is sampled from the replay table (AlphaStar: 2)")
+    min_size_to_sample: int = setting(1, "unrolls in the replay table before sampling starts")
+    error_buffer: float | None = setting(
+        None, "the replay rate limiter's slack in samples around samples_per_insert (None: two batches)")
 
     def __post_init__(self):
         if self.selector not in ("fifo", "uniform"):
@@ -150,27 +158,30 @@ class ReplayConfig:
 class LearnerConfig:
     """Everything the learner needs besides the network and its initial parameters."""
 
-    batch_size: int = 32  # unrolls per update
-    unroll_length: int = 32  # steps per unroll (consecutive unrolls overlap by one step)
-    learning_rate: float = 3e-4  # Adam's learning rate
-    # Exploiters (main and league exploiters) learn best responses; alone against a fixed target
-    # a faster rate gets there in fewer updates (BENCHMARKS.md, "Leduc: exploiters that live
-    # longer and learn faster").
-    exploiter_learning_rate: float | None = None  # the exploiters' learning rate (None: learning_rate)
-    # The device path's behaviour policy: with probability epsilon a uniform legal action
-    # (`agents.networks.exploring_log_probs`; V-trace corrects for it). 0: the policy itself.
-    exploration: float = 0.0  # chance that a learner plays a uniform legal action, not its policy's (device path only)
-    exploiter_exploration: float | None = None  # the exploiters' chance of a uniform legal action (None: exploration)
-    adam_b1: float = 0.9  # Adam's beta 1
-    adam_b2: float = 0.999  # Adam's beta 2
-    adam_eps: float = 1e-8  # Adam's epsilon
-    max_grad_norm: float | None = 40.0  # clip the gradient's global norm to this (None: no clip)
+    batch_size: int = setting(32, "unrolls per update (on the device path: games each learner plays at once)")
+    unroll_length: int = setting(32, "steps per unroll (consecutive unrolls overlap by one step)")
+    learning_rate: float = setting(3e-4, "Adam's learning rate")
+    exploiter_learning_rate: float | None = setting(
+        None, "the exploiters' learning rate (None: learning_rate); alone against a fixed target a "
+        "faster rate gets there in fewer updates (BENCHMARKS.md, \"Leduc: exploiters that live "
+        "longer and learn faster\")")
+    exploration: float = setting(
+        0.0, "device path: chance that a learner plays a uniform legal action, not its policy's "
+        "(`agents.networks.exploring_log_probs`; V-trace corrects for it); 0: the policy itself")
+    exploiter_exploration: float | None = setting(
+        None, "device path: the exploiters' chance of a uniform legal action (None: exploration)")
+    adam_b1: float = setting(0.9, "Adam's beta 1")
+    adam_b2: float = setting(0.999, "Adam's beta 2")
+    adam_eps: float = setting(1e-8, "Adam's epsilon")
+    max_grad_norm: float | None = setting(40.0, "clip the gradient's global norm to this (None: no clip)")
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
-    sampler: str = "dataset"            # "dataset" (reverb.TrajectoryDataset) or "client" (a thread with Reverb's Client)
-    prefetch_batches: int = 2           # device batches waiting in the queue
-    checkpoint_every: int = 0           # updates between checkpoints; 0: only on request/close
-    metrics_window: int = 100           # updates averaged in metrics()
+    sampler: str = setting(
+        "dataset", "replay path: how the learner samples its table: \"dataset\" "
+        "(reverb.TrajectoryDataset) or \"client\" (a thread with Reverb's Client)")
+    prefetch_batches: int = setting(2, "replay path: sampled batches waiting on the device")
+    checkpoint_every: int = setting(0, "learner updates between checkpoints; 0: only on request or close")
+    metrics_window: int = setting(100, "learner updates averaged in the learner's metrics")
 
     def __post_init__(self):
         _floats(self)

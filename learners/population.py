@@ -15,6 +15,11 @@ checkpoints, resets and metrics (`DeviceLearner.chunk_inputs` / `chunk_done`), s
 replaces one agent's slice (the next chunk stacks the new state), a run directory written
 before resumes, and every agent's update is the one it would make alone with its own keys
 (`tests/test_population.py` checks it against each agent's own program).
+
+Many hosts (`learners.distributed`): when JAX spans several processes and the population was
+given a `recipe` (how another process builds the same program), its chunk runs over every
+process's devices, the agent axis sharded over `jax.devices()`; the agents' states stay the
+league's, on this process (`tests/test_distributed.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import network_key
+from learners import distributed
 from learners.device import DeviceLearner, make_chunk_fn
 from learners.update import (
     AGENT_SETTINGS,
@@ -96,8 +102,11 @@ def unstack(tree, n: int) -> list:
 class Population:
     """The chunks of `learners` (`DeviceLearner`s with one `population_key`) as one program."""
 
-    def __init__(self, learners: Sequence[DeviceLearner]):
+    def __init__(self, learners: Sequence[DeviceLearner], recipe=None):
         self.learners = list(learners)
+        # ("module:function", *arguments): what builds this program in another process
+        # (`learners.distributed.build`); None: this process's devices only
+        self.recipe = recipe
         if not self.learners:
             raise ValueError("a population needs at least one learner")
         keys = {population_key(learner) for learner in self.learners}
@@ -127,10 +136,13 @@ class Population:
         k_chunk = jnp.stack([k for _, _, k in inputs])
         opponents = stack(list(opponents))
         races = None if races is None else jnp.asarray(np.stack([np.asarray(r) for r in races]))
-        carry, first = self._start(states.params, states.version, opponents, self._teachers,
-                                   k_start, races, self._z_sources, self.settings)
-        new_states, _, metrics, results = self._chunk(states, carry, opponents, self._teachers,
-                                                      k_chunk, self.settings)
+        args = (states, opponents, self._teachers, k_start, k_chunk, races, self._z_sources, self.settings)
+        if self.recipe is not None and distributed.multiprocess():
+            new_states, metrics, first, results = distributed.run(self.recipe, self.program, args, n)
+            # the league's copy of the agents' states: on this process's devices, as before
+            new_states = jax.device_put(new_states, self.learners[0]._replicated)
+        else:
+            new_states, metrics, first, results = self.program(*args)
         results = jax.device_get(first + results)
         out = []
         for learner, (state, _, _), new_state, m, r in zip(
@@ -138,3 +150,13 @@ class Population:
                 unstack(results, n)):
             out.append(learner.chunk_done(state, new_state, m, r))
         return out
+
+    def program(self, states, opponents, teachers, k_start, k_chunk, races, z_sources, settings):
+        """The chunk of every agent (inputs stacked on the agent axis): (new states, metrics,
+        the start's results, the chunk's results). The same calls on every process when the
+        inputs span several (`learners.distributed.spmd`)."""
+        carry, first = self._start(states.params, states.version, opponents, teachers,
+                                   k_start, races, z_sources, settings)
+        new_states, _, metrics, results = self._chunk(states, carry, opponents, teachers,
+                                                      k_chunk, settings)
+        return new_states, metrics, first, results

@@ -146,7 +146,7 @@ def test_actor_feeds_the_learner_end_to_end(smax):
     source = FixedOpponent()
     actor = Actor("actor-0", "agent", game, network, source, LearnerParams(learner, params),
                   address, config.replay.table,
-                  ActorConfig(unroll_length=T, refresh_seconds=0.05, episodes_per_match=1000))
+                  ActorConfig(unroll_length=T, param_refresh_seconds=0.05, episodes_per_match=1000))
     try:
         actor.run(num_steps=2 * (T - 1))
         assert learner.update(3, timeout=60) == 3
@@ -226,7 +226,7 @@ def test_an_actor_whose_learners_server_was_lost_writes_to_the_restarted_one(sma
     first = queue_server(example)
     learner = RestartingLearner(params, 5, f"localhost:{first.port}")
     actor = Actor("actor-m", "agent", game, network, FixedOpponent(), learner, learner.reverb_address,
-                  "queue", ActorConfig(unroll_length=T, refresh_seconds=0.05, episodes_per_match=1000))
+                  "queue", ActorConfig(unroll_length=T, param_refresh_seconds=0.05, episodes_per_match=1000))
     try:
         actor.run(num_steps=2 * (T - 1))
         assert {int(i.steps.policy_version[-1]) for i in _items_at(first, example, 2 * B)} == {5}
@@ -265,7 +265,7 @@ def test_unrolls_overlap_by_one_and_carry_the_refreshed_version(smax):
     source = CountingParams(params)
     actor = Actor("actor-1", "agent", game, network, FixedOpponent(), source,
                   f"localhost:{server.port}", "queue",
-                  ActorConfig(unroll_length=T, refresh_seconds=0.01, episodes_per_match=1000))
+                  ActorConfig(unroll_length=T, param_refresh_seconds=0.01, episodes_per_match=1000))
     try:
         unrolls = 4
         actor.run(num_steps=2 * (T - 1))
@@ -307,7 +307,7 @@ def test_every_finished_game_is_reported_once_and_matches_change(smax):
     checked = CheckedGame(game)
     source = FixedOpponent()
     actor = Actor("actor-2", "agent", checked, network, source, CountingParams(params), None,
-                  "unused", ActorConfig(unroll_length=T, refresh_seconds=1.0,
+                  "unused", ActorConfig(unroll_length=T, param_refresh_seconds=1.0,
                                         episodes_per_match=B, reward_plugin="openai_five"))
     try:
         played = actor.run_episodes(4 * B)
@@ -350,7 +350,7 @@ def test_each_unit_keeps_its_own_reward_and_the_plugin_sees_the_acting_version(s
     reward, source = PerUnitReward(), CountingParams(params)
     actor = Actor("actor-r", "agent", game, network, FixedOpponent(), source,
                   f"localhost:{server.port}", "queue",
-                  ActorConfig(unroll_length=T, refresh_seconds=0.01, episodes_per_match=1000),
+                  ActorConfig(unroll_length=T, param_refresh_seconds=0.01, episodes_per_match=1000),
                   reward=reward)
     try:
         actor.run(num_steps=T - 1)
@@ -394,7 +394,7 @@ def test_actor_on_an_openspiel_pool_with_the_reference_network():
     source = FixedOpponent(races=((None, None),))
     actor = Actor("actor-3", "agent", game, network, source, CountingParams(params),
                   f"localhost:{server.port}", "queue",
-                  ActorConfig(unroll_length=4, refresh_seconds=1.0, reward_plugin="outcome"))
+                  ActorConfig(unroll_length=4, param_refresh_seconds=1.0, reward_plugin="outcome"))
     try:
         actor.run(num_steps=3 * 3)
         actor.close()
@@ -419,7 +419,7 @@ def test_teacher_follows_the_stream_with_its_own_state(smax):
     server = queue_server(example)
     actor = Actor("actor-t", "agent", game, network, FixedOpponent(), CountingParams(params),
                   f"localhost:{server.port}", "queue",
-                  ActorConfig(unroll_length=T, refresh_seconds=60, episodes_per_match=1000),
+                  ActorConfig(unroll_length=T, param_refresh_seconds=60, episodes_per_match=1000),
                   teacher_params=teacher)
     try:
         unrolls = 3
@@ -520,7 +520,7 @@ def test_an_actor_draws_past_any_number_of_withdrawn_players(smax):
     game, network, params = smax
     source = DamagedFrozenPlayers([f"damaged_{k}" for k in range(30)])
     actor = Actor("actor-3", "agent", game, network, source, WithdrawingParams(params), None, "unused",
-                  ActorConfig(unroll_length=T, refresh_seconds=1.0, episodes_per_match=B))
+                  ActorConfig(unroll_length=T, param_refresh_seconds=1.0, episodes_per_match=B))
     try:
         played = actor.run_episodes(B)
     finally:

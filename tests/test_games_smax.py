@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from actors import scripted
+from actors.games.smax_races import scripted
 from actors.games import smax_races as sr
 from actors.games.base import BatchGame, random_legal_actions
 from agents.specs import MASK_KEY
@@ -92,7 +92,7 @@ def test_forced_armies_are_the_only_legal_pick_and_are_played_game_after_game():
     """reset(key, [races, armies]): a forced side's strategy step allows its forced army only,
     the game plays it whatever the side sends (here the other army), and auto-reset keeps
     forcing it; -1 leaves the side's pick free and its own."""
-    fns = sr._cached_functions(CONFIG)
+    fns = sr.functions(CONFIG)
     batch = len(MATCHUPS)
     armies = np.stack([np.arange(batch) % 3, np.where(np.arange(batch) % 2, -1, 2)], 1)
     races = jnp.asarray(np.stack([MATCHUPS, armies], 1), jnp.int32)       # [B, 2, 2]
@@ -124,7 +124,7 @@ def test_a_handicap_removes_the_last_units_of_an_army_game_after_game():
     """reset(key, [races, armies, handicaps]): a side's army spawns without its last
     `handicap` units (at least one stays), they are not `present`, and auto-reset keeps it.
     CONFIG's armies are 3 units, so handicaps 0, 1, 2, 5 leave 3, 2, 1, 1 (worked by hand)."""
-    fns = sr._cached_functions(CONFIG)
+    fns = sr.functions(CONFIG)
     batch = len(MATCHUPS)
     handicap = np.stack([np.zeros(batch, int), np.array([0, 1, 2, 5] * 3)[:batch]], 1)
     want = np.stack([np.full(batch, 3), np.array([3, 2, 1, 1] * 3)[:batch]], 1)

@@ -4,7 +4,7 @@ evaluator measures it off the actors' path, league.db keeps it, the dashboard dr
 As OpenAI Five tracked TrueSkill against fixed reference agents: evaluator_0 plays each main
 agent's current parameters against jaxmarl's heuristic in every race of the run, every
 `--evaluator.heuristic_every_seconds`. Expected values here are recomputed from the outcomes
-of `actors.scripted.play_against_heuristic` and from SQL, not with the code under test.
+of `actors.games.smax_races.scripted.play_against_heuristic` and from SQL, not with the code under test.
 """
 
 import os
@@ -81,7 +81,7 @@ def measured(tmp_path_factory):
 
 
 def test_each_main_agent_plays_the_heuristic_in_every_race_and_the_rows_are_its_outcomes(measured):
-    from actors import scripted
+    from actors.games.smax_races import scripted
 
     node, coordinator, params, first, second = measured
     mains = {p["player_id"]: p["race"] for p in coordinator.players() if p["role"] == "main_agent"}
@@ -111,7 +111,7 @@ def test_each_main_agent_plays_the_heuristic_in_every_race_and_the_rows_are_its_
 
 
 def test_the_heuristic_games_compile_once_for_every_measurement(measured):
-    from actors import scripted
+    from actors.games.smax_races import scripted
 
     node = measured[0]
     network, _, game_config = node._heuristic

@@ -259,7 +259,7 @@ def test_make_batch_game_is_jax_and_the_actor_fuses_it(name, lengths):
     params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
     matches = _Matches()
     actor = Actor("actor", "agent", game, network, matches, _Params(params), None, "unused",
-                  ActorConfig(unroll_length=8, refresh_seconds=1.0))
+                  ActorConfig(unroll_length=8, param_refresh_seconds=1.0))
     try:
         actor.run(num_steps=3 * 7)
     finally:

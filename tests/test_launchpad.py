@@ -1,7 +1,7 @@
 """The league under Launchpad (`--runner=launchpad`), with real Launchpad, courier and Reverb.
 
 Launchpad 0.5.2 runs on Python 3.10 only, so these tests run in the Launchpad environment
-(README, "Launchpad"; `.ci/run` builds it and runs this file there with
+(docs/launchpad.md, "The environment"; `.ci/run` builds it and runs this file there with
 LEAGUE_REQUIRE_LAUNCHPAD=1, which turns a missing launchpad or main environment into a
 failure instead of a skip). In the main 3.11 environment they are skipped.
 
@@ -27,9 +27,9 @@ REQUIRED = os.environ.get("LEAGUE_REQUIRE_LAUNCHPAD") == "1"
 if importlib.util.find_spec("launchpad") is None:
     if REQUIRED:
         raise ImportError("LEAGUE_REQUIRE_LAUNCHPAD=1 but launchpad is not importable in "
-                          f"{sys.executable}: build the Launchpad environment (README)")
+                          f"{sys.executable}: build the Launchpad environment (docs/launchpad.md)")
     pytest.skip("launchpad is not installed: it runs on Python 3.10 only, in the Launchpad "
-                "environment (README, 'Launchpad'); .ci/run runs these tests there",
+                "environment (docs/launchpad.md); .ci/run runs these tests there",
                 allow_module_level=True)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,10 +37,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAST = [  # the replay path (actors, Reverb) under Launchpad
     "--experience=replay", "--actors_per_learner=1", "--batch_size=16", "--learner_batch_size=8", "--unroll_length=8",
     "--hidden_size=16", "--core_size=16", "--main_agent_snapshot_steps=300",
-    "--exploiter_min_steps=300", "--main_exploiter_timeout_steps=600",
-    "--league_exploiter_timeout_steps=300", "--episodes_per_match=16", "--param_refresh_seconds=1",
+    "--exploiter_min_steps=300", "--league.snapshots.main_exploiter_timeout_steps=600",
+    "--league.snapshots.league_exploiter_timeout_steps=300", "--actor.episodes_per_match=16", "--param_refresh_seconds=1",
     "--progress_every_seconds=2", "--meta_game_every_seconds=2", "--checkpoint_every_seconds=5",
-    "--dashboard_port=-1", "--evaluation_games=8", "--replay_size=256",
+    "--dashboard_port=-1", "--evaluation_games=8", "--learner.replay.max_size=256",
 ]
 
 
@@ -160,7 +160,7 @@ def test_smax_one_race_league_under_local_mp(tmp_path):
     run_dir = str(tmp_path / "run")
     out = finish(league("--runner=launchpad", "--game=smax_races", "--races=1", "--learner_steps=100",
                         "--init=none",  # random parameters: no supervised start to build first
-                        f"--run_dir={run_dir}", "--batch_size=16", "--learner_batch_size=8",
+                        f"--run_dir={run_dir}", "--learner_batch_size=8",
                         "--unroll_length=8", "--hidden_size=16", "--core_size=16",
                         "--evaluation_games=4", "--checkpoint_every_seconds=10",
                         "--progress_every_seconds=10", "--dashboard_port=-1"), timeout=600)

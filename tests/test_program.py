@@ -17,13 +17,14 @@ from experiments.config import RunConfig, fields, prepare_run_dir
 # The system tier (docs/testing.md): whole leagues through the launchers, their faults and refusals.
 pytestmark = pytest.mark.system
 
-FAST = dict(
-    races=1, actors_per_learner=1, batch_size=16, learner_batch_size=8, unroll_length=8,
-    hidden_size=16, core_size=16, main_agent_snapshot_steps=300, exploiter_min_steps=300,
-    main_exploiter_timeout_steps=600, league_exploiter_timeout_steps=300, episodes_per_match=16,
-    param_refresh_seconds=1.0, progress_every_seconds=2.0, meta_game_every_seconds=2.0,
-    checkpoint_every_seconds=5.0, dashboard_port=-1, evaluation_games=8, replay_size=256,
-)
+FAST = {
+    "races": 1, "actors_per_learner": 1, "batch_size": 16, "learner_batch_size": 8, "unroll_length": 8,
+    "hidden_size": 16, "core_size": 16, "main_agent_snapshot_steps": 300, "exploiter_min_steps": 300,
+    "league.snapshots.main_exploiter_timeout_steps": 600, "league.snapshots.league_exploiter_timeout_steps": 300,
+    "actor.episodes_per_match": 16, "param_refresh_seconds": 1.0, "progress_every_seconds": 2.0,
+    "meta_game_every_seconds": 2.0, "checkpoint_every_seconds": 5.0, "dashboard_port": -1,
+    "evaluation_games": 8, "learner.replay.max_size": 256,
+}
 
 
 def config(tmp_path, **overrides) -> RunConfig:
@@ -238,7 +239,8 @@ def test_run_dir_with_a_different_config_is_refused_untouched(tmp_path):
     cfg = config(tmp_path)
     prepare_run_dir(cfg)
     saved = open(os.path.join(cfg.run_dir, "config.json")).read()
-    result = league_cli("--game=matrix_rps", "--races=1", "--batch_size=64", f"--run_dir={cfg.run_dir}", "--runner=inprocess")
+    result = league_cli("--game=matrix_rps", "--races=1", "--learner_batch_size=64", f"--run_dir={cfg.run_dir}",
+                        "--runner=inprocess")
     assert result.returncode != 0 and "different config" in result.stderr and "batch_size" in result.stderr
     assert open(os.path.join(cfg.run_dir, "config.json")).read() == saved
 
@@ -316,8 +318,8 @@ def test_a_whole_number_for_a_float_setting_is_a_float_and_learns():
 
 def test_every_sub_config_field_has_a_flag_and_config_json_round_trips(tmp_path):
     """One flag per leaf of the nested config, named by its path (every LossConfig,
-    ReplayConfig, MatchmakingConfig and SnapshotConfig field included), with the field's
-    comment as help; a config set through flags survives config.json and a resume."""
+    ReplayConfig, MatchmakingConfig and SnapshotConfig field included), with the help its
+    field carries; a config set through flags survives config.json and a resume."""
     from league.players import MatchmakingConfig, SnapshotConfig
     from learners.config import ReplayConfig
     from learners.losses import LossConfig
@@ -335,7 +337,7 @@ def test_every_sub_config_field_has_a_flag_and_config_json_round_trips(tmp_path)
             "--entropy_cost=0.3", "--noleague.initial_snapshots", f"--run_dir={tmp_path / 'run'}"]
     lines = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                            timeout=120, check=True).stdout.splitlines()
-    assert lines[-1] == "target times each unroll is sampled (AlphaStar: 2)"
+    assert lines[-1] == "target times each unroll is sampled from the replay table (AlphaStar: 2)"
     config = RunConfig.from_dict(json.loads(lines[-2]))
     assert (config.learner.loss.td_lambda, config.learner.replay.selector) == (0.5, "fifo")
     assert config.league.matchmaking.main_pfsp_weighting == "hard"

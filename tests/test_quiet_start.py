@@ -67,3 +67,28 @@ def test_a_command_under_absl_prints_no_probe_lines():
         # a host with every backend JAX probes (or none to probe): nothing to quieten here
         return
     assert "Unable to initialize backend" not in run("quiet")
+
+
+# experiments.surgery's main with the surgery itself replaced by a first JAX call, as the real
+# one makes (it loads the run's players on the device)
+SURGERY = """
+import jax
+from absl import app
+from experiments import surgery
+
+def operate(*args, **kwargs):
+    jax.devices()
+    print("done")
+
+surgery.operate = operate
+surgery.define_flags()
+app.run(surgery.main)
+"""
+
+
+def test_surgery_prints_no_probe_lines():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    done = subprocess.run([sys.executable, "-c", SURGERY, "--run_dir=unused"], cwd=REPOSITORY, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr
+    assert "Unable to initialize backend" not in done.stderr, done.stderr

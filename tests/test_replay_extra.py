@@ -20,7 +20,7 @@ def test_replay_problem_names_the_extra_and_its_command_when_reverb_is_missing(m
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "reverb" else real(name, *a))
     problem = replay_problem()
     assert "[replay] extra" in problem and REPLAY_INSTALL in problem
-    # The command is the README's (the install line of "The replay path").
+    # The command is the README's ("The other environments") and docs/experience.md's.
     assert REPLAY_INSTALL in open(os.path.join(REPO, "README.md")).read()
 
 

@@ -1,5 +1,5 @@
-"""Replays (actors/replays.py), recording (experiments/record.py) and behaviour cloning
-(experiments/supervised.py): issue 14 section 1. Small and fast: a short SMAX races config,
+"""Replays (actors/replays.py), recording (actors/games/smax_races/record.py, the command experiments/record.py) and behaviour cloning
+(actors/games/smax_races/supervised.py): issue 14 section 1. Small and fast: a short SMAX races config,
 a few games, a tiny network."""
 
 from __future__ import annotations
@@ -93,6 +93,23 @@ def test_refusals_name_the_file_and_the_problem(tmp_path):
 # -- z on a hand-built game ---------------------------------------------------------------------
 
 
+def test_the_replay_constants_are_smaxs():
+    """actors/replays.py keeps SMAX's action and unit constants so that z needs no JAX; they
+    must be the game's."""
+    from actors.games import smax_races
+
+    assert replays.ATTACK == smax_races.ATTACK
+    assert replays.NUM_UNIT_TYPES == len(smax_races.UNIT_TYPES)
+    assert replays.Z_ARMIES == smax_races.COMPOSITIONS_PER_RACE
+
+
+def test_the_supervised_commands_races_are_smaxs():
+    from actors.games import smax_races
+    from experiments import supervised
+
+    assert supervised.RACES == smax_races.RACES
+
+
 def test_z_by_hand():
     # 3 slots a side. Side 0: marines in slots 0, 1 (type 0); side 1: a zergling (4) in slot 0,
     # a hydralisk (5) in slot 1, slot 2 empty.
@@ -136,7 +153,7 @@ def small_config():
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory, small_config):
-    from experiments import record
+    from actors.games.smax_races import record
 
     d = str(tmp_path_factory.mktemp("replays") / "heuristic")
     figures = record.record(d, "heuristic", games=12, chunk_games=6, seed=0, config=small_config)
@@ -145,10 +162,10 @@ def recorded(tmp_path_factory, small_config):
 
 def test_record_heuristic_games(recorded, small_config):
     from actors.games import smax_races
-    from experiments import record
+    from actors.games.smax_races import record
 
     d, figures = recorded
-    spec = smax_races._cached_functions(small_config).spec
+    spec = smax_races.functions(small_config).spec
     got = replays.open_replays(d, game="smax_races", spec=spec)
     assert got.num_games == 12 and len(got.chunks) == 2 and figures["illegal_actions"] == 0
     chunks = list(got.iter_chunks())
@@ -202,11 +219,12 @@ def test_behaviour_cloning_learns(recorded, small_config, tmp_path):
 
     from actors.games import smax_races
     from agents.storage import params_from_npz_bytes
-    from experiments import build, supervised
+    from actors.games.smax_races import supervised
+    from experiments import build
     from experiments.config import NetworkSettings, RunConfig
 
     d, _ = recorded
-    spec = smax_races._cached_functions(small_config).spec
+    spec = smax_races.functions(small_config).spec
     data, _ = supervised.load_sequences(d, spec, holdout=0.0)
     train = data[0][0]  # terran sequences
     horizon = max(s[1]["composition"].shape[0] for s in train)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from actors import scripted
+from actors.games.smax_races import scripted
 from actors.games import smax_races as sr
 from agents import Action
 from experiments.build import initial_params, make_game, make_network
@@ -34,7 +34,7 @@ class ScriptedNetwork:
 
     def __init__(self, rule: str):
         self.rule = rule
-        self.fns = sr._cached_functions(CONFIG)
+        self.fns = sr.functions(CONFIG)
         self.init, self.heuristic = sr.heuristic_policy(self.fns, side=0, composition=0)
 
     def initial_state(self, batch):
@@ -122,7 +122,7 @@ def test_pick_probabilities_are_the_frequencies_of_the_picks_the_network_samples
     pairs = np.array([[0, 1], [2, 2]])
     probs = scripted.pick_probabilities(network, params, pairs)
     assert probs.shape == (2, 3) and np.allclose(probs.sum(1), 1)
-    fns = sr._cached_functions(CONFIG)
+    fns = sr.functions(CONFIG)
     n = 4096
     for pair, p in zip(pairs, probs):
         _, obs = jax.vmap(fns.reset)(jax.random.split(jax.random.PRNGKey(1), n), jnp.tile(pair, (n, 1)))
@@ -145,7 +145,7 @@ def test_the_device_rollouts_scripted_slots_are_played_by_the_heuristic():
 
     from actors.rollout import DeviceRollout, Opponents
 
-    fns = sr._cached_functions(CONFIG)
+    fns = sr.functions(CONFIG)
     batch, slots, scripted_slots = 32, 4, 2
     rollout = DeviceRollout(
         ScriptedNetwork("heuristic"), fns, batch_size=batch, num_slots=slots, unroll_length=40,

@@ -32,7 +32,7 @@ def test_a_smax_league_without_init_builds_the_supervised_start_and_the_next_run
 
     def run(run_dir):
         result = league_cli(*TINY, "--main_exploiters_per_race=0", "--league_exploiters_per_race=0",
-                            "--evaluators=0", "--batch_size=4", "--learner_batch_size=4",
+                            "--evaluators=0", "--learner.batch_size=4",
                             "--unroll_length=6", "--minutes=0.01", "--runner=inprocess",
                             "--dashboard_port=-1", f"--run_dir={run_dir}",
                             env={"LEAGUE_SUPERVISED_CACHE": str(cache)})

@@ -230,8 +230,8 @@ def kuhn_run(tmp_path_factory):
     # stops once every learner has learnt this much, not by the clock (with an empty compilation
     # cache, 0.4 minutes went to compiling); the minutes are only a ceiling
     cfg = config(tmp_path_factory.mktemp("surgery"), game="kuhn_poker", minutes=4, learner_steps=LEARNT,
-                 experience="device", main_agent_snapshot_steps=100, league_exploiter_timeout_steps=100,
-                 exploiter_min_steps=100)
+                 experience="device", main_agent_snapshot_steps=100, exploiter_min_steps=100,
+                 **{"league.snapshots.league_exploiter_timeout_steps": 100})
     run(cfg)
     return cfg
 

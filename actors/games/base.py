@@ -127,6 +127,56 @@ class GameFunctions(Protocol):
     def step(self, state, actions: tuple[Mapping[str, Any], Mapping[str, Any]]) -> tuple: ...
 
 
+class ScriptedOpponent(Protocol):
+    """A game's built-in AI (`Capabilities.scripted_opponent`; SMAX: jaxmarl's scripted micro,
+    `actors.games.smax_races.scripted`). Main agents train against it
+    (`--device.heuristic_slots`) and evaluator_0 measures them against it over time.
+
+        side(fns, side, batch)         -> (act, state): the AI as one side of B games in a
+                                          fused rollout (`actors.rollout`), act(key, obs,
+                                          state, first) -> (Action, state)
+        play(network, params, races, num_games, seed=0, config=None, greedy=False)
+                                       -> outcomes [num_games] int8, +1 where the player
+                                          (side 0, `races[0]`, playing `network` with `params`)
+                                          won; `config` is the game's `GameFunctions.config`
+
+    Forced armies (`--device.heuristic_forced_slots`, games whose sides pick an army from a
+    menu first) also need:
+
+        pick_probabilities(network, params, races [P, 2], config) -> [P, K]: the player's
+                                          army pick in each race pairing (K armies per race)
+        army_units(config, race, army) -> int: the units of one of a race's K armies
+    """
+
+    def side(self, fns, side: int, batch: int) -> tuple[Callable, Any]: ...
+
+    def play(self, network, params, races: tuple[str, str], num_games: int, seed: int = 0,
+             config: Any = None, greedy: bool = False) -> np.ndarray: ...
+
+
+class SupervisedStart(Protocol):
+    """A game's supervised start (`Capabilities.supervised_start`; SMAX:
+    `actors.games.smax_races.start`): games of its scripted AI recorded as replays, then one
+    agent per race cloned from them (AlphaStar's supervised agents). `experiments.supervised_start`
+    caches both under keys built from what determines them and runs the league from the result.
+
+        recording(config)        -> dict: what determines the recorded games (the replays' key)
+        training(config)         -> dict: what determines the cloning besides the network and
+                                    the races (the start's key)
+        record(directory, config, log)          writes the replays into `directory`
+        train(replay_dir, out, config, log)     writes the start's parameters to `out` (.npz)
+                                                and its report to `out + ".json"`
+    """
+
+    def recording(self, config) -> dict: ...
+
+    def training(self, config) -> dict: ...
+
+    def record(self, directory: str, config, log: Callable) -> None: ...
+
+    def train(self, replay_dir: str, out: str, config, log: Callable) -> None: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
     """What a game offers beyond the protocol; each unlocks a feature of the league.
@@ -135,25 +185,32 @@ class Capabilities:
         agents per race and `reset` takes the races of both sides; () for one kind ("any").
     turn_based: one side moves at a time (observation field `acting`); informative only.
     exact_evaluator: OpenSpiel's exact NashConv applies (`--evaluator.exact`).
-    scripted_opponent: a built-in AI to train against (`--device.heuristic_slots`) and to
-        evaluate against (the evaluator's win rate against it).
+    scripted_opponent: () -> ScriptedOpponent, the game's built-in AI to train against
+        (`--device.heuristic_slots`) and to evaluate against (the evaluator's win rate
+        against it); None: none.
     z: AlphaStar's statistic z from replays (`--z_replays`, `--network.z`).
-    supervised_start: a supervised start from scripted replays (`--init`).
+    supervised_start: () -> SupervisedStart, agents cloned from the scripted AI's games
+        (`--init`, the default where a game has one); None: none.
     unit_network: per-unit action heads; the agents use the unit network, which needs an LSTM
         core (`--network.core_size` >= 1).
     reward: the reward plug-in the game trains with unless `--actor.reward_plugin` is given
         (actors/rewards.py: "outcome", "game" or "openai_five").
+    requires: the Python modules the game imports (checked before a launch that cannot
+        offer them, e.g. the Launchpad environment without jaxmarl).
     defaults: the game's measured settings, {flag path: value}, applied under the flags given.
+
+    The factories are called where the feature runs, so declaring a game imports nothing.
     """
 
     races: tuple[str, ...] = ()
     turn_based: bool = False
     exact_evaluator: bool = False
-    scripted_opponent: bool = False
+    scripted_opponent: Callable[[], ScriptedOpponent] | None = None
     z: bool = False
-    supervised_start: bool = False
+    supervised_start: Callable[[], SupervisedStart] | None = None
     unit_network: bool = False
     reward: str = "outcome"
+    requires: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -17,7 +17,7 @@ moves (a bound per game: each known game's longest possible game; 1000 moves for
 backgammon among them, where random play ends within ~600), ends as a draw with zero rewards
 unless pgx ends it on that very move (Go's score after 162 moves counts), so `max_steps` truly
 bounds an episode (the league scans at most that many steps to finish one, e.g.
-experiments/record.py).
+actors/games/smax_races/record.py).
 Finished games restart at once from the key held in the state, which also feeds pgx's chance
 (backgammon's dice).
 """

@@ -104,11 +104,18 @@ LEDUC_DEFAULTS = {"learner.learning_rate": 2e-3,
                   "league.snapshots.league_exploiter_timeout_steps": 10_000_000}
 
 
+def _module(path: str):
+    """A capability's factory: the module at `path`, imported when the feature runs."""
+    return lambda: importlib.import_module(path)
+
+
 def _smax() -> Game:
+    """SMAX races and its tools (actors/games/smax_races/: the game, its scripted AI, its
+    supervised start)."""
     def functions():
         from actors.games import smax_races
 
-        return smax_races._cached_functions(smax_races.SmaxRacesConfig())
+        return smax_races.functions(smax_races.SmaxRacesConfig())
 
     def make_batch(batch_size, **kwargs):
         from actors.games import smax_races
@@ -117,8 +124,9 @@ def _smax() -> Game:
         return smax_races.SmaxRacesGame(batch_size, config, **kwargs)
 
     return Game("smax_races", functions, make_batch, Capabilities(
-        races=SMAX_RACES, scripted_opponent=True, z=True, supervised_start=True, unit_network=True,
-        reward="openai_five", defaults=SMAX_DEFAULTS))
+        races=SMAX_RACES, scripted_opponent=_module("actors.games.smax_races.scripted"), z=True,
+        supervised_start=_module("actors.games.smax_races.start"), unit_network=True,
+        reward="openai_five", requires=("jaxmarl",), defaults=SMAX_DEFAULTS))
 
 
 def _poker(name: str, defaults: dict) -> Game:

@@ -609,7 +609,7 @@ def heuristic_policy(fns: SmaxRacesFunctions, side: int, composition: int | None
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_functions(config: SmaxRacesConfig) -> SmaxRacesFunctions:
+def functions(config: SmaxRacesConfig) -> SmaxRacesFunctions:
     return SmaxRacesFunctions(config)
 
 
@@ -619,7 +619,7 @@ def play_heuristic_games(config: SmaxRacesConfig, races, compositions, seed: int
 
     races, compositions: [B, 2] int arrays (side 0, side 1). One jitted scan over the batch.
     """
-    fns = _cached_functions(config)
+    fns = functions(config)
     races = jnp.asarray(races, jnp.int32)
     comps = jnp.asarray(compositions, jnp.int32)
     steps = (max_steps or config.max_steps) + 1

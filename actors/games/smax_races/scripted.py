@@ -1,8 +1,9 @@
-"""League players against the built-in opponent: jaxmarl's scripted SMAX heuristic.
+"""SMAX's built-in opponent, jaxmarl's scripted heuristic: the game's scripted opponent
+(`actors.games.base.ScriptedOpponent`: `side`, `play`, `pick_probabilities`, `army_units`).
 
 AlphaStar measured its agents against StarCraft II's built-in AI; SMAX's built-in opponent is
-jaxmarl's scripted micro (`actors.games.smax_races.heuristic_policy`: shoot the closest enemy
-in range, else walk towards one). Here it also picks its army uniformly from the race's menu.
+jaxmarl's scripted micro (`game.heuristic_policy`: shoot the closest enemy in range, else walk
+towards one). Here it also picks its army uniformly from the race's menu.
 
     outcomes = play_against_heuristic(network, params, ("terran", "zerg"), num_games=256)
     win_rate(outcomes)   # the player's (side 0) win rate, draws counting half
@@ -21,22 +22,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from actors.games import smax_races
+from actors.games.smax_races import game
 from actors.rollout import network_policy, play_step, play_to_end
 
 
 @functools.lru_cache(maxsize=16)
-def _play_fn(network, config: smax_races.SmaxRacesConfig, greedy: bool):
-    fns = smax_races._cached_functions(config)
+def _play_fn(network, config: game.SmaxRacesConfig, greedy: bool):
+    fns = game.functions(config)
     max_steps = config.max_steps + 1
 
     @jax.jit
     def play(params, races, forced, key):
         batch = races.shape[0]
         key, reset_key = jax.random.split(key)
-        heuristic, scripted_state = smax_races.heuristic_side(fns, 1, batch)
+        heuristic, scripted_state = game.heuristic_side(fns, 1, batch)
         # The game forces the armies (`SmaxRacesFunctions.reset` with [races, armies]).
-        games = smax_races.start_games(fns, jnp.stack([races, forced.T], 1), reset_key,
+        games = game.start_games(fns, jnp.stack([races, forced.T], 1), reset_key,
                                        network.initial_state(batch), scripted_state)
         act0, act1 = network_policy(network, params, greedy), heuristic
         # The strategy step (no game ends on it; its key split as play_to_end splits each
@@ -60,7 +61,7 @@ class HeuristicGames(NamedTuple):
 
 
 def play_against_heuristic(network, params, races: tuple[str, str], num_games: int, seed: int = 0,
-                           config: smax_races.SmaxRacesConfig | None = None,
+                           config: game.SmaxRacesConfig | None = None,
                            greedy: bool = False) -> np.ndarray:
     """Plays `num_games` SMAX races games of the network's player (side 0, race `races[0]`)
     against the scripted heuristic (side 1, race `races[1]`); returns the outcomes [num_games]
@@ -69,7 +70,7 @@ def play_against_heuristic(network, params, races: tuple[str, str], num_games: i
 
 
 def play_detailed(network, params, races: tuple[str, str], num_games: int, seed: int = 0,
-                  config: smax_races.SmaxRacesConfig | None = None, greedy: bool = False,
+                  config: game.SmaxRacesConfig | None = None, greedy: bool = False,
                   compositions=(None, None)) -> HeuristicGames:
     """`play_against_heuristic` with the armies played: `compositions` forces the player's
     and/or the heuristic's army, each a menu index of its race or [num_games] of them (one per
@@ -77,17 +78,17 @@ def play_detailed(network, params, races: tuple[str, str], num_games: int, seed:
     head, the heuristic uniformly)."""
     if num_games < 1:
         raise ValueError(f"num_games must be at least 1; got {num_games}")
-    config = config or smax_races.SmaxRacesConfig()
+    config = config or game.SmaxRacesConfig()
     if len(compositions) != 2 or any(c is not None and np.shape(c) not in ((), (num_games,))
                                      for c in compositions):
         raise ValueError(f"compositions must be one entry per side, each None, an index or "
                          f"[num_games={num_games}] indices; got {compositions}")
     forced = np.stack([np.broadcast_to(np.asarray(-1 if c is None else c, np.int64), (num_games,))
                        for c in compositions])
-    if forced.min() < -1 or forced.max() >= smax_races.COMPOSITIONS_PER_RACE:
-        raise ValueError(f"compositions must be menu indices 0..{smax_races.COMPOSITIONS_PER_RACE - 1} "
+    if forced.min() < -1 or forced.max() >= game.COMPOSITIONS_PER_RACE:
+        raise ValueError(f"compositions must be menu indices 0..{game.COMPOSITIONS_PER_RACE - 1} "
                          f"(or None / -1: the side's own pick); got {compositions}")
-    race_pair = smax_races.matchup_array(tuple(races), num_games)
+    race_pair = game.matchup_array(tuple(races), num_games)
     play = _play_fn(network, config, bool(greedy))
     outcomes, finished, played = play(jax.device_put(params), jnp.asarray(race_pair),
                                       jnp.asarray(forced, jnp.int32), jax.random.PRNGKey(seed))
@@ -97,20 +98,20 @@ def play_detailed(network, params, races: tuple[str, str], num_games: int, seed:
 
 
 @functools.lru_cache(maxsize=16)
-def _pick_fn(network, config: smax_races.SmaxRacesConfig):
-    fns = smax_races._cached_functions(config)
+def _pick_fn(network, config: game.SmaxRacesConfig):
+    fns = game.functions(config)
 
     @jax.jit
     def picks(params, races):
         batch = races.shape[0]   # the strategy step's observation depends on the races only
         _, obs = jax.vmap(fns.reset)(jax.random.split(jax.random.PRNGKey(0), batch), races)
         out, _ = network.step(params, obs[0], network.initial_state(batch), jnp.ones(batch, bool))
-        return jax.nn.softmax(out.logits[smax_races.COMPOSITION_HEAD], -1)
+        return jax.nn.softmax(out.logits[game.COMPOSITION_HEAD], -1)
 
     return picks
 
 
-def pick_probabilities(network, params, races, config: smax_races.SmaxRacesConfig | None = None
+def pick_probabilities(network, params, races, config: game.SmaxRacesConfig | None = None
                        ) -> np.ndarray:
     """The player's army pick at the start of a game, pi(army | races) from its composition
     head: [P, COMPOSITIONS_PER_RACE] for the race pairs `races` [P, 2] (side 0's race, side
@@ -118,7 +119,7 @@ def pick_probabilities(network, params, races, config: smax_races.SmaxRacesConfi
     races = np.asarray(races, np.int32)
     if races.ndim != 2 or races.shape[1] != 2:
         raise ValueError(f"races must be [P, 2] race indices (side 0, side 1); got shape {races.shape}")
-    play = _pick_fn(network, config or smax_races.SmaxRacesConfig())
+    play = _pick_fn(network, config or game.SmaxRacesConfig())
     return np.asarray(play(params, jnp.asarray(races)), np.float64)
 
 
@@ -127,3 +128,14 @@ def win_rate(outcomes: np.ndarray, axis: int | None = None):
     outcomes = np.asarray(outcomes)
     rate = np.mean((outcomes > 0) + 0.5 * (outcomes == 0), axis=axis)
     return float(rate) if axis is None else rate
+
+
+# -- the game's scripted opponent (actors.games.base.ScriptedOpponent) --------------------------
+
+side = game.heuristic_side
+play = play_against_heuristic
+
+
+def army_units(config: game.SmaxRacesConfig, race: int, army: int) -> int:
+    """Units in army `army` (a menu index) of race `race` (an index into `game.RACES`)."""
+    return config.menu[race][army].size

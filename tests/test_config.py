@@ -1,0 +1,184 @@
+"""The run's configuration as a reader meets it (issue 58, item 4): each flag's help lives on its
+field, one actor configuration, a flag the chosen experience path never reads is refused, and
+short aliases only where the docs use them; old run directories still resume."""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from actors.config import ActorConfig
+from experiments.config import (
+    ALIASES,
+    EARLIER_NAMES,
+    ConfigError,
+    RunConfig,
+    fields,
+    help_text,
+    undocumented,
+)
+from experiments.program import DEVICE_ONLY, REPLAY_ONLY, unread_settings
+from league.settings import setting
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# -- help from the fields' metadata ------------------------------------------------------
+
+
+def test_every_setting_carries_its_help_on_its_field():
+    assert undocumented() == []
+    for path, _ in fields():
+        assert len(help_text(path).split()) >= 2, path
+    assert help_text("learner.loss.entropy_weight").startswith("entropy bonus")
+    assert "AlphaStar: 0.25" in help_text("league.snapshots.league_exploiter_reset_probability")
+
+
+def test_a_setting_without_help_is_named():
+    @dataclasses.dataclass(frozen=True)
+    class Inner:
+        documented: int = setting(1, "a setting with its help")
+        bare: int = 2  # a comment is no help: help lives in the field's metadata
+
+    @dataclasses.dataclass(frozen=True)
+    class Outer:
+        inner: Inner = dataclasses.field(default_factory=Inner)
+        rate: float = setting(0.5, "another setting")
+
+    assert undocumented(Outer()) == ["inner.bare"]
+    assert help_text("inner.documented", Outer()) == "a setting with its help"
+
+
+def test_a_setting_refuses_a_mutable_default_and_an_empty_help():
+    with pytest.raises(TypeError, match="immutable"):
+        setting([1, 2], "a list would be shared by every instance")
+    with pytest.raises(ValueError, match="help"):
+        setting(1, " ")
+
+
+# -- one actor configuration ------------------------------------------------------------
+
+
+def test_the_run_and_its_actors_share_one_actor_configuration():
+    from actors.actor import ActorConfig as ActorsActorConfig
+
+    config = RunConfig.make(game="matrix_rps", **{"learner.unroll_length": 8, "seed": 3,
+                                                  "actor.param_refresh_seconds": 2.0})
+    assert ActorsActorConfig is ActorConfig and type(config.actor) is ActorConfig
+    actor = config.actor_config(2)
+    assert (actor.unroll_length, actor.seed, actor.param_refresh_seconds) == (8, 3 * 7919 + 2, 2.0)
+    assert actor.reward_plugin == config.reward and actor.episodes_per_match == 32
+    assert ActorConfig().episodes_per_match == RunConfig().actor.episodes_per_match   # one default
+    # the earlier name of the refresh period, still passed by experiments/nodes.py
+    with pytest.raises(ConfigError, match="--actor.batch_size must be at least 1"):
+        RunConfig.make(game="matrix_rps", **{"actor.batch_size": 0})
+
+
+def test_a_config_json_from_before_the_actor_configurations_were_one_resumes():
+    config = RunConfig.make(game="kuhn_poker", **{"actor.episodes_per_match": 8})
+    saved = config.to_dict()
+    for name in ("unroll_length", "seed", "write_queue", "params_timeout"):
+        del saved["actor"][name]
+    assert RunConfig.from_dict(json.loads(json.dumps(saved))) == config
+
+
+# -- a setting the chosen experience path does not read ---------------------------------
+
+
+def test_a_replay_setting_on_the_device_path_is_refused_naming_what_does_its_job():
+    with pytest.raises(ConfigError) as e:
+        unread_settings("device", "--experience=device", {"actor.batch_size", "learner.batch_size"})
+    assert str(e.value).startswith("--actor.batch_size is read by the replay path only")
+    assert "--learner.batch_size" in str(e.value) and "--experience=replay" in str(e.value)
+    for name in ("actor.per_learner", "actor.episodes_per_match", "learner.replay.max_size",
+                 "learner.replay.samples_per_insert", "learner.sampler"):
+        with pytest.raises(ConfigError, match=f"--{re.escape(name)} is read by the replay path only"):
+            unread_settings("device", "auto: ...", {name})
+        unread_settings("replay", "--experience=replay", {name})
+
+
+def test_a_device_setting_on_the_replay_path_is_refused():
+    for name in ("device.threads", "device.opponent_slots", "device.population",
+                 "learner.exploration", "device.heuristic_slots"):
+        with pytest.raises(ConfigError, match=f"--{re.escape(name)} is read by the device path only"):
+            unread_settings("replay", "--experience=replay", {name})
+        unread_settings("device", "--experience=device", {name})
+
+
+def test_settings_both_paths_read_are_never_refused():
+    both = {p for p, _ in fields()} - {
+        p for p, _ in fields() for key in [*REPLAY_ONLY, *DEVICE_ONLY]
+        if p == key or (key.endswith(".") and p.startswith(key))}
+    assert {"learner.batch_size", "actor.param_refresh_seconds", "actor.reward_plugin",
+            "learner.unroll_length", "device.updates_per_chunk"} - both == {"device.updates_per_chunk"}
+    for path in ("device", "replay"):
+        unread_settings(path, "auto: ...", both)
+    # every key names settings there are
+    known = {p for p, _ in fields()}
+    for key in [*REPLAY_ONLY, *DEVICE_ONLY]:
+        assert any(p == key or (key.endswith(".") and p.startswith(key)) for p in known), key
+
+
+def league(*args):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    return subprocess.run([sys.executable, "-m", "experiments.league", "--game=matrix_rps",
+                           "--runner=inprocess", "--dashboard_port=-1", *args],
+                          cwd=REPOSITORY, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_league_refuses_the_docs_batch_size_on_the_device_path(tmp_path):
+    done = league("--experience=device", "--batch_size=64", f"--run_dir={tmp_path / 'run'}")
+    assert done.returncode == 2, done.stderr
+    assert "--actor.batch_size is read by the replay path only" in done.stderr
+    assert "--learner.batch_size" in done.stderr
+    assert not (tmp_path / "run").exists()   # refused before anything is written
+
+
+def test_a_games_defaults_are_not_settings_given(tmp_path):
+    # Leduc's defaults set learner.exploiter_exploration (device path only); on the replay path
+    # they are not the user's: the run goes on to its next check (this environment's Reverb).
+    done = league("--game=leduc_poker", "--experience=replay", f"--run_dir={tmp_path / 'run'}")
+    assert "is read by the device path only" not in done.stderr, done.stderr
+
+
+# -- aliases only where the docs use them; earlier names still resume -------------------
+
+
+def commands_text() -> str:
+    files = ["README.md", *glob.glob("docs/*.md"), *glob.glob("tests/*.py"),
+             *glob.glob("benchmarks/**/*.py", recursive=True), *glob.glob(".ci/**/*", recursive=True)]
+    text = ""
+    for name in files:
+        path = os.path.join(REPOSITORY, name)
+        if os.path.isfile(path) and not name.endswith("test_config.py"):
+            text += open(path, errors="ignore").read()
+    return text
+
+
+def test_every_alias_is_used_by_a_command_of_the_docs_or_tests():
+    text = commands_text()
+    unused = [a for a in ALIASES if not re.search(rf"(?<![\w.])--{a}(?![\w.])", text)]
+    assert unused == []
+    assert len(ALIASES) < len(EARLIER_NAMES) and set(ALIASES.items()) <= set(EARLIER_NAMES.items())
+
+
+def test_a_name_that_is_no_alias_is_refused_and_its_path_works():
+    with pytest.raises(ConfigError, match="unknown settings"):
+        RunConfig.make(game="matrix_rps", replay_size=64)
+    assert RunConfig.make(game="matrix_rps", **{"learner.replay.max_size": 64}).learner.replay.max_size == 64
+
+
+def test_a_flat_config_json_with_names_that_are_no_longer_aliases_resumes():
+    flat = {"game": "kuhn_poker", "races": 1, "runner": "inprocess", "replay_size": 64,
+            "samples_per_insert": 1.0, "upgo_cost": 0.5, "episodes_per_match": 8,
+            "team_spirit_updates": 10, "learner_sampler": "client", "entropy_cost": None}
+    config = RunConfig.from_dict(flat)
+    assert (config.learner.replay.max_size, config.learner.replay.samples_per_insert) == (64, 1.0)
+    assert (config.learner.loss.upgo_weight, config.actor.episodes_per_match) == (0.5, 8)
+    assert (config.actor.team_spirit_updates, config.learner.sampler) == (10, "client")
+    assert config.learner.loss.entropy_weight == 0.1   # None: Kuhn's default
