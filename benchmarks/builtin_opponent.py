@@ -94,8 +94,8 @@ def composition_breakdown(network, params, races: tuple[str, str], games: int, s
     `with_picks`: picks @ army_rates (what its own picks should reach; its measured win rate
     differs by sampling only). `own`: the agent's `games` games of its own choosing
     (`scripted.HeuristicGames`) where already played, else played here."""
-    from actors.games.smax_races import scripted
     from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
+    from actors.games.smax_races import scripted
 
     if own is None:
         own = scripted.play_detailed(network, params, races, games, seed)

@@ -50,7 +50,10 @@ def measure(game: str, path: str, warmup: float, seconds: float, settings: dict 
     extra = {"init": FLAGS.init} if game == "smax_races" else {}
     for setting in FLAGS.set:
         path_, _, value = setting.partition("=")
-        extra[path_] = type(RunConfig.make(game=game).get(path_))(value)
+        kind = type(RunConfig.make(game=game).get(path_))
+        if kind is bool and value.lower() not in ("true", "false", "1", "0"):
+            raise app.UsageError(f"--set={setting}: {path_} is true or false")
+        extra[path_] = value.lower() in ("true", "1") if kind is bool else kind(value)
     extra.update(settings or {})
     config = RunConfig.for_game(game, runner="inprocess", run_dir=run_dir, experience=path,
                                 minutes=(warmup + seconds) / 60.0, dashboard_port=-1,

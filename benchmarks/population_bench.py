@@ -9,8 +9,10 @@ Three measurements, one after another on the same machine (compare their ratios)
   does with that batch when nothing else runs;
 - `population`: the game's default league (`python -m experiments.league --game=G`, in one
   process) with `--device.population` (its agents' chunks as one vmapped program);
-- `per_agent`: the same league with `--device.population=false` (one program per agent, one
-  after another: the device path before).
+- `per_agent`: the same league with `--device.population=false` (one program per agent,
+  `device.threads` at a time: the device path before);
+- `split` (when asked for in `--arms`): the population in `--device.population_parts=0`
+  parts, one per thread, side by side.
 The leagues' rates are the increments of league.db's games and of the learners' learnt steps
 over the last `--seconds` (compiles fall in the warm-up). Issue 55's CPU target: the 3-race
 SMAX league's learnt steps/s >= 0.8 of the limit at the same total batch.
@@ -89,8 +91,10 @@ def main(argv):
             print(f"limit      {FLAGS.game}: one fused program of {r['agents']} agents' batch "
                   f"({r['batch']} games): {r['learnt_steps_per_s']:,.0f} learnt steps/s", flush=True)
         else:
-            r = device_bench.measure(FLAGS.game, "device", FLAGS.warmup, FLAGS.seconds,
-                                     {"device.population": arm == "population"})
+            settings = {"population": {"device.population": True},
+                        "split": {"device.population": True, "device.population_parts": 0},
+                        "per_agent": {"device.population": False}}[arm]
+            r = device_bench.measure(FLAGS.game, "device", FLAGS.warmup, FLAGS.seconds, settings)
             print(f"{arm:10s} {FLAGS.game}: {r['games_per_s']:,.0f} recorded games/s, "
                   f"{r['learnt_steps_per_s']:,.0f} learnt steps/s ({r['games']:,} games; {r['run_dir']})",
                   flush=True)
@@ -100,6 +104,9 @@ def main(argv):
         return results.get(arm, {}).get("learnt_steps_per_s", float("nan"))
 
     population, per_agent, limit = rate("population"), rate("per_agent"), rate("limit")
+    if "split" in results:
+        print(f"split over per_agent {rate('split') / per_agent:.2f}, over population {rate('split') / population:.2f}, "
+              f"over limit {rate('split') / limit:.2f}", flush=True)
     print(f"RESULT population game={FLAGS.game} population_learnt_steps_per_s={population:.0f} "
           f"per_agent_learnt_steps_per_s={per_agent:.0f} limit_learnt_steps_per_s={limit:.0f} "
           f"population_games_per_s={results.get('population', {}).get('games_per_s', float('nan')):.0f} "

@@ -42,7 +42,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.heuristic_forced_slots", "device.heuristic_forced_handicap", "device.main_agent_chunks", "device.population", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.heuristic_forced_slots", "device.heuristic_forced_handicap", "device.main_agent_chunks", "device.population", "device.population_parts", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -248,6 +248,11 @@ class DeviceSettings:
         "structure play and learn as one jitted program (vmap over agents: learners/population.py); "
         "false: one program per agent, `threads` at a time. Off on CPU, where it measured slower "
         "(XLA:CPU's batched matmuls: Kuhn's league 0.53x); on for a GPU or TPU (DEVICE_DEFAULTS)")
+    population_parts: int = setting(
+        1, "device path, with population: each population split into this many programs (agents in "
+        "contiguous parts, at least two per part), run side by side on `threads`: one jitted program "
+        "keeps one CPU core busy; 0: one part per thread; 1: the whole population in one program "
+        "(an accelerator)")
 
 
 @dataclass(frozen=True)

@@ -322,7 +322,10 @@ class DeviceLearnerGroup(_Learners):
             key = (population_key(self.learners[agent]), self.chunks_per_round[agent])
             groups.setdefault(key, []).append(agent)
         populations, members, alone = [], {}, []
-        for agents in groups.values():
+        parts = self.config.device.population_parts or self._thread_count()
+        split = [part for agents in groups.values()
+                 for part in np.array_split(np.array(agents, object), max(1, min(parts, len(agents) // 2)))]
+        for agents in (list(part) for part in split):
             if len(agents) == 1:
                 alone.extend(agents)
                 continue
@@ -545,8 +548,7 @@ class DeviceLearnerGroup(_Learners):
         from concurrent.futures import ThreadPoolExecutor
 
         if self._pool is None:
-            threads = self.config.device.threads or min(len(self.agent_ids), os.cpu_count() or 1)
-            self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix=f"{self.name}-chunk")
+            self._pool = ThreadPoolExecutor(self._thread_count(), thread_name_prefix=f"{self.name}-chunk")
 
         def chunks(unit):
             agents = self._population_agents[id(unit)] if not isinstance(unit, str) else [unit]
@@ -571,6 +573,10 @@ class DeviceLearnerGroup(_Learners):
                 future.result()
         finally:
             self._in_round = False
+
+    def _thread_count(self) -> int:
+        """Chunks run at once: `device.threads`, else one per core (at most one per agent)."""
+        return max(1, self.config.device.threads or min(len(self.agent_ids), os.cpu_count() or 1))
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Each learner's metrics; with heuristic slots, `heuristic_win_rate` (wins and half the

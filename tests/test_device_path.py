@@ -646,6 +646,35 @@ def test_device_evaluation_matches_the_exact_payoff():
     assert abs(exact.payoffs("a", ["b"])["b"][1]) > 0.05  # the pair is not even: the test can tell
 
 
+@pytest.mark.parametrize("parts, threads, want", [(1, 2, [4]), (2, 2, [2, 2]), (0, 2, [2, 2]), (0, 1, [4]),
+                                                   (3, 2, [2, 2])])
+def test_population_parts_split_a_population_into_programs_run_side_by_side(tmp_path, parts, threads, want):
+    """--device.population_parts: Kuhn's 4 learning agents (one population key) as `want`
+    programs' agents (0: one part per thread; never a part of one agent), and one round gives
+    every agent its chunk."""
+    from experiments.nodes import DeviceLearnerGroup
+    from experiments.program import agent_indices
+
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
+                            learner_batch_size=8, run_dir=str(tmp_path / "run"),
+                            **{"device.updates_per_chunk": 2, "device.threads": threads,
+                               "device.population": True, "device.population_parts": parts})
+    coordinator = Coordinator(config.league, config.run_dir, seed=0)
+    indices = agent_indices(config)
+    assert len(indices) == 4
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
+    coordinator.connect_learners(group, list(indices))
+    try:
+        members = [group._population_agents[id(p)] for p in group.populations]
+        assert [len(m) for m in members] == want and not group._alone
+        assert sorted(a for m in members for a in m) == sorted(indices)
+        group._round()
+        assert {a: learner.version() for a, learner in group.learners.items()} == dict.fromkeys(indices, 2)
+    finally:
+        group.close()
+        coordinator.close()
+
+
 @pytest.mark.parametrize("population", [False, True])
 def test_main_agent_chunks_give_main_agents_that_many_chunks_a_round(tmp_path, population):
     """--device.main_agent_chunks=3 on Kuhn: one round of the learner group applies 3 chunks of

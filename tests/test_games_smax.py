@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from actors.games.smax_races import scripted
 from actors.games import smax_races as sr
 from actors.games.base import BatchGame, random_legal_actions
+from actors.games.smax_races import scripted
 from agents.specs import MASK_KEY
 
 # The system tier (docs/testing.md): many SMAX battles played to the end.

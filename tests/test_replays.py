@@ -218,8 +218,8 @@ def test_behaviour_cloning_learns(recorded, small_config, tmp_path):
     import jax
 
     from actors.games import smax_races
-    from agents.storage import params_from_npz_bytes
     from actors.games.smax_races import supervised
+    from agents.storage import params_from_npz_bytes
     from experiments import build
     from experiments.config import NetworkSettings, RunConfig
 

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from actors.games.smax_races import scripted
 from actors.games import smax_races as sr
+from actors.games.smax_races import scripted
 from agents import Action
 from experiments.build import initial_params, make_game, make_network
 from experiments.config import RunConfig

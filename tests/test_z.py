@@ -11,10 +11,9 @@ import pytest
 from actors import replays
 from actors.actor import Actor, ActorConfig, example_unroll
 from actors.games import make_batch_game
-from actors.games.smax_races import RACES, SmaxRacesConfig, fixed_size_menu
+from actors.games.smax_races import RACES, SmaxRacesConfig, fixed_size_menu, supervised
 from agents import make_network, pseudo_reward_count, z_size
 from agents.trajectory import reverb_signature, unflatten_like
-from actors.games.smax_races import supervised
 from learners import losses
 from learners.config import LossConfig
 from learners.learner import Learner, LearnerConfig, ReplayConfig
