@@ -33,6 +33,7 @@ from typing import Any
 from coordinator.decisions import Decisions
 from coordinator.evaluations import Evaluations
 from coordinator.history import BACKUP_NAME, DB_NAME, HistoryWriter
+from coordinator.history_reader import HistoryReader
 from coordinator.league_state import LeagueStore
 from coordinator.learner_watch import LearnerMonitor, StallWatch, stalled_agents
 from coordinator.learners import LearnerHandles
@@ -103,7 +104,8 @@ class Coordinator:
         self.league = self._store.open(league_config, seed, clock())
         self._decisions = Decisions(self.league, self._lock, self._learners, self.params, self.history, clock)
         self.player_params = PlayerParams(self.league, self._lock, self.params, self._learners, self.withdraw)
-        self.evaluations = Evaluations(self.league, self._lock, self.history, clock)
+        self.evaluations = Evaluations(self.league, self._lock, self.history, clock,
+                                       _heuristic_rows(os.path.join(run_dir, DB_NAME)))
         self.meta_game = MetaGamePublisher(self.history, list(self.league.players), self.config.meta_solver)
         self._last_meta_game = 0.0
         self._last_checkpoint = clock()
@@ -312,6 +314,7 @@ class Coordinator:
                 "games": self.history.game_count(),
                 "games_per_second": self._games_since_start / max(self._clock() - self._started, 1e-9),
                 "main_win_rate_vs_league": self.league.win_rates_vs_frozen(MAIN_AGENT),
+                "main_win_rate_vs_builtin": self.evaluations.builtin_win_rates(),
                 "waiting": self.waiting(),
             }
 
@@ -366,3 +369,12 @@ class Coordinator:
         self._tensorboard.close()
         self.checkpoint()
         self.history.close()
+
+
+def _heuristic_rows(path: str) -> list[dict]:
+    """league.db's measurements against the game's scripted opponent (a resumed run's)."""
+    reader = HistoryReader(path)
+    try:
+        return reader.heuristic_history()
+    finally:
+        reader.close()

@@ -17,9 +17,15 @@ class Evaluations:
     """Evaluators' work and records over one league (guarded by `lock`) and its league.db."""
 
     def __init__(self, league: League, lock: threading.RLock, history: HistoryWriter,
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], heuristic_rows: Sequence[Mapping] = ()):
         self.league, self._lock, self.history, self._clock = league, lock, history, clock
         self._gaps_in: set[str] = set()  # exploiter snapshots whose gaps are recorded
+        # main agent -> [its first, its latest] win rate against the game's scripted opponent,
+        # over the opponent's races (the rows already in league.db count: a resumed run)
+        self._builtin: dict[str, list[float]] = {}
+        times = sorted({row["time"] for row in heuristic_rows})
+        for when in times:
+            self._add_builtin([row for row in heuristic_rows if row["time"] == when])
 
     def exact_work(self) -> dict | None:
         """For evaluators of games with an exact meta-game (poker): the oldest frozen player
@@ -83,3 +89,23 @@ class Evaluations:
         """Main agents' win rates against the scripted heuristic (SMAX), from evaluator_0: one
         row per agent and heuristic race (`HistoryWriter.add_heuristic`), all at one time."""
         self.history.add_heuristic(rows, self._clock())
+        with self._lock:
+            self._add_builtin(rows)
+
+    def _add_builtin(self, rows: Sequence[Mapping]) -> None:
+        """One measurement's rows: each agent's win rate over the opponent's races (weighted
+        by games) becomes its latest, and its first if it had none."""
+        scores: dict[str, list[float]] = {}
+        for row in rows:
+            total = scores.setdefault(row["player_id"], [0.0, 0.0])
+            total[0] += row["win_rate"] * row["games"]
+            total[1] += row["games"]
+        for player_id, (score, games) in scores.items():
+            if games:
+                self._builtin.setdefault(player_id, [score / games] * 2)[1] = score / games
+
+    def builtin_win_rates(self) -> dict[str, tuple[float, float]]:
+        """{main agent: (its first, its latest) win rate against the game's scripted opponent
+        (evaluator_0's measurements, draws half)}; {} before any."""
+        with self._lock:
+            return {p: (first, latest) for p, (first, latest) in self._builtin.items()}

@@ -82,6 +82,9 @@ class Supervisor:
             return " ".join(filter(None, (own, forced)))
 
         scripted = by_race({a: against_heuristic(m) for a, m in metrics.items() if against_heuristic(m)})
+        # the evaluator's measurements against the game's scripted opponent: first -> latest
+        builtin = by_race({a: f"{first:.2f} -> {latest:.2f}"
+                           for a, (first, latest) in summary.get("main_win_rate_vs_builtin", {}).items()})
         changes = ", ".join(f"+{n} {kind}{'s' if n > 1 else ''}" for kind, n in sorted(self.changes.items()))
         self.changes.clear()
         # new players a minute, once a minute is in (the league's first players are no news)
@@ -93,6 +96,7 @@ class Supervisor:
             + (f"; {changes}" if changes else "") + (f"; {per_minute:.0f}/min" if per_minute is not None else "")
             + f")  games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates}  "
             f"main agents' win rate vs league: {vs or '-'}"
+            + (f"  vs built-in AI (evaluator, first -> latest): {builtin}" if builtin else "")
             + (f"  vs heuristic (training games): {scripted}" if scripted else "")
             + (self.note() if self.note else "")
             + (f"  waiting on {', '.join(summary['waiting'])} (hung?)" if summary.get("waiting") else ""),

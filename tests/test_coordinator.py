@@ -722,3 +722,39 @@ def test_a_nash_conv_that_is_not_finite_is_not_recorded(tmp_path):
     coordinator, _ = make(tmp_path)
     coordinator.record_exploitability({"nash": 0.25, "terran_main_agent_0": float("nan")})
     assert [(s, v) for _, s, v in coordinator.history.exploitability_history()] == [("nash", 0.25)]
+
+
+def test_the_progress_line_shows_the_main_agents_first_and_latest_win_rate_against_the_builtin_ai(tmp_path):
+    """Issue 57: evaluator_0's measurements against the game's scripted opponent reach the
+    progress line as each main agent's first -> latest win rate over the opponent's races
+    (weighted by games, draws half), and a resumed coordinator keeps the first from league.db."""
+    import io
+
+    from experiments.config import RunConfig
+    from experiments.supervisor import Supervisor
+
+    config = LeagueConfig(races=("terran", "zerg"), snapshots=SNAPSHOTS, initial_snapshots=False)
+    coordinator = Coordinator(config, str(tmp_path), seed=3, config=NEVER)
+    coordinator.set_learners({a: _MeteredLearner() for a in coordinator.agent_ids()})
+
+    def rows(player, rates):   # (opponent race, wins, draws, games) -> evaluator rows
+        return [{"player_id": player, "version": 1, "race": player.split("_")[0], "opponent_race": race,
+                 "win_rate": (wins + 0.5 * draws) / games, "games": games, "wins": wins, "draws": draws,
+                 "losses": games - wins - draws} for race, wins, draws, games in rates]
+
+    def line(c):
+        out = io.StringIO()
+        Supervisor(RunConfig.make(game="matrix_rps"), c, out).report()
+        return out.getvalue()
+
+    assert "built-in AI" not in line(coordinator)    # nothing measured: nothing said
+    coordinator.record_heuristic(rows("terran_main_agent_0", [("terran", 10, 0, 20), ("zerg", 2, 4, 20)]))
+    coordinator.record_heuristic(rows("terran_main_agent_0", [("terran", 15, 0, 20), ("zerg", 10, 0, 60)]))
+    # first: (10 + 2 + 2) / 40 = 0.35; latest: (15 + 10) / 80 = 0.3125
+    assert "vs built-in AI (evaluator, first -> latest): terran 0.35 -> 0.31" in line(coordinator), line(coordinator)
+    coordinator.close()
+    resumed = Coordinator(config, str(tmp_path), seed=3, config=NEVER)
+    resumed.set_learners({a: _MeteredLearner() for a in resumed.agent_ids()})
+    resumed.record_heuristic(rows("terran_main_agent_0", [("terran", 20, 0, 20)]))
+    assert "terran 0.35 -> 1.00" in line(resumed), line(resumed)
+    resumed.close()
