@@ -52,24 +52,14 @@ def launch(args_of, timeout: float) -> list[tuple[int, str]]:
 
 def kuhn_population_learners():
     """The agents of tests/test_population.py (3, with different rates, exploration, entropy)."""
-    from actors import rewards
     from actors.actor import example_unroll
-    from actors.games import make_batch_game
-    from actors.rollout import DeviceRollout
-    from experiments import build
-    from experiments.config import RunConfig
     from learners.device import DeviceLearner
-    from tests.test_population import B, K, M, T, agent_configs
+    from tests.test_population import K, T, agent_configs, kuhn_setup
 
-    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
-                            learner_batch_size=B, unroll_length=T)
-    game = make_batch_game("kuhn_poker", B)
-    network = build.make_network(config, game.spec)
-    rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec))
-    params = [build.initial_params(network, game.spec, i, 0) for i in range(4)]
+    config, game, network, rollout, params = kuhn_setup()
     learners = [DeviceLearner(network, params[i], c, example_unroll(game.spec, network, T), rollout,
                               updates_per_chunk=K, seed=11 + i)
-                for i, c in enumerate(agent_configs(config.learner))]
+                for i, c in enumerate(agent_configs(config))]
     return learners, params
 
 

@@ -24,8 +24,8 @@ from learners.update import agent_entropy_weight, agent_settings
 B, M, T, K = 8, 2, 6, 3
 
 
-@pytest.fixture(scope="module")
-def kuhn():
+def kuhn_setup():
+    """(learner config, game, network, rollout, 4 agents' initial params) of a small Kuhn population."""
     config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
                             learner_batch_size=B, unroll_length=T)
     game = make_batch_game("kuhn_poker", B)
@@ -33,6 +33,11 @@ def kuhn():
     rollout = DeviceRollout(network, game.fns, B, M, T, rewards.device_reward("game", game.spec))
     params = [build.initial_params(network, game.spec, i, 0) for i in range(4)]
     return config.learner, game, network, rollout, params
+
+
+@pytest.fixture(scope="module")
+def kuhn():
+    return kuhn_setup()
 
 
 def agent_configs(base):
