@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+import traceback
 import uuid
 
 from actors.games.registry import module_path
@@ -43,7 +44,8 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
     def run(name):
         try:
             handles[name].run()
-        except Exception as e:
+        except Exception as e:   # a bug or a bad input: its traceback where the league's lines go
+            print(f"{name} failed:\n{traceback.format_exc()}", file=out, flush=True)
             failures.append(f"{name}: {_describe(e)}")
 
     threads = {n.name: threading.Thread(target=run, args=(n.name,), daemon=True, name=n.name)

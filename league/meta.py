@@ -178,6 +178,7 @@ def _interior_point_nash(
     candidates: np.ndarray | None = None,
     start: np.ndarray | None = None,
     max_iterations: int = 40,
+    restrict: bool = True,
 ) -> np.ndarray | None:
     """The unique Nash mixture of the symmetric zero-sum game `payoff` (antisymmetric), or
     None where it could not be certified (a degenerate game, e.g. one with ties; then the
@@ -193,7 +194,9 @@ def _interior_point_nash(
     {a : x_a > s_a} is tried in `_equalizer_nash`, an exact certificate on the whole game, so
     the answer is the equilibrium itself, not an interior iterate. It starts on `candidates`
     (all players by default), near the mixture `start` if given, and drops the players that
-    leave; if a dropped player turns out to be needed, it runs again on the whole game.
+    leave; if a dropped player turns out to be needed, it runs once more on the whole game,
+    dropping no one (`restrict=False`: a degenerate game, e.g. a league's with its ties, can
+    need a dropped player at every try; it recursed until Python's limit, session 36).
     ~10-15 steps on random tournaments of 1,000 players, whose supports are about half the
     players (where HiGHS's simplex method needs thousands of pivots, and its interior point
     method, built for sparse problems, 10 s)."""
@@ -209,7 +212,7 @@ def _interior_point_nash(
     s = v - gains
     tried = None
     for _ in range(max_iterations):
-        if _RESTRICT_ABOVE < v < _RESTRICT_BELOW:
+        if restrict and _RESTRICT_ABOVE < v < _RESTRICT_BELOW:
             keep = x > _DROP_RATIO * s
             if keep.any() and keep.sum() < 0.9 * active.size:
                 active, x, s = active[keep], x[keep], s[keep]
@@ -236,7 +239,7 @@ def _interior_point_nash(
         left_out = np.ones(n, dtype=bool)
         left_out[active] = False
         if _matvec(payoff, mixture)[left_out].max() >= -margin:
-            return _interior_point_nash(payoff, margin, max_iterations=max_iterations)
+            return _interior_point_nash(payoff, margin, max_iterations=max_iterations, restrict=False)
     return None
 
 

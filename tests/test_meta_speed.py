@@ -121,3 +121,31 @@ def test_equalizer_certificate_accepts_only_the_equilibrium_support():
     game[:3, :3] = rps
     game[3, :3], game[:3, 3] = -0.25, 0.25
     np.testing.assert_allclose(meta._equalizer_nash(game, np.arange(3), 1e-9), [1 / 3] * 3 + [0], atol=1e-12)
+
+
+def test_a_player_dropped_at_every_try_is_retried_once_not_until_the_recursion_limit(monkeypatch):
+    """Session 36: a Kuhn league's meta-game (~330 players, many tied pairs) made the interior
+    point method drop a player that the end found needed, at every try: it called itself on
+    the whole game until Python's recursion limit and the coordinator died. Forced here: no
+    certificate, every step inside the restriction window with half the players' slacks large
+    (dropped), and an all-ties game (a dropped player gains 0, so it is needed). The retry
+    drops no one and gives up (None: the caller falls back to the LP)."""
+    calls = []
+    solve = meta._interior_point_nash
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("restrict", True))
+        return solve(*args, **kwargs)
+
+    def step(game, x, s, v):
+        s = s.copy()
+        s[len(s) // 2:] = 1e6   # far from the support: `keep` drops them
+        return x, s, 5e-4   # between _RESTRICT_ABOVE and _RESTRICT_BELOW, above _CERTIFY_BELOW
+
+    monkeypatch.setattr(meta, "_interior_point_nash", counted)
+    monkeypatch.setattr(meta, "_interior_point_step", step)
+    monkeypatch.setattr(meta, "_equalizer_nash", lambda *args: None)
+    assert counted(np.zeros((12, 12)), 1e-9) is None
+    assert calls == [True, False]
+    # and the whole solver still answers such a game (the LP's most even mixture of ties)
+    np.testing.assert_allclose(meta.nash_distribution(np.full((12, 12), 0.5)), np.full(12, 1 / 12))
