@@ -241,6 +241,7 @@ DEVICE_ONLY = {
     "device.opponent_slots": "each actor plays one opponent for --actor.episodes_per_match games",
     "device.threads": "the actors play on threads of their own (--actor.per_learner per learner)",
     "device.population": "each learner is a program of its own",
+    "device.population_parts": "each learner is a program of its own",
     "device.evaluation_pairs": "evaluators play one pair at a time (--evaluator.games games each)",
     "device.heuristic_slots": "nothing does it (training against the heuristic is the device path's)",
     "device.heuristic_forced_slots": "nothing does it (training against the heuristic is the device path's)",

@@ -13,6 +13,7 @@ import pytest
 from actors.games.registry import LEDUC_DEFAULTS
 from coordinator.history import LeagueHistory
 from experiments.config import RunConfig, fields, prepare_run_dir
+from experiments.program import DEVICE_ONLY
 
 # The system tier (docs/testing.md): whole leagues through the launchers, their faults and refusals.
 pytestmark = pytest.mark.system
@@ -261,7 +262,9 @@ def test_corrupt_learner_checkpoint_stops_the_run_and_is_kept(tmp_path):
     with open(path, "wb") as f:
         f.write(b"\x00garbage")
     saved = RunConfig.from_dict(json.load(open(os.path.join(cfg.run_dir, "config.json"))))
-    flags = [f"--{path}={value}" for path, value in fields(saved) if value is not None]
+    # every setting of the saved replay run, but those the replay path never reads (refused)
+    flags = [f"--{path}={value}" for path, value in fields(saved)
+             if value is not None and not any(path.startswith(key) for key in DEVICE_ONLY)]
     result = league_cli(*flags, "--minutes=0.1", timeout=300)
     assert result.returncode != 0
     assert "checkpoint" in result.stderr and path in result.stderr
