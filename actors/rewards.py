@@ -91,6 +91,12 @@ class OpenAIFiveConfig:
     Symmetrising once is what makes the other side's events count: damage a unit takes is the
     enemy's damage dealt and comes back negative through the enemy mean, and so does a loss
     (-w_win per unit). A team's total over a game is its raw total minus the enemy's.
+    Teams of unequal size (OpenAI Five's are 5 v 5; a SMAX army of 16 zerglings meets 6
+    marauders): each unit's damage dealt and kills are counted in units of the enemy army's size
+    relative to its own (x n_own / n_enemy, `present`), so a team's mean over a game is the
+    share of the enemy army it destroyed, whatever the sizes. Counted per unit instead, every
+    zergling lost was worth 16/6 kills in the marauders' mean, and the zerg's win returned +3.6
+    where a hydralisk win returned +6.5 (`benchmarks/reward_balance.py`). Equal sizes: unchanged.
     OpenAI Five anneals tau from 0.2 to 0.97 (000; its rerun 0.3 -> 0.8, 001 appendix C);
     `team_spirit(progress)` is that schedule, linear over `anneal_updates` learner updates
     (progress = the version of the parameters that played).
@@ -105,6 +111,7 @@ class OpenAIFiveConfig:
     anneal_updates: int = 2_000
     time_decay: float = 0.6
     time_decay_horizon: float = 1200.0  # steps; OpenAI Five: 10 minutes
+    size_fair: bool = True  # False: damage and kills per unit, as OpenAI Five's 5 v 5 (see above)
 
     def team_spirit(self, progress, xp=None):
         """Linear annealing of tau from tau_start to tau_end over `anneal_updates` learner
@@ -135,12 +142,25 @@ def masked_mean(x: np.ndarray, present: np.ndarray | None, xp=np) -> np.ndarray:
     return (x * w).sum(-1) / xp.maximum(w.sum(-1), 1.0)
 
 
+def size_ratio(batch: Mapping[str, np.ndarray], prefix: str, xp=np):
+    """n_team / n_enemy [N, 1] for the team `prefix` names, from the "present" masks (1 where
+    the batch has none: teams of equal size)."""
+    other = "enemy_" if prefix == "" else ""
+    if prefix + "present" not in batch or other + "present" not in batch:
+        return 1.0
+    own = xp.asarray(batch[prefix + "present"]).astype(xp.float32).sum(-1)
+    enemy = xp.asarray(batch[other + "present"]).astype(xp.float32).sum(-1)
+    return (xp.maximum(own, 1.0) / xp.maximum(enemy, 1.0))[:, None]
+
+
 def unit_scores(batch: Mapping[str, np.ndarray], prefix: str, c: OpenAIFiveConfig, xp=np) -> np.ndarray:
     """Raw one-sided per-unit reward rho [N, n] of the team `prefix` names ("" this side,
-    "enemy_" the other): its own damage dealt, kills and deaths (time-decayed) and the win
-    bonus if that team won. `batch["win"]` is this side's +1 / -1 / 0."""
-    shaped = (c.w_damage_dealt * batch[prefix + "damage_dealt"]
-              + c.w_kill * batch[prefix + "kills"] + c.w_death * batch[prefix + "deaths"])
+    "enemy_" the other): its own damage dealt and kills (x n_team / n_enemy, `size_ratio`) and
+    deaths, time-decayed, and the win bonus if that team won. `batch["win"]` is this side's
+    +1 / -1 / 0."""
+    scale = size_ratio(batch, prefix, xp) if c.size_fair else 1.0
+    shaped = (scale * (c.w_damage_dealt * batch[prefix + "damage_dealt"] + c.w_kill * batch[prefix + "kills"])
+              + c.w_death * batch[prefix + "deaths"])
     real = np.float64 if xp is np else xp.float32
     decay = c.time_decay ** (xp.asarray(batch["time"]).astype(real) / c.time_decay_horizon)
     won = xp.asarray(batch["win"]).astype(real) * (1.0 if prefix == "" else -1.0) > 0

@@ -130,6 +130,7 @@ def untuned_defaults(game: Game, settings: dict) -> dict:
 # weight is given: without it a league from the start drifts to passive play that draws
 # (35% of games decided after 20 minutes); at 0.5 its games stay decided (92-97%) and its main
 # agents keep the start's strength (BENCHMARKS.md, "A league from the automatic supervised start").
+# A game's defaults may set its own weight (SMAX's measured best: 0.1, with 3 heuristic slots).
 SUPERVISED_KL_WEIGHT = 0.5
 
 # The flat names of earlier versions -> field paths: the keys of a flat config.json
@@ -484,7 +485,7 @@ class RunConfig:
         ("entropy_cost"), over the game's measured defaults (`Capabilities.defaults`; one race
         for a game without races), OpenAI Five's loss (`LossConfig.ppo`, Table 2) for the loss fields not given when
         the policy loss is "ppo", and on SMAX with a supervised start (`init`) and no `teacher`
-        the KL to it at `SUPERVISED_KL_WEIGHT` unless a KL weight is given."""
+        the KL to it at the game's default weight or `SUPERVISED_KL_WEIGHT` unless one is given."""
         given = {}
         for key, value in values.items():
             path = ALIASES.get(key, key)
@@ -502,9 +503,12 @@ class RunConfig:
             settings.update({f"learner.loss.{k}": v for k, v in dataclasses.asdict(LossConfig.ppo()).items()})
         settings.update(given)
         settings.update(untuned_defaults(game_of(game), settings))
-        if (caps.supervised_start and settings.get("init", cls.init) not in ("", "none")
-                and "learner.loss.kl_teacher_weight" not in given and not settings.get("teacher")):
-            settings["learner.loss.kl_teacher_weight"] = SUPERVISED_KL_WEIGHT  # AlphaStar's recipe
+        kl = "learner.loss.kl_teacher_weight"
+        if caps.supervised_start and kl not in given and not settings.get("teacher"):
+            if settings.get("init", cls.init) in ("", "none"):
+                settings.pop(kl, None)  # no start to pull to: the game's KL default does not apply
+            else:
+                settings.setdefault(kl, SUPERVISED_KL_WEIGHT)  # AlphaStar's recipe, or the game's own
         return cls.from_paths(settings)
 
     @classmethod

@@ -127,6 +127,39 @@ def test_openai_five_hand_worked_episode_counts_each_event_once():
     assert ours.sum() == pytest.approx(12.2, abs=1e-5) and theirs.sum() == pytest.approx(-12.2, abs=1e-5)
 
 
+def test_openai_five_counts_damage_and_kills_in_shares_of_the_enemy_army():
+    """Four units against two, tau = 0, no time decay. t0: our units 0 and 1 kill enemy unit 0
+    together (each: damage 0.5, kill 0.5); enemy unit 1 kills our unit 3 (damage 1, kill 1).
+    t1: we win. Scaled by n_own / n_enemy: ours rho = 2 (1 x 0.5 + 0.5 x 0.5) = 1.5 for units 0
+    and 1, 0, -1 (death); theirs x 2/4: -1 (death), 0.5 (1 + 0.5) = 0.75, mean -0.125; ours
+    minus their mean, worked by hand. The team means are the shares destroyed: ours half their
+    army x (1 + 0.5) - a quarter of ours lost = 0.5, theirs 0.375 - 0.5 = -0.125."""
+    n, steps = 4, 2
+    fields = {"done": np.array([False, True]), "outcome": np.array([0, 1], np.int8),
+              "rewards": np.zeros((steps, 2), np.float32), "time": np.zeros(steps, np.float32),
+              "win": np.array([[0, 0], [1, -1]], np.float32),
+              "present": np.array([[[1, 1, 1, 1], [1, 1, 0, 0]]] * steps, bool)}
+    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
+        fields[name] = np.zeros((steps, 2, n), np.float32)
+    fields["damage_dealt"][0, 0, :2], fields["kills"][0, 0, :2] = 0.5, 0.5
+    fields["deaths"][0, 1, 0], fields["damage_taken"][0, 1, 0] = 1.0, 1.0
+    fields["damage_dealt"][0, 1, 1], fields["kills"][0, 1, 1] = 1.0, 1.0
+    fields["deaths"][0, 0, 3], fields["damage_taken"][0, 0, 3] = 1.0, 1.0
+    fn = rewards.OpenAIFiveReward(rewards.OpenAIFiveConfig(tau_start=0.0, tau_end=0.0, time_decay=1.0))
+    ours = fn(rewards.side_batch(fields, 0), True)
+    theirs = fn(rewards.side_batch(fields, 1), True)
+    np.testing.assert_allclose(ours[0], [1.625, 1.625, 0.125, -0.875], atol=1e-6)
+    np.testing.assert_allclose(theirs[0], [-1.5, 0.25, 0.0, 0.0], atol=1e-6)
+    assert ours[0].mean() == pytest.approx(0.625) and theirs[0, :2].mean() == pytest.approx(-0.625)
+    np.testing.assert_allclose(ours[1], [5.0] * 4)
+    np.testing.assert_allclose(theirs[1], [-5, -5, 0, 0])
+    # OpenAI Five's per-unit counting (size_fair=False): their unit 1's kill of one of our four
+    # is a whole kill in a team of two; ours rho mean 0.125, theirs 0.25: ours 0.125 - 0.25
+    per_unit = rewards.OpenAIFiveReward(rewards.OpenAIFiveConfig(
+        tau_start=0.0, tau_end=0.0, time_decay=1.0, size_fair=False))
+    assert per_unit(rewards.side_batch(fields, 0), True)[0].mean() == pytest.approx(-0.125)
+
+
 def test_openai_five_weights_decay_and_schedule():
     cfg = rewards.OpenAIFiveConfig(time_decay_horizon=10.0)
     batch = {"time": np.array([0.0, 10.0]), "win": np.array([0.0, 1.0])}
