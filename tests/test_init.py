@@ -146,19 +146,24 @@ def test_a_kl_weight_without_a_teacher_source_is_refused_and_nothing_is_written(
     assert not run_dir.exists()
 
 
-def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_path):
-    """AlphaStar's recipe by default: a SMAX run with a supervised start and no KL weight gets
-    the KL to the supervised policy at 0.5; --init=none, other games, an explicit weight and a
-    resumed run begun with another weight keep theirs."""
+def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_path, monkeypatch):
+    """AlphaStar's recipe by default: a run with a supervised start and no KL weight gets the KL
+    to the supervised policy at the game's default weight (SMAX: 0.1), or at 0.5 where the game
+    sets none; --init=none, other games, an explicit weight and a resumed run begun with another
+    weight keep theirs."""
     import json
 
+    from actors.games import registry
     from experiments import league
 
     def kl(**values):
         return RunConfig.make(**values).learner.loss.kl_teacher_weight
 
-    assert kl(game="smax_races", init="x.npz") == 0.5
-    assert kl(game="smax_races", init="auto") == 0.5
+    assert kl(game="smax_races", init="x.npz") == 0.1
+    assert kl(game="smax_races", init="auto") == 0.1
+    with monkeypatch.context() as patch:  # a game with a supervised start and no KL of its own
+        patch.delitem(registry.SMAX_DEFAULTS, "learner.loss.kl_teacher_weight")
+        assert kl(game="smax_races", init="x.npz") == 0.5
     assert kl(game="smax_races", init="none") == 0.0
     assert kl(game="smax_races") == 0.0                      # built in code: no start, no KL
     assert kl(game="kuhn_poker") == 0.0

@@ -371,7 +371,7 @@ def test_heuristic_slots_are_refused_where_they_cannot_act():
     with pytest.raises(ConfigError, match=r"heuristic_forced_slots must be in \[0, --device.heuristic_slots\] = \[0, 2\]"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=2, heuristic_forced_slots=3)
     with pytest.raises(ConfigError, match="heuristic_forced_slots must be in"):
-        RunConfig.make(game="smax_races", init="none", heuristic_forced_slots=1)
+        RunConfig.make(game="smax_races", init="none", heuristic_slots=0, heuristic_forced_slots=1)
     with pytest.raises(ConfigError, match="heuristic_forced_handicap handicaps the forced cells' games: "
                                           "set --device.heuristic_forced_slots >= 1"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=2, heuristic_forced_handicap=True)
