@@ -214,8 +214,9 @@ def experience_path(config: RunConfig) -> tuple[str, str]:
     that exploration (`learner.exploration`, `exploiter_exploration`: Leduc's default) is not used:
     its actors play the policy itself."""
     path, why = _experience_path(config)
+    defaults = config.game_info.capabilities.defaults  # a game's device defaults (SMAX's) are not asked for
     for name, off in (("device.heuristic_slots", 0), ("device.main_agent_chunks", 1)):
-        if path == "replay" and config.get(name) != off:
+        if path == "replay" and config.get(name) not in (off, defaults.get(name, off)):
             raise ConfigError(f"--{name} acts on the device path only, and this run takes "
                               f"the replay path ({why}); pass --experience=device or leave it at {off}")
     if path == "replay" and (config.learner.exploration or config.learner.exploiter_exploration):
