@@ -85,18 +85,25 @@ COMMON = dict(game="smax_races", races=1, runner="inprocess", dashboard_port=-1,
               main_agent_snapshot_steps=20_000, exploiter_min_steps=20_000,
               **{"league.snapshots.main_exploiter_timeout_steps": 40_000,
                  "league.snapshots.league_exploiter_timeout_steps": 20_000},
-              progress_every_seconds=30.0)
+              progress_every_seconds=30.0,
+              # AlphaStar's recipe, as Fig. 3 measures it: equal shares, no games against the
+              # built-in AI it is measured on (SMAX's own defaults train on it: registry.py)
+              **{"device.heuristic_slots": 0, "device.main_agent_chunks": 1})
 HEURISTIC = "heuristic"
 
 
 def arm_config(arm: str, seed: int, minutes: float, run_dir: str, init: str = "", learner_steps: int = 0):
     """The arm's run config; with `init` (a supervised start file) every agent starts from its
-    terran parameters and learns with the KL to them (the program's default weight). With
+    terran parameters and learns with the KL to them (AlphaStar's weight, 0.5). With
     `learner_steps` the run stops once every learner has learnt that many agent steps (`minutes`
     is then a cap): every agent gets the same budget, as if each had its own hardware."""
     from experiments.config import RunConfig
 
+    from experiments.config import SUPERVISED_KL_WEIGHT
+
     settings = {**COMMON, **ARMS[arm], **({"init": init} if init else {})}
+    if init:  # AlphaStar's KL weight (SMAX's own default, 0.1, goes with its heuristic slots)
+        settings["learner.loss.kl_teacher_weight"] = SUPERVISED_KL_WEIGHT
     if learner_steps:  # the stop rule reads the learners' steps at every progress report
         settings.update(learner_steps=learner_steps, progress_every_seconds=5.0)
     return RunConfig.make(run_dir=run_dir, minutes=minutes, seed=seed, **settings)
