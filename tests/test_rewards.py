@@ -100,18 +100,25 @@ def test_openai_five_is_zero_sum_and_team_spirit_interpolates():
     np.testing.assert_allclose(fn(b, True), own - enemy.mean(-1, keepdims=True), rtol=1e-5)
 
 
+def won_episode(present):
+    """Fields of one game won by side 0 at its last step, no events yet (`present` [T, 2, n])."""
+    steps, _, n = present.shape
+    fields = {"done": np.arange(steps) == steps - 1, "outcome": np.eye(steps, dtype=np.int8)[-1],
+              "rewards": np.zeros((steps, 2), np.float32), "time": np.zeros(steps, np.float32),
+              "win": np.zeros((steps, 2), np.float32), "present": present}
+    fields["win"][-1] = [1, -1]
+    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
+        fields[name] = np.zeros((steps, 2, n), np.float32)
+    return fields
+
+
 def test_openai_five_hand_worked_episode_counts_each_event_once():
     """Two units a side, tau = 0.5, no time decay. t0: our unit 0 deals 0.4 of enemy unit 0's
     health; t1: it deals the last 0.6 and kills it (enemy unit 0 dies), enemy unit 1 deals 0.3
     to our unit 1; t2: we win. One-sided raw rewards (seed 000): ours [0.4, 0], [1.1, 0],
     [5, 5]; theirs [0, 0], [-1, 0.3], [0, 0]. Team spirit then zero sum, worked by hand."""
-    n, steps = 2, 3
-    fields = {"done": np.array([False, False, True]), "outcome": np.array([0, 0, 1], np.int8),
-              "rewards": np.zeros((steps, 2), np.float32), "time": np.arange(steps, dtype=np.float32),
-              "win": np.array([[0, 0], [0, 0], [1, -1]], np.float32),
-              "present": np.ones((steps, 2, n), bool)}
-    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
-        fields[name] = np.zeros((steps, 2, n), np.float32)
+    fields = won_episode(np.ones((3, 2, 2), bool))
+    fields["time"] = np.arange(3, dtype=np.float32)
     fields["damage_dealt"][0, 0, 0], fields["damage_taken"][0, 1, 0] = 0.4, 0.4
     fields["damage_dealt"][1, 0, 0], fields["damage_taken"][1, 1, 0] = 0.6, 0.6
     fields["kills"][1, 0, 0], fields["deaths"][1, 1, 0] = 1.0, 1.0
@@ -134,13 +141,7 @@ def test_openai_five_counts_damage_and_kills_in_shares_of_the_enemy_army():
     and 1, 0, -1 (death); theirs x 2/4: -1 (death), 0.5 (1 + 0.5) = 0.75, mean -0.125; ours
     minus their mean, worked by hand. The team means are the shares destroyed: ours half their
     army x (1 + 0.5) - a quarter of ours lost = 0.5, theirs 0.375 - 0.5 = -0.125."""
-    n, steps = 4, 2
-    fields = {"done": np.array([False, True]), "outcome": np.array([0, 1], np.int8),
-              "rewards": np.zeros((steps, 2), np.float32), "time": np.zeros(steps, np.float32),
-              "win": np.array([[0, 0], [1, -1]], np.float32),
-              "present": np.array([[[1, 1, 1, 1], [1, 1, 0, 0]]] * steps, bool)}
-    for name in ("damage_dealt", "damage_taken", "kills", "deaths"):
-        fields[name] = np.zeros((steps, 2, n), np.float32)
+    fields = won_episode(np.array([[[1, 1, 1, 1], [1, 1, 0, 0]]] * 2, bool))
     fields["damage_dealt"][0, 0, :2], fields["kills"][0, 0, :2] = 0.5, 0.5
     fields["deaths"][0, 1, 0], fields["damage_taken"][0, 1, 0] = 1.0, 1.0
     fields["damage_dealt"][0, 1, 1], fields["kills"][0, 1, 1] = 1.0, 1.0
