@@ -97,9 +97,7 @@ def arm_config(arm: str, seed: int, minutes: float, run_dir: str, init: str = ""
     terran parameters and learns with the KL to them (AlphaStar's weight, 0.5). With
     `learner_steps` the run stops once every learner has learnt that many agent steps (`minutes`
     is then a cap): every agent gets the same budget, as if each had its own hardware."""
-    from experiments.config import RunConfig
-
-    from experiments.config import SUPERVISED_KL_WEIGHT
+    from experiments.config import SUPERVISED_KL_WEIGHT, RunConfig
 
     settings = {**COMMON, **ARMS[arm], **({"init": init} if init else {})}
     if init:  # AlphaStar's KL weight (SMAX's own default, 0.1, goes with its heuristic slots)
