@@ -18,7 +18,10 @@ over the last `--seconds` (compiles fall in the warm-up). Issue 55's CPU target:
 SMAX league's learnt steps/s >= 0.8 of the limit at the same total batch.
 
 Last line: `RESULT population game=G population_learnt_steps_per_s=... per_agent_...=...
-limit_...=... population_over_per_agent=... ratio=<population / limit / 0.8> target=0.8`.
+limit_...=... population_over_per_agent=... default=<the arm the backend's defaults run>
+default_over_limit=... ratio=<default / limit / 0.8> target=0.8`: on a CPU the default league is
+one program per agent, on a GPU or TPU the population program (experiments/config.py,
+DEVICE_DEFAULTS).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import jax.numpy as jnp
 from absl import app, flags
 
 from benchmarks import device_bench
+from experiments.config import DEVICE_DEFAULTS
 
 FLAGS = flags.FLAGS
 flags.DEFINE_float("limit_seconds", 60.0, "measured seconds of the fused limit (after its compile)")
@@ -104,6 +108,9 @@ def main(argv):
         return results.get(arm, {}).get("learnt_steps_per_s", float("nan"))
 
     population, per_agent, limit = rate("population"), rate("per_agent"), rate("limit")
+    # the target is the league as its defaults run it on this backend (experiments.config:
+    # DEVICE_DEFAULTS): the population program on a GPU or TPU, one program per agent on a CPU
+    default = "population" if DEVICE_DEFAULTS.get(jax.default_backend(), {}).get("device.population") else "per_agent"
     if "split" in results:
         print(f"split over per_agent {rate('split') / per_agent:.2f}, over population {rate('split') / population:.2f}, "
               f"over limit {rate('split') / limit:.2f}", flush=True)
@@ -111,7 +118,8 @@ def main(argv):
           f"per_agent_learnt_steps_per_s={per_agent:.0f} limit_learnt_steps_per_s={limit:.0f} "
           f"population_games_per_s={results.get('population', {}).get('games_per_s', float('nan')):.0f} "
           f"population_over_per_agent={population / per_agent:.2f} population_over_limit={population / limit:.2f} "
-          f"ratio={population / limit / TARGET:.2f} target={TARGET}")
+          f"default={default} default_over_limit={rate(default) / limit:.2f} "
+          f"ratio={rate(default) / limit / TARGET:.2f} target={TARGET}")
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ def test_a_learner_of_another_width_plays_the_runs_players_and_is_measured():
 
     run_config, params = kuhn_players()
     out = best_response_bench.run_arm(
-        "kuhn_poker", {"network.hidden_size": 16, "learner.batch_size": 8}, ["a", "b"],
+        "kuhn_poker", {"network.hidden_size": 16, "learner.batch_size": 8, "device.updates_per_chunk": 8}, ["a", "b"],
         np.array([0.5, 0.5]), params, updates=16, every=8, seed=0, run_config=run_config)
     assert [u for u, _ in out["curve"]] == [0, 8, 16]   # the first chunk compiles and is not timed
     assert all(np.isfinite(v) for _, v in out["curve"]) and out["steps_per_s"] > 0

@@ -494,6 +494,34 @@ def test_ctrl_c_stops_a_ray_league_quickly_with_every_checkpoint_and_no_reverb_w
     assert len(agents) == 4 and all(checkpoint.read_params(run_dir, a) is not None for a in agents)
 
 
+def population_chunks(run_dir) -> dict[str, int]:
+    """{agent: how many of its learner metrics rows carry `host_share`}: only an agent that plays
+    in a population program (`DeviceLearnerGroup.metrics`) reports it."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{os.path.join(run_dir, 'league.db')}?mode=ro", uri=True) as db:
+        return dict(db.execute("SELECT agent_id, count(*) FROM learner_metrics WHERE name = 'host_share' "
+                               "GROUP BY agent_id").fetchall())
+
+
+def test_the_population_program_runs_a_league_on_ray(tmp_path):
+    """Issue 55 item 6: `--device.population=true` on Ray (the default runner): Kuhn's 4 learning
+    agents play and learn as one population program inside the learner group's Ray actor; every
+    agent reports the program's host share, learns, and their games reach league.db."""
+    from learners import checkpoint
+
+    run_dir = str(tmp_path / "run")
+    result = league_cli("--game=kuhn_poker", "--runner=ray", "--device.population=true", "--minutes=0.5",
+                        f"--run_dir={run_dir}", "--dashboard_port=-1", "--progress_every_seconds=5")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "one program for the agents that share a network" in result.stdout, out[-4000:]
+    agents = sorted(os.listdir(os.path.join(run_dir, "learners")))
+    assert len(agents) == 4 and sorted(population_chunks(run_dir)) == agents, (population_chunks(run_dir), out[-3000:])
+    assert all(checkpoint.read_params(run_dir, a)[0] > 0 for a in agents), out[-3000:]
+    assert LeagueHistory(os.path.join(run_dir, "league.db"), readonly=True).game_count() > 1000
+
+
 def test_the_dashboard_counts_counted_games_like_games(tmp_path):
     """The dashboard's payoff counts and headline from `games` rows and `game_counts` rows
     (device path) together, against the sums read with SQL."""

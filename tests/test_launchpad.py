@@ -222,15 +222,22 @@ def test_a_node_that_cannot_start_stops_the_run_with_its_error_and_keeps_the_fil
 
 
 def test_kuhn_league_on_the_device_path_under_launchpad(tmp_path):
-    """The device path under Launchpad (local_mp): learner groups that play their own games, no
-    actors; counted games from the learners and the evaluator reach league.db, and every learner
-    learns."""
+    """The device path under Launchpad (local_mp), its learners as one population program
+    (`--device.population=true`, issue 55 item 6): learner groups that play their own games, no
+    actors; counted games from the learners and the evaluator reach league.db, every learner
+    reports the population program's host share, and every learner learns. (The default, one
+    program per agent, runs under Launchpad in the user's-game test below.)"""
     run_dir = str(tmp_path / "run")
     out = finish(league("--runner=launchpad", "--game=kuhn_poker", f"--run_dir={run_dir}",
-                        "--experience=device", "--minutes=0.75", "--hidden_size=16", "--core_size=16",
+                        "--experience=device", "--device.population=true", "--minutes=0.75",
+                        "--hidden_size=16", "--core_size=16",
                         "--progress_every_seconds=5", "--checkpoint_every_seconds=10",
                         "--dashboard_port=-1"), timeout=300)
     assert "experience: device" in out and "checkpoints written" in out, out
+    assert "one program for the agents that share a network" in out, out
+    reporting = dict(query(run_dir, "SELECT agent_id, count(*) FROM learner_metrics WHERE name = 'host_share' "
+                                    "GROUP BY agent_id") or [])
+    assert sorted(reporting) == sorted(os.listdir(os.path.join(run_dir, "learners"))), (reporting, out)
     assert not os.path.exists(os.path.join(run_dir, "logs", "launchpad", "actors")), out
     sources = dict(query(run_dir, "SELECT source, sum(wins + draws + losses) FROM game_counts GROUP BY source"))
     assert sources.get("device", 0) > 1000 and sources.get("evaluator", 0) > 0, (sources, out)

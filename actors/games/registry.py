@@ -83,13 +83,18 @@ LAPTOP_SNAPSHOTS = {"league.snapshots.main_agent_snapshot_steps": 4_000,
 # get 9 chunks a round to each exploiter's 1 (three quarters of the machine), 3 of their 4
 # opponent slots play the game's scripted AI, and the KL to the supervised start weighs 0.1.
 # The default league before: 0.514 against the scripted AI after 60 minutes (0 of 9 matchups at
-# 0.80); with these: 0.841 and 0.774 (6 and 4 of 9) on two seeds.
+# 0.80); with these and OpenAI Five's per-unit reward 0.841 and 0.774 (6 and 4 of 9) on two
+# seeds; with the size-fair reward (the default since) 0.728 and 0.813 (2 and 4 of 9).
 SMAX_DEFAULTS = {"device.updates_per_chunk": 32, "device.main_agent_chunks": 9,
                  "device.heuristic_slots": 3, "learner.loss.kl_teacher_weight": 0.1,
                  **LAPTOP_SNAPSHOTS}
 # The matrix games' leagues were measured with the MLP + LSTM reference network.
 MATRIX_DEFAULTS = {"network.core_size": 64, **LAPTOP_SNAPSHOTS}
+# Kuhn's chunks are 32 updates (the device path's default is 8): measured for 10 minutes in one
+# run, seed 0 (BENCHMARKS.md, "Kuhn at 32 updates a chunk"), the Nash mixture's NashConv read
+# 0.0012 against 0.0042 at 8, with 23.3M games against 15.9M.
 KUHN_DEFAULTS = {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0.1,
+                 "device.updates_per_chunk": 32,
                  "learner.loss.exploiter_entropy_weight": 0.01,
                  "network.core_size": 0,
                  "league.matchmaking.league_exploiter_opponents": "nash",
