@@ -1,6 +1,6 @@
-"""The command that clones one supervised agent per SMAX race from replays (the cloning itself,
-its loss and its output: `actors.games.smax_races.supervised`; AlphaStar, seed 002,
-"Supervised learning"):
+"""The command that clones one supervised agent per race of a game from its replays (AlphaStar,
+seed 002, "Supervised learning"). The cloning, its loss and its output are the game's
+(`SupervisedStart.clone`; SMAX's: `actors.games.smax_races.supervised`):
 
     python -m experiments.supervised --replays=replays/heuristic --out=supervised.npz
 
@@ -19,12 +19,12 @@ import sys
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-RACES = ("terran", "protoss", "zerg")  # SMAX's (actors.games.smax_races.RACES; a test checks)
 
 
 def define_flags():
     """The command line flags (defined only when run as a command: importing the module for
     its functions defines none)."""
+    flags.DEFINE_string("game", "smax_races", "the game (one with a supervised start: smax_races)")
     flags.DEFINE_string("replays", "", "replay directory (experiments.record --out)")
     flags.DEFINE_string("out", "", "the supervised parameters file (.npz), written at the end")
     flags.DEFINE_integer("steps", 2000, "training steps (batches) per race")
@@ -35,29 +35,41 @@ def define_flags():
     flags.DEFINE_integer("core_size", 64, "LSTM size (as experiments.league --network.core_size)")
     flags.DEFINE_integer("eval_games", 0, "games per matchup against the heuristic after training (0: none)")
     flags.DEFINE_integer("seed", 0, "seed of the initial parameters, batches and split")
-    flags.DEFINE_string("races", ",".join(RACES), "races to train")
+    flags.DEFINE_string("races", "", "races to train, comma-separated (default: every race of the game)")
     flags.DEFINE_bool("z", True, "the network takes z (as experiments.league --network.z)")
 
 
-def cli(replay_dir: str, out: str, races=RACES, config=None, **kwargs) -> int:
-    """The command: trains, or prints what is wrong with the input and returns 2 (nothing written)."""
+def cli(replay_dir: str, out: str, races=(), config=None, game: str = "smax_races", **settings) -> int:
+    """The command: trains, or prints what is wrong with the input and returns 2 (nothing
+    written). `races`: () for every race of the game; `config`: the game's own settings."""
+    from actors.games import registry
+
+    try:
+        info = registry.resolve(game)
+    except registry.UnknownGame as e:
+        print(f"error: --game={game}: {e}", file=sys.stderr)
+        return 2
+    if info.capabilities.supervised_start is None:
+        print(f"error: --game={game}: the game has no supervised start to clone (see "
+              "`python -m experiments.record`)", file=sys.stderr)
+        return 2
     if not replay_dir or not out:
         print("error: --replays=DIR and --out=FILE are required", file=sys.stderr)
         return 2
-    bad = [r for r in races if r not in RACES]
+    known = info.capabilities.races
+    races = tuple(races) or known
+    bad = [r for r in races if r not in known]
     if bad or not races:
-        print(f"error: --races: unknown {bad or 'none'}; choose from {RACES}", file=sys.stderr)
+        print(f"error: --races: unknown {bad or 'none'}; choose from {known}", file=sys.stderr)
         return 2
     out_dir = os.path.dirname(os.path.abspath(out))
     if not os.path.isdir(out_dir):
         print(f"error: --out={out}: directory {out_dir} does not exist; create it", file=sys.stderr)
         return 2
-    from actors import replays
-    from actors.games.smax_races import supervised
-
+    start = info.capabilities.supervised_start()
     try:
-        supervised.supervised(replay_dir, out, races, config=config, **kwargs)
-    except (supervised.SupervisedError, replays.ReplayError) as e:
+        start.clone(replay_dir, out, races, config, **settings)
+    except start.errors() as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     return 0
@@ -66,7 +78,7 @@ def cli(replay_dir: str, out: str, races=RACES, config=None, **kwargs) -> int:
 def main(argv):
     del argv
     races = tuple(r for r in FLAGS.races.split(",") if r)
-    return cli(FLAGS.replays, FLAGS.out, races, steps=FLAGS.steps, batch_size=FLAGS.batch_size,
+    return cli(FLAGS.replays, FLAGS.out, races, game=FLAGS.game, steps=FLAGS.steps, batch_size=FLAGS.batch_size,
                learning_rate=FLAGS.learning_rate, holdout=FLAGS.holdout,
                hidden_size=FLAGS.hidden_size, core_size=FLAGS.core_size,
                eval_games=FLAGS.eval_games, seed=FLAGS.seed, z=FLAGS.z)

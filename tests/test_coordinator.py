@@ -10,7 +10,7 @@ from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.decisions import initial_player_id
 from coordinator.history import HistoryWriter
 from coordinator.history_reader import HistoryReader
-from coordinator.league_db import HistoryError, pack_array
+from coordinator.league_db import HistoryError, pack_array, pack_state, unpack_state
 from coordinator.param_store import ParamStore
 from experiments.matrix_league import StrategyLearner
 from league.payoff import Payoff
@@ -758,3 +758,34 @@ def test_the_progress_line_shows_the_main_agents_first_and_latest_win_rate_again
     resumed.record_heuristic(rows("terran_main_agent_0", [("terran", 20, 0, 20)]))
     assert "terran 0.35 -> 1.00" in line(resumed), line(resumed)
     resumed.close()
+
+
+def test_the_league_checkpoint_keeps_its_arrays_exactly_and_reads_the_older_encoding():
+    import json
+    import zlib
+
+    from league.league import League
+
+    league = League(LeagueConfig(), np.random.default_rng(0))
+    agents = league.learning_agent_ids()
+    league.record_counts(agents[0], agents[1], 3.0, 1.0, 2.0, 1.0)
+    league.payoff.set_exact(agents[0], agents[2], 0.625, 0.25)
+    state = {"league": league.state(), "last_game_id": 7}
+    back = unpack_state(pack_state(state))
+    payoff, restored = state["league"]["payoff"], back["league"]["payoff"]
+    for key in ("wins", "draws", "scores", "exact_pairs", "exact_rates", "exact_scores"):
+        assert restored[key].dtype == payoff[key].dtype and restored[key].shape == payoff[key].shape
+        np.testing.assert_array_equal(restored[key], payoff[key])
+    again = League.from_state(back["league"])
+    np.testing.assert_array_equal(again.payoff.score_matrix(), league.payoff.score_matrix())
+    assert back["last_game_id"] == 7
+    # a checkpoint written before arrays were packed as bytes held them as JSON lists
+    wins = np.array([[0.0, 2.5], [1.0, 0.0]], np.float32)
+    older = zlib.compress(json.dumps({"payoff": {"wins": {"__array__": wins.tolist(), "dtype": "float32"}}}).encode())
+    np.testing.assert_array_equal(unpack_state(older)["payoff"]["wins"], wins)
+    # a cut or damaged checkpoint is zlib.error or ValueError (the reader turns either into
+    # HistoryError naming the file)
+    packed = pack_state({"wins": wins})
+    for damaged in (packed[:-3], packed[:8], packed[:-20] + bytes(20)):
+        with pytest.raises((ValueError, zlib.error)):
+            unpack_state(damaged)

@@ -818,11 +818,23 @@ def test_exact_payoffs_override_sampled_ones_and_round_trip():
     np.testing.assert_allclose(payoff.score_matrix(), [[0, 2, 0.5], [-2, 0, 0], [-0.5, 0, 0]])
     np.testing.assert_array_equal(payoff.exact_mask(["a", "c"]), [[False, True], [True, False]])
     assert payoff.counts("a", "c")["games"] == 1                   # counts stay what was played
+    payoff.set_exact("b", "b", 0.9, 3.0)                          # a player against itself: even
     restored = Payoff.from_state(payoff.state())
     np.testing.assert_allclose(restored.win_rate_matrix(), payoff.win_rate_matrix())
     np.testing.assert_allclose(restored.score_matrix(), payoff.score_matrix())
+    np.testing.assert_array_equal(restored.exact_mask(), payoff.exact_mask())
+    # a state saved before the exact entries were arrays: (i, j, win rate, score) rows, i <= j
+    old = payoff.state()
+    for key in ("exact_pairs", "exact_rates", "exact_scores"):
+        del old[key]
+    old["exact"] = [(0, 2, 0.75, 0.5), (1, 1, 0.5, 0.0)]
+    np.testing.assert_allclose(Payoff.from_state(old).score_matrix(), payoff.score_matrix())
+    np.testing.assert_array_equal(Payoff.from_state(old).exact_mask(), payoff.exact_mask())
     with pytest.raises(ValueError, match="win rate in \\[0, 1\\]"):
         payoff.set_exact("a", "b", 1.5, 0.0)
+    for key, bad in [("exact_rates", np.array([1.5, 0.5])), ("exact_pairs", np.array([[0, 7], [1, 1]]))]:
+        with pytest.raises(ValueError, match="exact entries are corrupt"):
+            Payoff.from_state({**payoff.state(), key: bad})
 
 
 def test_a_draw_goes_past_any_number_of_withdrawn_players_but_not_past_one_the_league_keeps_offering():

@@ -103,13 +103,6 @@ def test_the_replay_constants_are_smaxs():
     assert replays.Z_ARMIES == smax_races.COMPOSITIONS_PER_RACE
 
 
-def test_the_supervised_commands_races_are_smaxs():
-    from actors.games import smax_races
-    from experiments import supervised
-
-    assert supervised.RACES == smax_races.RACES
-
-
 def test_z_by_hand():
     # 3 slots a side. Side 0: marines in slots 0, 1 (type 0); side 1: a zergling (4) in slot 0,
     # a hydralisk (5) in slot 1, slot 2 empty.
@@ -209,7 +202,14 @@ def test_cli_refuses_other_replays_and_writes_nothing(tmp_path, recorded, small_
     assert "header.json: replays of game 'toy'" in capsys.readouterr().err
     assert not os.path.exists(out)
     assert record.cli("kuhn_poker", "heuristic", 2, str(tmp_path / "k")) == 2
-    assert not os.path.exists(tmp_path / "k")
+    assert "no scripted AI to record" in capsys.readouterr().err and not os.path.exists(tmp_path / "k")
+    # the commands ask the game (its registration) for its races and whether it has replays
+    assert supervised.cli(recorded[0], out, races=("elves",), config=small_config) == 2
+    assert "choose from ('terran', 'protoss', 'zerg')" in capsys.readouterr().err
+    assert supervised.cli(recorded[0], out, game="kuhn_poker") == 2
+    assert "no supervised start" in capsys.readouterr().err and not os.path.exists(out)
+    assert record.cli("no_such_game", "heuristic", 2, str(tmp_path / "n")) == 2
+    assert "no_such_game" in capsys.readouterr().err and not os.path.exists(tmp_path / "n")
     assert record.cli("smax_races", "no_such_run:player", 2, str(tmp_path / "p"), config=small_config) == 2
     assert "no run config" in capsys.readouterr().err and not os.path.exists(tmp_path / "p")
 

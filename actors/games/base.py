@@ -166,6 +166,16 @@ class SupervisedStart(Protocol):
         record(directory, config, log)          writes the replays into `directory`
         train(replay_dir, out, config, log)     writes the start's parameters to `out` (.npz)
                                                 and its report to `out + ".json"`
+
+    and for the commands `experiments.record` and `experiments.supervised`:
+
+        record_games(directory, policy, games, chunk_games, seed, game_config, log) -> dict
+            records games into `directory`: policy "heuristic" (the scripted AI on both sides)
+            or a player's (network, params); returns figures (games, steps, outcomes)
+        clone(replay_dir, out, races, game_config, log, **settings) -> dict
+            clones one agent per race; settings: steps, batch_size, learning_rate, holdout,
+            hidden_size, core_size, eval_games, seed, z; returns the report
+        errors() -> tuple of exception types raised for bad input (the commands print them)
     """
 
     def recording(self, config) -> dict: ...
@@ -175,6 +185,14 @@ class SupervisedStart(Protocol):
     def record(self, directory: str, config, log: Callable) -> None: ...
 
     def train(self, replay_dir: str, out: str, config, log: Callable) -> None: ...
+
+    def record_games(self, directory: str, policy, games: int, chunk_games: int, seed: int,
+                     game_config=None, log: Callable = print) -> dict: ...
+
+    def clone(self, replay_dir: str, out: str, races, game_config=None, log: Callable = print,
+              **settings) -> dict: ...
+
+    def errors(self) -> tuple: ...
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,10 @@ game's registration (`actors.games.registry`, "smax_races") and its capabilities
                     of a fused rollout, games against a player, the player's army picks
     record.py       recording replays (`python -m experiments.record`)
     supervised.py   behaviour cloning from replays (`python -m experiments.supervised`)
-    start.py        the automatic supervised start (`Capabilities.supervised_start`): the
-                    scripted AI's games recorded, then cloned per race
+    start.py        the supervised start (`Capabilities.supervised_start`): the scripted AI's
+                    games recorded, then cloned per race, for the league's automatic start and
+                    for the two commands above, which reach record.py and supervised.py only
+                    through it
 
     from actors.games import smax_races
     fns = smax_races.functions(smax_races.SmaxRacesConfig())

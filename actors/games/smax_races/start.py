@@ -59,3 +59,31 @@ def train(replay_dir: str, out: str, config, log=print) -> None:
                           learning_rate=LEARNING_RATE, holdout=HOLDOUT,
                           hidden_size=config.network.hidden_size, core_size=config.network.core_size,
                           z=config.network.z, seed=TRAIN_SEED, log=log)
+
+
+# -- the commands `python -m experiments.record` and `python -m experiments.supervised` --------
+
+def errors() -> tuple:
+    """The errors recording and cloning raise for bad input (the commands print them, exit 2)."""
+    from actors import replays
+    from actors.games.smax_races.record import RecordError
+    from actors.games.smax_races.supervised import SupervisedError
+
+    return RecordError, SupervisedError, replays.ReplayError
+
+
+def record_games(directory: str, policy, games: int, chunk_games: int, seed: int, game_config=None,
+                 log=print) -> dict:
+    """Records `games` games into `directory`: `policy` "heuristic" (the scripted AI on both
+    sides, every race pairing and army evenly) or a player's (network, params) on both sides."""
+    from actors.games.smax_races import record as recorder
+
+    return recorder.record(directory, policy, games, chunk_games, seed, game_config, log=log)
+
+
+def clone(replay_dir: str, out: str, races, game_config=None, log=print, **settings) -> dict:
+    """Clones one agent per race in `races` from `replay_dir` into `out` (and `out.json`);
+    `settings`: `supervised.supervised`'s (steps, batch_size, learning_rate, network sizes, ...)."""
+    from actors.games.smax_races import supervised
+
+    return supervised.supervised(replay_dir, out, races, config=game_config, log=log, **settings)
