@@ -2,8 +2,12 @@
 
 Reports get_match cost per call (median, p99) over all learning agents, payoff update
 cost, Nash solve time of the meta-game over all players (the league-like one, and a random
-tournament: the worst case, its Nash support about half the players), and payoff memory.
-Targets on this machine: get_match p99 < 1 ms and Nash < 2 s at 1,000 players, both cases.
+tournament: the worst case, its Nash support about half the players), payoff memory, and the
+league checkpoint (`League.state` and `coordinator.league_db.pack_state`, written at every
+snapshot and reset) with every pair's payoff exact, as a poker league's is, beside the encoding
+used before (arrays and exact entries as JSON lists) in the same run.
+Targets on this machine: get_match p99 < 1 ms, Nash < 2 s (both cases) and a checkpoint
+< 0.25 s at 1,000 players.
 
     python -m benchmarks.league_bench [--sizes=100,1000,5000] [--nash_max=5000]
 """
@@ -15,6 +19,7 @@ import time
 import numpy as np
 from absl import app, flags
 
+from coordinator.league_db import pack_state
 from league.league import League
 from league.meta import nash_distribution
 from league.payoff import Payoff
@@ -49,6 +54,46 @@ def build_league(num_players: int, seed: int = 0) -> League:
     draws = np.zeros((n, n), np.float32)
     league.payoff = Payoff.from_state({"decay": 0.99, "players": list(league.players), "wins": wins, "draws": draws})
     return league
+
+
+def _lists_encoding(state: dict) -> bytes:
+    """The checkpoint's encoding before session 39: zlib JSON, arrays as lists, the exact
+    entries as (i, j, win rate, score) rows."""
+    import json
+    import zlib
+
+    payoff = dict(state["payoff"])
+    pairs, rates, scores = payoff.pop("exact_pairs"), payoff.pop("exact_rates"), payoff.pop("exact_scores")
+    payoff["exact"] = [(int(i), int(j), float(r), float(s)) for (i, j), r, s in zip(pairs, rates, scores)]
+
+    def lists(value):
+        if isinstance(value, np.ndarray):
+            return {"__array__": value.tolist(), "dtype": str(value.dtype)}
+        if isinstance(value, dict):
+            return {k: lists(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [lists(v) for v in value]
+        return value.item() if isinstance(value, np.generic) else value
+    return zlib.compress(json.dumps(lists({**state, "payoff": payoff})).encode(), 1)
+
+
+def checkpoint_seconds(league: League) -> tuple[float, float]:
+    """(seconds to checkpoint the league with every pair exact, the same in the earlier
+    encoding), each the median of 3 (measured up to --nash_max players)."""
+    n = len(league.players)
+    pairs = np.argwhere(np.triu(np.ones((n, n), bool))).astype(np.int32)
+    rates = np.random.default_rng(3).uniform(0, 1, len(pairs))
+    league.payoff = Payoff.from_state({**league.payoff.state(), "exact_pairs": pairs, "exact_rates": rates,
+                                       "exact_scores": 2 * rates - 1})
+    now, before = [], []
+    for _ in range(3):
+        t = time.perf_counter()
+        pack_state({"league": league.state(), "last_game_id": 0})
+        now.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        _lists_encoding(league.state())
+        before.append(time.perf_counter() - t)
+    return float(np.median(now)), float(np.median(before))
 
 
 def measure(num_players: int, calls: int, nash_max: int) -> dict:
@@ -95,20 +140,24 @@ def measure(num_players: int, calls: int, nash_max: int) -> dict:
         "nash_s": nash_s,
         "nash_random_s": nash_random_s,
         "payoff_mb": league.payoff.nbytes / 2**20,
+        **dict(zip(("checkpoint_s", "checkpoint_lists_s"),
+                   checkpoint_seconds(league) if num_players <= nash_max else (float("nan"),) * 2)),
     }
 
 
 def main(argv):
     del argv
     results = {}
-    print("| players | get_match median (ms) | get_match p99 (ms) | payoff update (us) | Nash, league-like (s) | Nash, random tournament (s) | payoff memory (MB) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| players | get_match median (ms) | get_match p99 (ms) | payoff update (us) | Nash, league-like (s) "
+          "| Nash, random tournament (s) | payoff memory (MB) | checkpoint, all pairs exact (s) | the same, as JSON lists (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for size in map(int, FLAGS.sizes):
         r = measure(size, FLAGS.calls, FLAGS.nash_max)
         results[size] = r
         print(
             f"| {size} | {r['get_match_median_ms']:.3f} | {r['get_match_p99_ms']:.3f} | "
-            f"{r['update_us']:.1f} | {r['nash_s']:.3f} | {r['nash_random_s']:.2f} | {r['payoff_mb']:.1f} |",
+            f"{r['update_us']:.1f} | {r['nash_s']:.3f} | {r['nash_random_s']:.2f} | {r['payoff_mb']:.1f} | "
+            f"{r['checkpoint_s']:.3f} | {r['checkpoint_lists_s']:.3f} |",
             flush=True,
         )
     ref = results.get(1000) or results[max(results)]
@@ -116,16 +165,20 @@ def main(argv):
         "get_match": ref["get_match_p99_ms"] / 1.0,
         "nash": ref["nash_s"] / 2.0,
         "nash_random": ref["nash_random_s"] / 2.0,
+        "checkpoint": ref["checkpoint_s"] / 0.25,
     }
     print(
         f"limits at {ref['players']} players: get_match p99 {ref['get_match_p99_ms']:.3f} ms / 1 ms = "
         f"{ratios['get_match']:.2f}; Nash {ref['nash_s']:.2f} s / 2 s = {ratios['nash']:.2f}; "
-        f"Nash, random tournament {ref['nash_random_s']:.2f} s / 2 s = {ratios['nash_random']:.2f}"
+        f"Nash, random tournament {ref['nash_random_s']:.2f} s / 2 s = {ratios['nash_random']:.2f}; "
+        f"checkpoint {ref['checkpoint_s']:.3f} s / 0.25 s = {ratios['checkpoint']:.2f} (as JSON lists, "
+        f"same run: {ref['checkpoint_lists_s']:.3f} s, {ref['checkpoint_lists_s'] / ref['checkpoint_s']:.1f}x)"
     )
-    # ratio: the worst of the three (nan, i.e. not measured, counts as missing).
+    # ratio: the worst of the four (nan, i.e. not measured, counts as missing).
     print(
         f"RESULT league get_match_p99_ms={ref['get_match_p99_ms']:.3f} nash_1000_s={ref['nash_s']:.2f} "
         f"nash_random_1000_s={ref['nash_random_s']:.2f} nash_random_ratio={ratios['nash_random']:.2f} "
+        f"checkpoint_1000_s={ref['checkpoint_s']:.3f} checkpoint_lists_1000_s={ref['checkpoint_lists_s']:.3f} "
         f"ratio={np.nanmax(list(ratios.values())):.2f} target=1.0"
     )
 
