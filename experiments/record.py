@@ -8,9 +8,9 @@ without a supervised start has no replays.
     python -m experiments.record --policy=runs/smax_races-r3:terran_main_agent_0 --games=90 --out=replays/main
 
 `--policy=heuristic`: the game's scripted AI on both sides (SMAX: jaxmarl's scripted micro,
-every race pairing and army evenly); `--policy=RUN_DIR:PLAYER_ID`: a player of a league run (its learner checkpoint or
-frozen parameters, `coordinator.param_store.player_params`; the network from the run's
-config.json) on both sides. The command lives here, above the game's package, because it
+every race pairing and army evenly); `--policy=RUN_DIR:PLAYER_ID`: a player of a league run
+(its learner checkpoint or frozen parameters, `coordinator.param_store.player_params`; the
+network from the run's config.json) on both sides. The command lives here, above the game's package, because it
 reads a league run. Bad input (another game, a directory of other replays, a player that
 cannot be loaded): a message naming it, exit code 2, nothing written.
 """
