@@ -29,7 +29,8 @@ FLAGS = flags.FLAGS
 def define_flags():
     """The command line flags (defined only when run as a command: importing the module for
     its functions defines none)."""
-    flags.DEFINE_string("game", "smax_races", "the game (one with a supervised start: smax_races)")
+    flags.DEFINE_string("game", "", "the game, one with a supervised start (default: the league's, "
+                        "experiments.league --game)")
     flags.DEFINE_string("policy", "heuristic", "heuristic, or RUN_DIR:PLAYER_ID of a league run")
     flags.DEFINE_integer("games", 81, "games to record")
     flags.DEFINE_string("out", "", "the replay directory (created, or appended to)")
@@ -78,8 +79,12 @@ def load_player(source: str):
 def cli(game: str, policy: str, games: int, out: str, chunk_games: int = 27, seed: int = 0,
         config=None) -> int:
     """The command: records, or prints what is wrong with the input and returns 2 (nothing
-    written). `config`: the game's own settings (its default when None)."""
+    written). `game`: "" for the league's default; `config`: the game's own settings (its default
+    when None)."""
     from actors.games import registry
+    from experiments.config import RunConfig
+
+    game = game or RunConfig().game
 
     try:
         start = registry.resolve(game).capabilities.supervised_start

@@ -24,7 +24,8 @@ FLAGS = flags.FLAGS
 def define_flags():
     """The command line flags (defined only when run as a command: importing the module for
     its functions defines none)."""
-    flags.DEFINE_string("game", "smax_races", "the game (one with a supervised start: smax_races)")
+    flags.DEFINE_string("game", "", "the game, one with a supervised start (default: the league's, "
+                        "experiments.league --game)")
     flags.DEFINE_string("replays", "", "replay directory (experiments.record --out)")
     flags.DEFINE_string("out", "", "the supervised parameters file (.npz), written at the end")
     flags.DEFINE_integer("steps", 2000, "training steps (batches) per race")
@@ -39,10 +40,14 @@ def define_flags():
     flags.DEFINE_bool("z", True, "the network takes z (as experiments.league --network.z)")
 
 
-def cli(replay_dir: str, out: str, races=(), config=None, game: str = "smax_races", **settings) -> int:
+def cli(replay_dir: str, out: str, races=(), config=None, game: str = "", **settings) -> int:
     """The command: trains, or prints what is wrong with the input and returns 2 (nothing
-    written). `races`: () for every race of the game; `config`: the game's own settings."""
+    written). `game`: "" for the league's default; `races`: () for every race of the game;
+    `config`: the game's own settings."""
     from actors.games import registry
+    from experiments.config import RunConfig
+
+    game = game or RunConfig().game
 
     try:
         info = registry.resolve(game)
