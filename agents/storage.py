@@ -5,7 +5,8 @@ file format of parameters (npz, `params_to_npz_bytes`).
 In memory, parameters are nested dicts of arrays (haiku's) everywhere; they are converted only
 at files: frozen players and supervised starts as npz (`coordinator.param_store`,
 `experiments.build.load_supervised`), learner checkpoints with their optimiser state as flax
-msgpack (`learners.checkpoint`).
+msgpack (`learners.checkpoint`). Frozen players' parameters read back are kept in memory up to
+a bound (`Recent`): a league adds players for as long as it runs.
 """
 
 from __future__ import annotations
@@ -16,9 +17,46 @@ import io
 import json
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 
 import numpy as np
+
+
+class Recent:
+    """At most `size` values by key, the least recently used leaving first (thread-safe): frozen
+    players' parameters, which never change, kept in memory so that they are not read again. A
+    league adds players for as long as it runs, so an unbounded cache grows with it (SMAX: 0.6 MB
+    a player); whatever leaves is read again on its next use."""
+
+    def __init__(self, size: int):
+        if size < 1:
+            raise ValueError(f"a cache of {size} entries holds nothing")
+        self.size = size
+        self._items: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, default=None):
+        with self._lock:
+            if key not in self._items:
+                return default
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def __contains__(self, key) -> bool:
+        with self._lock:
+            return key in self._items
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
 
 
 def write_atomic(path: str, data: bytes, previous: str | None = None) -> str:

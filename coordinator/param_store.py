@@ -12,18 +12,27 @@ import os
 import threading
 from collections.abc import Mapping
 
-from agents.storage import disk_full, params_from_npz_bytes, params_to_npz_bytes, write_atomic
+from agents.storage import (
+    Recent,
+    disk_full,
+    params_from_npz_bytes,
+    params_to_npz_bytes,
+    write_atomic,
+)
 
 
 class ParamStore:
-    """Frozen parameters by player id, on disk, with an in-memory cache. On a full disk a
+    """Frozen parameters by player id, on disk, the `CACHE_SIZE` most recently read kept in
+    memory (the learner groups and evaluators keep their own: `experiments.nodes`). On a full disk a
     player's parameters are held in memory (`unwritten`) and written by a later `save` or
     `write_held` once there is space."""
+
+    CACHE_SIZE = 32
 
     def __init__(self, run_dir: str):
         self.directory = os.path.join(run_dir, "params")
         os.makedirs(self.directory, exist_ok=True)
-        self._cache: dict[str, tuple[int, dict]] = {}
+        self._cache = Recent(self.CACHE_SIZE)   # player id -> (version, params)
         self._held: dict[str, tuple[int, Mapping]] = {}
         self._warned = False
         self._lock = threading.Lock()
@@ -76,8 +85,9 @@ class ParamStore:
         with self._lock:
             if player_id in self._held:   # not on disk yet (a full disk)
                 return self._held[player_id]
-            if player_id in self._cache:
-                return self._cache[player_id]
+        cached = self._cache.get(player_id)
+        if cached is not None:
+            return cached
         path = self.path(player_id)
         try:
             with open(path, "rb") as f:
@@ -89,8 +99,7 @@ class ParamStore:
                 f"stored parameters {path} are corrupt ({type(e).__name__}: {e}); "
                 "restore the file from a backup, or remove the player's run directory to start over"
             ) from None
-        with self._lock:
-            self._cache[player_id] = loaded
+        self._cache.put(player_id, loaded)
         return loaded
 
 

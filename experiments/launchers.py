@@ -242,7 +242,10 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     for node in program.nodes:
         print(f"building {node.name} on Ray ...", file=out, flush=True)
         name = f"{node.name}-{run_id}"
-        actor = ray.remote(name=name, **options[node.name])(node.cls).remote(**resolve(node.kwargs, handles))
+        # No task events: Ray's GCS keeps one per method call (up to 100,000; the league makes
+        # tens a second) for a state API and dashboard that the run does not start.
+        actor = ray.remote(name=name, enable_task_events=False, **options[node.name])(node.cls).remote(
+            **resolve(node.kwargs, handles))
         handles[node.name] = RayProxy(actor, name)
     wire(program, handles)
     running = {handles[n.name].handle.run.remote(): n for n in program.nodes if n.runs}

@@ -66,25 +66,26 @@ def lost_node(error: BaseException | None) -> BaseException | None:
 class ParamsSource:
     """Parameters by player id: a learning agent's from its learner group, a frozen player's
     from the coordinator (`Coordinator.frozen_params`: the run directory is on its host only),
-    kept here once fetched, since a frozen player never changes."""
+    the `CACHE_SIZE` most recently used kept here, since a frozen player never changes."""
+
+    CACHE_SIZE = 64
 
     def __init__(self, learner_groups: Mapping[str, Any], coordinator):
+        from agents.storage import Recent
+
         self._learners = dict(learner_groups)
         self._coordinator = coordinator
-        self._frozen: dict[str, tuple[int, Any]] = {}
-        self._lock = threading.Lock()
+        self._frozen = Recent(self.CACHE_SIZE)   # player id -> (version, params)
 
     def latest_params(self, player_id: str, min_version: int | None = None):
         if player_id in self._learners:
             return self._learners[player_id].params(player_id, min_version)
-        with self._lock:
-            got = self._frozen.get(player_id)
+        got = self._frozen.get(player_id)
         if got is None:
             got = self._coordinator.frozen_params(player_id)
             if got is None:
                 raise WithdrawnPlayer(player_id)
-            with self._lock:
-                self._frozen[player_id] = got
+            self._frozen.put(player_id, got)
         version, params = got
         if min_version is not None and version < min_version:
             return None
@@ -233,11 +234,10 @@ class DeviceLearnerGroup(_Learners):
 
     def __init__(self, config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int],
                  coordinator, name: str = "learners"):
-        from collections import OrderedDict
-
         from actors import rewards
         from actors.actor import example_unroll, value_shape
         from actors.rollout import DeviceRollout, ZSource
+        from agents.storage import Recent
         from learners import checkpoint, distributed
         from learners.device import DeviceLearner
 
@@ -289,7 +289,7 @@ class DeviceLearnerGroup(_Learners):
         self._rng = np.random.default_rng(config.seed * 7919 + min(agent_indices[a] for a in agent_ids))
         self._lock = threading.Lock()  # the bank and the random draws: chunks run on threads
         self._pool = None
-        self._frozen: OrderedDict = OrderedDict()   # player id -> device params
+        self._frozen = Recent(self.BANK_SIZE)   # player id -> device params
         self._learning: dict[str, tuple[float, Any]] = {}  # agent id -> (fetched at, device params)
         self._stop = threading.Event()
         self.games = 0
@@ -358,16 +358,14 @@ class DeviceLearnerGroup(_Learners):
                 fetched = (time.monotonic(), jax.device_put(params))
                 self._learning[player_id] = fetched
             return fetched[1]
-        if player_id in self._frozen:
-            self._frozen.move_to_end(player_id)
-            return self._frozen[player_id]
-        got = self._coordinator.frozen_params(player_id)
-        if got is None:
-            raise WithdrawnPlayer(player_id)
-        self._frozen[player_id] = jax.device_put(got[1])
-        while len(self._frozen) > self.BANK_SIZE:
-            self._frozen.popitem(last=False)
-        return self._frozen[player_id]
+        params = self._frozen.get(player_id)
+        if params is None:
+            got = self._coordinator.frozen_params(player_id)
+            if got is None:
+                raise WithdrawnPlayer(player_id)
+            params = jax.device_put(got[1])
+            self._frozen.put(player_id, params)
+        return params
 
     def draw_opponents(self, agent_id: str):
         """(Opponents, races [B, 2] or None, slots: [(opponent, branch)], the match

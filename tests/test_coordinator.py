@@ -427,6 +427,43 @@ def test_actors_get_frozen_players_from_the_coordinator_and_keep_them(tmp_path):
         source.latest_params("nobody#3")
 
 
+def test_frozen_players_kept_in_memory_are_bounded_and_what_leaves_is_read_again(tmp_path, monkeypatch):
+    """Issue 55 (memory): a league adds players for as long as it runs, so the coordinator's
+    store and every evaluator's ParamsSource keep only their most recently used frozen players
+    (an unbounded cache held each one: 0.6 MB a SMAX player); what leaves is read again, equal."""
+    from experiments.nodes import ParamsSource
+
+    monkeypatch.setattr(ParamStore, "CACHE_SIZE", 4)
+    monkeypatch.setattr(ParamsSource, "CACHE_SIZE", 3)
+    store = ParamStore(str(tmp_path))
+    players = [f"p#{i}" for i in range(10)]
+    for i, p in enumerate(players):
+        store.save(p, {"w": np.full(2, float(i))}, version=i)
+    reads = []
+
+    class Remote:
+        def frozen_params(self, player_id):
+            reads.append(player_id)
+            return store.load(player_id)
+
+    source = ParamsSource({}, Remote())
+    for p in players + players[:2]:
+        store.load(p)
+        source.latest_params(p)
+    assert len(store._cache) == 4 and len(source._frozen) == 3
+    assert reads == players + players[:2]          # p#0 and p#1 had left: fetched again
+    source.latest_params("p#1")                    # the most recent: kept
+    assert reads[-1] == "p#1" and len(reads) == 12
+    for i in (0, 5, 9):                            # read back after leaving, equal to what was saved
+        version, params = source.latest_params(f"p#{i}")
+        assert version == i
+        np.testing.assert_array_equal(params["w"], [float(i)] * 2)
+    assert "p#0" in store._cache and "p#9" in store._cache
+    store.load("p#9")                              # used again: p#0 is now the least recent
+    store.load("p#7")
+    assert "p#9" in store._cache and "p#0" not in store._cache   # the least recently used left
+
+
 def _noise(path, seed=0):
     """4 KB of noise in the middle of a file that keeps its size (issue 31's damage)."""
     data = bytearray(open(path, "rb").read())

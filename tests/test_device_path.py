@@ -282,14 +282,17 @@ def test_a_reward_plugin_that_cannot_be_traced_is_refused_before_anything_is_wri
 
 
 def test_a_killed_device_path_run_resumes(tmp_path):
-    """kill -9 of a device-path league (in one process); the rerun resumes: the players and
-    games league.db had stay, learners continue from their checkpoints."""
+    """kill -9 of a device-path league (in one process) whose learners are one population
+    program (issue 55); the reruns resume: the players and games league.db had stay, learners
+    continue from their checkpoints, which stay one per agent, so that one program per agent (a
+    run directory from before the population program) resumes them and the population program
+    resumes that one's."""
     from learners import checkpoint
 
     run_dir = str(tmp_path / "run")
     args = ["--game=kuhn_poker", "--runner=inprocess", f"--run_dir={run_dir}", "--dashboard_port=-1",
             "--checkpoint_every_seconds=3", "--progress_every_seconds=2"]
-    process = subprocess.Popen([sys.executable, "-m", "experiments.league", *args],
+    process = subprocess.Popen([sys.executable, "-m", "experiments.league", *args, "--device.population=true"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     db = os.path.join(run_dir, "league.db")
     deadline = time.time() + 240
@@ -301,18 +304,20 @@ def test_a_killed_device_path_run_resumes(tmp_path):
     time.sleep(4.0)  # one more checkpoint interval
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    history = LeagueHistory(db, readonly=True)
-    games, players = history.game_count(), {p["player_id"] for p in history.players()}
-    version = checkpoint.read_params(run_dir, "any_main_agent_0")[0]
-    assert games > 20_000 and version > 0
+    assert population_chunks(run_dir), process.stdout.read()[-3000:]   # it ran as one program
+    for population in ("false", "true"):
+        history = LeagueHistory(db, readonly=True)
+        games, players = history.game_count(), {p["player_id"] for p in history.players()}
+        version = checkpoint.read_params(run_dir, "any_main_agent_0")[0]
+        assert games > 20_000 and version > 0
 
-    result = league_cli(*args, "--minutes=0.3")
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "resuming" in result.stdout
-    history = LeagueHistory(db, readonly=True)
-    assert history.game_count() > games
-    assert players <= {p["player_id"] for p in history.players()}
-    assert checkpoint.read_params(run_dir, "any_main_agent_0")[0] > version
+        result = league_cli(*args, f"--device.population={population}", "--minutes=0.2")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "resuming" in result.stdout
+        history = LeagueHistory(db, readonly=True)
+        assert history.game_count() > games
+        assert players <= {p["player_id"] for p in history.players()}
+        assert checkpoint.read_params(run_dir, "any_main_agent_0")[0] > version
 
 
 def _damage_frozen_files(run_dir, seed):

@@ -70,7 +70,10 @@ SMAX_RACES = ("terran", "protoss", "zerg")  # actors.games.smax_races.RACES (a t
 # below), learn from batches of 128 and live 10M steps (main exploiters 20M): a learner alone
 # reaches +0.057 at 37M steps where V-trace stays under +0.03. The league's average Nash mixture
 # after 30 minutes read 0.156 and 0.183 (2 seeds) against 0.236, 0.286 and 0.292 before
-# (BENCHMARKS.md, "Leduc with NeuRD learners").
+# (BENCHMARKS.md, "Leduc with NeuRD learners"). Leduc's chunks are 32 updates, as Kuhn's: over
+# 10 minutes (seed 0, issue 55) 95.3k recorded games/s against 83.0k at 8, the Nash mixture's
+# NashConv 0.326 against 0.687 and the average's 0.254 against 0.299; at 64: 96.6k games/s but
+# 0.862 and 0.375 (BENCHMARKS.md, "Leduc at 32 updates a chunk").
 # SMAX games last up to ~100 steps: 32 updates of 15 steps per chunk let each game slot finish
 # several games before the chunk ends (running games are dropped at its end).
 # The laptop cadences of the first leagues (AlphaStar's 2e9 steps scaled down), kept by the games
@@ -102,7 +105,7 @@ KUHN_DEFAULTS = {"learner.learning_rate": 1e-3, "learner.loss.entropy_weight": 0
                  "league.snapshots.exploiter_min_steps": 40_000,
                  "league.snapshots.main_exploiter_timeout_steps": 80_000,
                  "league.snapshots.league_exploiter_timeout_steps": 40_000}
-LEDUC_DEFAULTS = {"learner.learning_rate": 2e-3,
+LEDUC_DEFAULTS = {"learner.learning_rate": 2e-3, "device.updates_per_chunk": 32,
                   "learner.loss.entropy_weight": 0.1, "learner.loss.upgo_weight": 0.0,
                   "learner.loss.exploiter_entropy_weight": 0.01,
                   "network.core_size": 0,
