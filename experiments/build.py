@@ -221,6 +221,13 @@ def initial_params(network, spec, agent_index: int, seed: int):
     return agents.initial_params(network, spec, agent_index, seed)
 
 
+def parameter_shapes(network, spec):
+    """The shapes of a network's parameters, compiling nothing (`agents.parameter_shapes`)."""
+    import agents
+
+    return agents.parameter_shapes(network, spec)
+
+
 def learner_setup(config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int]):
     """What every learner group builds first: (game spec, network, {agent: initial params},
     {agent: teacher params or None}) -- the supervised start (--init) replaces the random

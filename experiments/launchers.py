@@ -131,10 +131,13 @@ CODE_EXCLUDES = [".venv", ".venv-*", "runs", ".git", "*.egg-info", "__pycache__"
 
 def job_runtime_env(config: RunConfig, settings: RaySettings) -> dict:
     """The job's runtime_env: few malloc arenas (the many threads of co-located nodes otherwise
-    each keep their own) and, on a cluster, the code: the repository as working_dir and a
+    each keep their own), every worker handing its freed memory back to the OS
+    (`agents.memory.release_periodically`, run as each worker process starts) and, on a
+    cluster, the code: the repository as working_dir and a
     user's game module (`--game=package.module:factory`) as one of `py_modules` (a local Ray
     instance's workers import it from the driver's directory as the driver does)."""
-    env: dict = {"env_vars": {"MALLOC_ARENA_MAX": "2"}}
+    env: dict = {"env_vars": {"MALLOC_ARENA_MAX": "2"},
+                 "worker_process_setup_hook": "agents.memory.release_periodically"}
     game_module = module_path(config.game)
     if settings.ship_code == "always" or (settings.ship_code == "auto" and config.ray_address):
         excludes = list(CODE_EXCLUDES)

@@ -37,6 +37,7 @@ import threading
 import time
 import traceback
 
+from agents.memory import release_periodically
 from experiments.config import RunConfig
 from experiments.program import build_program, resolve
 from experiments.supervisor import NodeFailed
@@ -160,6 +161,7 @@ def _build(name: str, cls: type, kwargs: dict) -> Served:
     # order (checkpoints); the process ends with the driver even if the driver is killed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _end_with_parent()
+    release_periodically()   # freed memory back to the OS (agents/memory.py)
     try:
         return Served(cls(**kwargs))
     except BaseException:

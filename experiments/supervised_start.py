@@ -65,7 +65,7 @@ def describe(config: RunConfig) -> tuple[dict, dict]:
     game = config.game_info.capabilities.supervised_start()
     recorded = game.recording(config)
     spec = config.game_info.functions().spec
-    like = build.initial_params(build.make_network(config, spec), spec, 0, 0)
+    like = build.parameter_shapes(build.make_network(config, spec), spec)
     shapes = {jax.tree_util.keystr(path): list(np.shape(leaf))
               for path, leaf in jax.tree_util.tree_flatten_with_path(like)[0]}
     start = {**game.training(config), "replays": _digest(recorded), "races": list(config.race_names),

@@ -7,11 +7,13 @@ The cluster test skips only without root or the `ip` command; with LEAGUE_REQUIR
 (CI) it fails instead of skipping.
 """
 
+import importlib
 import os
 import subprocess
 
 import pytest
 
+from agents import memory
 from experiments.cluster_hosts import PREFIX, available
 from experiments.config import RunConfig
 
@@ -91,6 +93,8 @@ def test_code_ships_to_a_cluster_without_environments_or_runs(tmp_path):
     assert env["working_dir"] == REPOSITORY
     assert {".venv", "runs", ".git", "/runs/x"} <= set(env["excludes"])
     assert env["env_vars"]["MALLOC_ARENA_MAX"] == "2"
+    module, _, function = env["worker_process_setup_hook"].rpartition(".")   # every worker releases
+    assert getattr(importlib.import_module(module), function) is memory.release_periodically
 
 
 def our_namespaces() -> set[str]:

@@ -1,0 +1,61 @@
+"""Memory that a process has freed, handed back to the operating system.
+
+glibc's malloc keeps freed blocks for reuse (in one arena per thread), so a process keeps the
+peak of what it once allocated: compiling an XLA program, building a game's environment or
+loading a supervised start leaves hundreds of megabytes that nothing uses again. `malloc_trim`
+returns them. Measured on the default SMAX league's command (issue 55): the driver held 761 MB
+after its checks, 282 MB after `release_freed_memory()`.
+
+Every long-lived process of a league calls `release_periodically()` once (the driver after its
+checks, each node when it is built): a daemon thread releases every `EVERY_SECONDS`. On a C
+library without `malloc_trim` (macOS, musl) nothing is released.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import threading
+import time
+
+EVERY_SECONDS = 60.0
+
+_started = False
+_lock = threading.Lock()
+
+
+def _malloc_trim():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):   # not glibc
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def release_freed_memory() -> bool:
+    """Hands malloc's free pages back to the OS; whether the C library could (glibc's
+    `malloc_trim`)."""
+    if _TRIM is None:
+        return False
+    _TRIM(0)
+    return True
+
+
+def release_periodically(every_seconds: float = EVERY_SECONDS) -> None:
+    """Releases now, then every `every_seconds` on a daemon thread; once per process (later
+    calls do nothing), so that every node of a process can call it."""
+    global _started
+    with _lock:
+        if _started:
+            return
+        _started = True
+    release_freed_memory()
+
+    def loop():
+        while True:
+            time.sleep(every_seconds)
+            release_freed_memory()
+
+    threading.Thread(target=loop, daemon=True, name="release-freed-memory").start()
