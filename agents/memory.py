@@ -2,9 +2,11 @@
 
 glibc's malloc keeps freed blocks for reuse (in one arena per thread), so a process keeps the
 peak of what it once allocated: compiling an XLA program, building a game's environment or
-loading a supervised start leaves hundreds of megabytes that nothing uses again. `malloc_trim`
-returns them. Measured on the default SMAX league's command (issue 55): the driver held 761 MB
-after its checks, 282 MB after `release_freed_memory()`.
+loading a supervised start can leave memory that nothing uses again. `malloc_trim` returns what
+is not pinned between live blocks. Measured by hand on the default SMAX league at 57 minutes
+(issue 55): a trim gave back 88 MB of the driver, 70 of the evaluator and 19 of the learner
+group; the driver's ~0.5 GB came from compiling at its checks (`agents.parameter_shapes` now
+avoids it), not from what a trim returns.
 
 Every long-lived process of a league calls `release_periodically()` once (the driver after its
 checks, each node when it is built): a daemon thread releases every `EVERY_SECONDS`. On a C
