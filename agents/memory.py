@@ -9,8 +9,8 @@ group; the driver's ~0.5 GB came from compiling at its checks (`agents.parameter
 avoids it), not from what a trim returns.
 
 Every long-lived process of a league calls `release_periodically()` once (the driver after its
-checks, each node when it is built): a daemon thread releases every `EVERY_SECONDS`. On a C
-library without `malloc_trim` (macOS, musl) nothing is released.
+checks, each node when it is built, each `jax.distributed` follower): a daemon thread releases
+every `EVERY_SECONDS`. On a C library without `malloc_trim` (macOS, musl) nothing is released.
 """
 
 from __future__ import annotations

@@ -199,7 +199,8 @@ class Coordinator:
         events = self._decisions.poll()
         if events:
             with self._lock:
-                self._store.save(self.league)
+                snapshot = self._store.snapshot(self.league)
+            self._store.write(snapshot)
         self._maybe_periodic()
         return events
 
@@ -217,9 +218,10 @@ class Coordinator:
             if not self.league.withdraw(player_id, reason):
                 return False
             player = self.league.players[player_id]
-            self._store.save(self.league)
+            snapshot = self._store.snapshot(self.league)
             self._events.append({"kind": "withdrawn", "agent_id": player.parent, "player_id": player_id,
                                  "reason": reason})
+        self._store.write(snapshot)
         self.history.add_event("withdrawn", player.parent, player_id, player.step, reason)
         return True
 
@@ -271,7 +273,8 @@ class Coordinator:
 
     def checkpoint(self) -> None:
         with self._lock:
-            self._store.save(self.league)
+            snapshot = self._store.snapshot(self.league)
+        self._store.write(snapshot)
         self._last_checkpoint = self._clock()
 
     def publish_meta_game(self) -> dict:

@@ -72,8 +72,10 @@ def is_follower() -> bool:
 
 def follow() -> int:
     """A follower's whole run: process 0's population chunks until it stops. Exit status 0."""
+    from agents.memory import release_periodically
     from learners import distributed
 
+    release_periodically()   # freed memory back to the OS, as in every league process (agents/memory.py)
     try:
         distributed.follow()
     finally:

@@ -109,6 +109,41 @@ def test_restart_resumes_players_and_payoff_even_without_a_final_checkpoint(tmp_
     assert resumed.history.game_count() == 3
 
 
+def test_the_checkpoint_is_packed_and_written_with_the_league_free_and_never_older_over_newer(tmp_path):
+    import threading
+
+    coordinator, learners = make(tmp_path)
+    others = []
+    save_league_state = coordinator.history.save_league_state
+
+    def while_writing(state, when=None):   # another thread's call on the league meanwhile
+        other = threading.Thread(target=coordinator.match_distribution, args=("terran_main_agent_0",))
+        other.start()
+        other.join(timeout=5)
+        others.append(not other.is_alive())   # it got the league's lock and finished
+        save_league_state(state, when)
+
+    coordinator.history.save_league_state = while_writing
+    for learner in learners.values():
+        learner.agent_steps = 150
+    assert coordinator.poll()               # snapshots: checkpointed
+    coordinator.withdraw("terran_main_agent_0#0", "test")
+    coordinator.checkpoint()
+    assert others == [True] * 3             # each made while the checkpoint was being written
+    coordinator.history.save_league_state = save_league_state
+    # two checkpoints taken in one order and written in the other: the newer one stays
+    a, b = "terran_main_agent_0", "zerg_main_agent_0"
+    with coordinator._lock:
+        older = coordinator._store.snapshot(coordinator.league)
+        coordinator.report_results([{"home": a, "away": b, "outcome": "win"}] * 2)
+        newer = coordinator._store.snapshot(coordinator.league)
+    coordinator._store.write(newer)
+    coordinator._store.write(older)
+    wins = coordinator.history.load_league_state()["league"]["payoff"]["wins"]
+    np.testing.assert_array_equal(wins, newer["state"]["league"]["payoff"]["wins"])
+    assert wins.sum() > 0 == older["state"]["league"]["payoff"]["wins"].sum()
+
+
 def test_evaluation_matches_prefer_pairs_with_few_games(tmp_path):
     coordinator, _ = make(tmp_path, races=("terran",))
     ids = coordinator.agent_ids()
@@ -826,3 +861,32 @@ def test_the_league_checkpoint_keeps_its_arrays_exactly_and_reads_the_older_enco
     for damaged in (packed[:-3], packed[:8], packed[:-20] + bytes(20)):
         with pytest.raises((ValueError, zlib.error)):
             unpack_state(damaged)
+
+
+def test_checkpoint_arrays_that_do_not_compress_are_stored_as_they_are_and_still_checked():
+    import json
+    import struct
+    import zlib
+
+    from coordinator.league_db import STATE_MAGIC
+
+    dense = np.random.default_rng(0).uniform(0, 1, (300, 300))       # a tournament's payoff: noise
+    sparse = np.zeros((300, 300), np.float32)                         # a real league's: mostly zeros
+    sparse[3, :5] = [1, 2, 3, 4, 5]
+    packed = pack_state({"dense": dense, "sparse": sparse})
+    assert dense.nbytes <= len(packed) < dense.nbytes + sparse.nbytes // 10   # dense raw, sparse zlib'd
+    back = unpack_state(packed)
+    for key, array in (("dense", dense), ("sparse", sparse)):
+        assert back[key].dtype == array.dtype
+        np.testing.assert_array_equal(back[key], array)
+    # a flipped byte inside the stored (uncompressed) array is caught by its CRC-32
+    at = packed.index(dense.tobytes()[:64]) + dense.nbytes // 2
+    damaged = packed[:at] + bytes([packed[at] ^ 0xFF]) + packed[at + 1:]
+    with pytest.raises(ValueError, match="CRC-32"):
+        unpack_state(damaged)
+    # a checkpoint of the same encoding written before the "zlib" key (every array compressed)
+    head = zlib.compress(json.dumps({"dense": {"__blob__": 0, "dtype": dense.dtype.str,
+                                               "shape": list(dense.shape)}}).encode())
+    blob = zlib.compress(dense.tobytes())
+    before = STATE_MAGIC + struct.pack("<I", len(head)) + head + struct.pack("<Q", len(blob)) + blob
+    np.testing.assert_array_equal(unpack_state(before)["dense"], dense)
