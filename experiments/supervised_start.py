@@ -101,9 +101,6 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     """(the supervised file of this config's start, whether it was built now): reuses the
     cached one, else records the heuristic's games (unless cached) and trains the run's races.
     ConfigError if the cache cannot be written."""
-    from experiments import build
-
-    game = config.game_info.capabilities.supervised_start()
     replay_dir, path = start_paths(config)
     if os.path.isfile(path):
         return path, False
@@ -116,7 +113,6 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
         raise ConfigError(f"cannot write the supervised start's cache {root} ({e.strerror}); pass "
                           "--supervised.cache_dir=DIR (or set LEAGUE_SUPERVISED_CACHE) to a writable "
                           "directory, or --init=none to start from random parameters") from None
-    build.enable_compilation_cache()  # a rebuild (other settings, other races) compiles less
     s = config.supervised
     log(f"[start] building the supervised start for {', '.join(config.race_names)} (once; cached in "
         f"{root}): {s.games} games of the scripted heuristic, then {s.steps} behaviour-cloning steps "
@@ -127,7 +123,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     if not os.path.isdir(replay_dir):
         tmp = tempfile.mkdtemp(dir=root, prefix=".replays-")
         try:
-            game.record(os.path.join(tmp, "replays"), config, log)
+            _in_child("record", config, log, os.path.join(tmp, "replays"))
             _write_json(os.path.join(tmp, "replays", "key.json"), recorded)
             _move_into_place(os.path.join(tmp, "replays"), replay_dir)
         finally:
@@ -138,13 +134,33 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     try:
         out = os.path.join(tmp, "start", "supervised.npz")
         os.makedirs(os.path.dirname(out))
-        game.train(replay_dir, out, config, log)
+        _in_child("train", config, log, replay_dir, out)
         _write_json(os.path.join(tmp, "start", "key.json"), start)
         _move_into_place(os.path.join(tmp, "start"), os.path.dirname(path))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log(f"[start] built the supervised start in {time.time() - started:.0f}s: {path}", flush=True)
     return path, True
+
+
+def _in_child(step: str, config: RunConfig, log, *paths: str) -> None:
+    """The game's supervised-start `step` ("record" or "train") on `paths`, in a new process
+    (spawned: no state of this one), waited for; its exception is raised here. The league's
+    driver goes on for the whole run, and recording and cloning in it left ~0.7 GB (the game's
+    and the cloning's compiled programs and buffers) held by the driver to the end of the run; a
+    child's memory goes back to the OS when it exits."""
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(_step, step, config, log, *paths).result()
+
+
+def _step(step: str, config: RunConfig, log, *paths: str) -> None:
+    from experiments import build
+
+    build.enable_compilation_cache()  # a rebuild (other settings, other races) compiles less
+    getattr(config.game_info.capabilities.supervised_start(), step)(*paths, config, log)
 
 
 def _write_json(path: str, data: dict) -> None:

@@ -29,37 +29,52 @@ def test_a_smax_league_without_init_builds_the_supervised_start_and_the_next_run
     from experiments.build import load_supervised
 
     cache = tmp_path / "cache"
-
-    def run(run_dir):
-        result = league_cli(*TINY, "--main_exploiters_per_race=0", "--league_exploiters_per_race=0",
-                            "--evaluators=0", "--learner.batch_size=4",
-                            "--unroll_length=6", "--minutes=0.01", "--runner=inprocess",
-                            "--dashboard_port=-1", f"--run_dir={run_dir}",
-                            env={"LEAGUE_SUPERVISED_CACHE": str(cache)})
-        assert result.returncode == 0, result.stderr[-3000:]
-        return result.stdout, json.load(open(run_dir / "config.json"))["init"]
-
-    out, file = run(tmp_path / "run")
-    assert "[start] building the supervised start for terran" in out, out
-    assert "[record] wrote 3 games" in out and "[supervised] terran step 2/2" in out, out
-    assert "start: supervised agents of the scripted heuristic, built now" in out, out
-    assert file.startswith(str(cache)) and os.path.isfile(file), file   # the run names its start
-    assert not [e for e in os.listdir(cache) if e.startswith(".")], os.listdir(cache)  # no temporaries
-    load_supervised(file, "terran")
-
-    # The next run with the same settings reuses it: nothing recorded or trained.
-    mtime = os.path.getmtime(file)
-    out, second = run(tmp_path / "run2")
-    assert "start: supervised agents of the scripted heuristic, reused from the cache" in out, out
-    assert "[record]" not in out and "[supervised]" not in out and "[start]" not in out, out
-    assert second == file and os.path.getmtime(file) == mtime
-
-    # Other settings are another start (here: more training steps).
     config = RunConfig.from_paths({"game": "smax_races", "races": 1, "init": "auto",
                                    "network.hidden_size": 16, "network.core_size": 16,
                                    "supervised.games": 3, "supervised.steps": 2,
                                    "supervised.batch_size": 2, "supervised.cache_dir": str(cache),
                                    "run_dir": str(tmp_path / "run")})
+
+    # The start is built as the league's driver builds it, in processes of its own: the driver,
+    # which runs for the whole league, keeps none of the recording's and cloning's memory (it
+    # compiles no XLA program past the few small ones of the cache key's description, and never
+    # imports the cloning; in the driver itself the build compiled ~250).
+    code = ("import json, sys, jax; from experiments.config import RunConfig; "
+            "from experiments.supervised_start import describe, resolve_start; compiled = []; "
+            "jax.monitoring.register_event_duration_secs_listener("
+            "lambda name, *_, **__: compiled.append(name) if 'backend_compile' in name else None); "
+            "config = RunConfig.from_dict(json.loads(sys.argv[1])); describe(config); before = len(compiled); "
+            "resolved, line = resolve_start(config); print(line); "
+            "print('compiled by the build here:', len(compiled) - before, 'cloning imported here:', "
+            "'actors.games.smax_races.supervised' in sys.modules); print('file:', resolved.init)")
+    built = subprocess.run([sys.executable, "-c", code, json.dumps(config.to_dict())], capture_output=True,
+                           text=True, timeout=300)
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = built.stdout
+    assert "[start] building the supervised start for terran" in out, out
+    assert "[record] wrote 3 games" in out and "[supervised] terran step 2/2" in out, out
+    assert "start: supervised agents of the scripted heuristic, built now" in out, out
+    assert "compiled by the build here: 0 cloning imported here: False" in out, out
+    file = out.split("file: ")[-1].strip()
+    assert file.startswith(str(cache)) and os.path.isfile(file), file   # the run names its start
+    assert not [e for e in os.listdir(cache) if e.startswith(".")], os.listdir(cache)  # no temporaries
+    load_supervised(file, "terran")
+
+    # A league with the same settings reuses it: nothing recorded or trained.
+    mtime = os.path.getmtime(file)
+    result = league_cli(*TINY, "--main_exploiters_per_race=0", "--league_exploiters_per_race=0",
+                        "--evaluators=0", "--learner.batch_size=4",
+                        "--unroll_length=6", "--minutes=0.01", "--runner=inprocess",
+                        "--dashboard_port=-1", f"--run_dir={tmp_path / 'run'}",
+                        env={"LEAGUE_SUPERVISED_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "start: supervised agents of the scripted heuristic, reused from the cache" in out, out
+    assert "[record]" not in out and "[supervised]" not in out and "[start]" not in out, out
+    assert json.load(open(tmp_path / "run" / "config.json"))["init"] == file
+    assert os.path.getmtime(file) == mtime
+
+    # Other settings are another start (here: more training steps).
     from experiments import supervised_start
 
     assert supervised_start.start_paths(config)[1] == file
