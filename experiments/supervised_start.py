@@ -152,8 +152,14 @@ def _in_child(step: str, config: RunConfig, log, *paths: str) -> None:
     import concurrent.futures
     import multiprocessing
 
+    others = set(multiprocessing.active_children())
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pool.submit(_step, step, config, log, *paths).result()
+        try:
+            pool.submit(_step, step, config, log, *paths).result()
+        except BaseException:   # Ctrl-C (or an error here): the child is not waited for
+            for child in set(multiprocessing.active_children()) - others:
+                child.terminate()
+            raise
 
 
 def _step(step: str, config: RunConfig, log, *paths: str) -> None:
