@@ -472,20 +472,24 @@ def training_reward(rewards: np.ndarray, present: np.ndarray | None,
     """A plug-in's [N] or per-unit [N, n] rewards in the trajectory's shape [N, *shape]:
 
     shape () (one value per side): [N] as it is, [N, n] averaged over the present units;
-    shape (n,) (one value per unit): [N, n] as it is (each unit its own reward), [N] given to
-    every present unit (zero for absent slots, as the per-unit plug-ins do). `xp`: the array
-    module (`jax.numpy` inside the device path's jitted rollout)."""
+    shape (n,) (one value per unit): [N, n] as it is for the present units, [N] given to every
+    unit. An absent slot (`present` False: a smaller army's padding) carries its team's mean
+    over the present units. A team head (the army pick) learns from the mean over all n slots
+    (`learners.losses`), which is then the team's mean over its own units whatever its size:
+    with absent slots at zero a 5-unit army's wins and losses counted 5/16 of a 16-unit army's
+    at the pick, so the smaller army looked better whenever the side was losing. Absent slots
+    have one legal action (SMAX masks), so their own heads learn nothing from it.
+    `xp`: the array module (`jax.numpy` inside the device path's jitted rollout)."""
     rewards = xp.asarray(rewards).astype(xp.float32)
     w = None if present is None else xp.asarray(present).astype(xp.float32)
+    team_mean = rewards if rewards.ndim == 1 else (
+        rewards.mean(-1) if w is None else (rewards * w).sum(-1) / xp.maximum(w.sum(-1), 1.0))
     if not shape:
-        if rewards.ndim == 1:
-            return rewards
-        if w is None:
-            return rewards.mean(-1)
-        return ((rewards * w).sum(-1) / xp.maximum(w.sum(-1), 1.0)).astype(xp.float32)
-    if rewards.ndim == 2:
-        if rewards.shape[1:] != tuple(shape):
-            raise ValueError(f"per-unit rewards {rewards.shape} do not match the network's {shape}")
+        return team_mean.astype(xp.float32)
+    if rewards.ndim == 1:
+        return xp.broadcast_to(rewards[:, None], (len(rewards), *shape)).astype(xp.float32)
+    if rewards.shape[1:] != tuple(shape):
+        raise ValueError(f"per-unit rewards {rewards.shape} do not match the network's {shape}")
+    if w is None:
         return rewards
-    out = xp.broadcast_to(rewards[:, None], (len(rewards), *shape))
-    return (out if w is None else out * w).astype(xp.float32)
+    return xp.where(w > 0, rewards, team_mean[:, None]).astype(xp.float32)

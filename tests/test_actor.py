@@ -376,10 +376,13 @@ def test_training_reward_shapes():
     present = np.array([[True, True, False], [True, False, False]])
     # one value per side: the mean over present units
     np.testing.assert_allclose(training_reward(per_unit, present), [1.5, 4.0])
-    # one value per unit: as they are; a side's reward goes to every present unit
-    np.testing.assert_array_equal(training_reward(per_unit, present, (3,)), per_unit)
+    # one value per unit: as they are for present units, an absent slot its team's mean over
+    # the present ones; a side's reward goes to every unit
+    np.testing.assert_array_equal(training_reward(per_unit, present, (3,)),
+                                  [[1.0, 2.0, 1.5], [4.0, 4.0, 4.0]])
+    np.testing.assert_array_equal(training_reward(per_unit, None, (3,)), per_unit)
     np.testing.assert_array_equal(training_reward(np.array([1.0, -1.0]), present, (3,)),
-                                  [[1.0, 1.0, 0.0], [-1.0, 0.0, 0.0]])
+                                  [[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
     with pytest.raises(ValueError):
         training_reward(per_unit, present, (4,))
 

@@ -890,3 +890,35 @@ def test_neurd_on_units_sums_each_units_term_and_gives_a_team_head_their_mean():
     np.testing.assert_allclose(np.asarray(grads["army"])[:, 0], expected_army, rtol=1e-4, atol=1e-6)
     # the team head's mean is not any one unit's advantage, nor their sum
     assert np.abs(advantage[:, 0] - advantage.mean(1)).min() > 1e-2
+
+
+@pytest.mark.parametrize("team_return", [1.0, -1.0])
+def test_an_army_picks_gradient_does_not_depend_on_its_size(team_return):
+    """The army pick (a team head) of a 5-unit and a 16-unit army (16 unit slots) whose present
+    units earn the same rewards: the gradient on the pick's log-probability is the same, -A / (T B), A
+    worked by hand as the team's return per present unit, on-policy, lambda 1, zero values:
+    A = sum_t r_t. With absent slots rewarded zero the 5-unit army's A was 5/16 of it, so a
+    side that was losing preferred its smallest army (issue 57, zerg on hydralisks)."""
+    from actors.rewards import training_reward
+
+    T, n, size = 4, 16, {"hydralisk": 5, "zergling": 16}
+    step_reward = np.asarray([0.0, 0.1, -0.2, team_return], np.float32)   # the pick, then fighting
+    grads = {}
+    for army, k in size.items():
+        present = np.zeros((T, n), bool)
+        present[:, :k] = True
+        # each present unit its own share (team spirit < 1), the present units' mean step_reward
+        own = np.where(present, step_reward[:, None] + np.linspace(-0.05, 0.05, n)[None], 0.0)
+        own[:, :k] -= own[:, :k].mean(-1, keepdims=True) - step_reward[:, None]
+        r = training_reward(own, present, (n,))[:, None]                   # [T, B=1, n]
+        values = np.zeros((T, 1, n), np.float32)
+        discounts = np.asarray([[1.0], [1.0], [1.0], [0.0]], np.float32)
+        log_mu = {"composition": np.full((T, 1), np.log(1 / 3), np.float32)}
+
+        def loss(log_pi):
+            return losses.vtrace_policy_loss(log_pi, log_mu, r, discounts, values, np.zeros((1, n), np.float32))[0]
+
+        grads[army] = float(jax.grad(loss)({"composition": jnp.asarray(log_mu["composition"])})["composition"][0, 0])
+    advantage = float(step_reward.sum())      # the pick's return per present unit, by hand
+    for army in size:
+        np.testing.assert_allclose(grads[army], -advantage / T, rtol=1e-5, err_msg=army)
