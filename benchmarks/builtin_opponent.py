@@ -19,6 +19,10 @@ and the best single army against the heuristic's uniform pick, the ceiling of an
 the agent's micro (`composition_breakdown`; `--by_composition=initial`: of the initial
 parameters). A matchup below 0.80 whose ceiling is above it is
 held back by the pick; one whose ceiling is below it, by the micro.
+
+`--pick_history[=N]` says how each main agent's pick moved during the run: its probability of
+each army (`scripted.pick_probabilities`, the composition head against each enemy race) at N
+of its frozen snapshots spread over the run (default 8) and at its final parameters.
 """
 
 from __future__ import annotations
@@ -31,23 +35,29 @@ import sys
 import numpy as np
 
 
-def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None = None) -> dict:
-    """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
-    `by_composition` ("trained" or "initial") each row also holds the `composition_breakdown`
-    of those parameters."""
-    from actors.games.smax_races import scripted
+def _run(run_dir: str):
+    """(RunConfig, LeagueHistory read-only) of a SMAX races run; exits naming another game."""
     from coordinator.history import LeagueHistory
-    from coordinator.param_store import player_params
-    from experiments.build import initial_params, make_game, make_network
     from experiments.config import RunConfig
-    from experiments.program import agent_indices
-    from league.players import initial_snapshot_id
 
     with open(os.path.join(run_dir, "config.json")) as f:
         config = RunConfig.from_dict(json.load(f))
     if config.game != "smax_races":
         raise SystemExit(f"{run_dir} is a {config.game} run; the built-in opponent is SMAX's heuristic")
-    history = LeagueHistory(run_dir, readonly=True)
+    return config, LeagueHistory(run_dir, readonly=True)
+
+
+def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None = None) -> dict:
+    """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
+    `by_composition` ("trained" or "initial") each row also holds the `composition_breakdown`
+    of those parameters."""
+    from actors.games.smax_races import scripted
+    from coordinator.param_store import player_params
+    from experiments.build import initial_params, make_game, make_network
+    from experiments.program import agent_indices
+    from league.players import initial_snapshot_id
+
+    config, history = _run(run_dir)
     players = history.players()
     mains = [p for p in players if p["role"] == "main_agent" and not p["parent"]]
     game = make_game(config, 1)
@@ -148,6 +158,51 @@ def format_breakdown(result: dict, games: int, params: str = "trained") -> str:
     return "\n".join(lines)
 
 
+def pick_history(run_dir: str, points: int = 8) -> dict:
+    """{race: [(minutes into the run, player id, probs [enemy races, K])]}: each main agent's
+    army pick pi(army | its race, the enemy's) at `points` of its snapshots spread evenly over
+    the run (the first and the newest always among them), then at its final parameters."""
+    from actors.games.smax_races import RACES, scripted
+    from coordinator.param_store import player_params
+    from experiments.build import make_game, make_network
+
+    config, history = _run(run_dir)
+    players = history.players()
+    start = min(p["wall_time"] for p in players)
+    network = make_network(config, make_game(config, 1).spec)
+    out = {}
+    for main in (p for p in players if p["role"] == "main_agent" and not p["parent"]):
+        snapshots = sorted((p for p in players if p["parent"] == main["player_id"]
+                            and p["role"] == "historical"), key=lambda p: p["step"])
+        chosen = [snapshots[i] for i in sorted({round(k * (len(snapshots) - 1) / max(points - 1, 1))
+                                                for k in range(points)})] if snapshots else []
+        races = np.asarray([[RACES.index(main["race"]), RACES.index(o)] for o in config.race_names])
+        rows = []
+        for p in chosen + [None]:
+            player_id = main["player_id"] if p is None else p["player_id"]
+            _, params = player_params(run_dir, player_id)
+            minutes = (max(q["wall_time"] for q in players) if p is None else p["wall_time"]) - start
+            rows.append((minutes / 60, player_id, scripted.pick_probabilities(network, params, races)))
+        out[main["race"]] = rows
+    return out
+
+
+def format_pick_history(history: dict, race_names) -> str:
+    from actors.games.smax_races import DEFAULT_MENU, RACES
+
+    lines = []
+    for race, rows in history.items():
+        armies = [c.name for c in DEFAULT_MENU[RACES.index(race)]]
+        lines += [f"\n**{race} main agent's pick over the run** (probability of "
+                  + " / ".join(armies) + ", against each enemy race)\n",
+                  "| minutes | player | " + " | ".join(f"vs {o}" for o in race_names) + " |",
+                  "|---|---|" + "---|" * len(race_names)]
+        for minutes, player_id, probs in rows:
+            lines.append(f"| {minutes:.1f} | {player_id} | "
+                         + " | ".join(" / ".join(f"{x:.2f}" for x in row) for row in probs) + " |")
+    return "\n".join(lines)
+
+
 def format_table(result: dict, games: int) -> str:
     races = result["config"].race_names
     lines = ["| main agent \\ heuristic | " + " | ".join(races) + " |",
@@ -168,6 +223,9 @@ def main(argv=None) -> int:
     parser.add_argument("--run_dir", required=True, help="a SMAX races league run (stopped, so "
                         "that its learner checkpoints hold the final parameters)")
     parser.add_argument("--games", type=int, default=256, help="games per matchup")
+    parser.add_argument("--pick_history", nargs="?", type=int, const=8, default=0, metavar="N",
+                        help="also each main agent's army pick at N of its snapshots over the run "
+                        "(default 8) and at its final parameters")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--by_composition", nargs="?", const="trained", choices=("trained", "initial"),
                         help="also each matchup's armies: the agent's picks and its win rate "
@@ -176,12 +234,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.games < 1:
         parser.error("--games must be at least 1")
+    if args.pick_history < 0:
+        parser.error("--pick_history must be at least 1 (snapshots shown)")
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
     result = measure(args.run_dir, args.games, args.seed, args.by_composition)
     print(format_table(result, args.games))
     if args.by_composition:
         print(format_breakdown(result, args.games, args.by_composition))
+    if args.pick_history:
+        print(format_pick_history(pick_history(args.run_dir, args.pick_history), result["config"].race_names))
     rates = [row["trained"] for row in result["table"].values()]
     mean = float(np.mean(rates))
     print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} ratio={mean / 0.5:.2f} target=1.0")

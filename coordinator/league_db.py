@@ -124,8 +124,8 @@ def unpack_array(blob: bytes, n: int) -> np.ndarray:
 # league_state's encoding since its arrays are stored as bytes: MAGIC, the length of the JSON
 # part (4 bytes, little-endian), the JSON part (zlib), then each array's bytes, each after its
 # length (8 bytes). The JSON names an array {"__blob__": k, "dtype", "shape", "zlib"}: its bytes
-# are zlib-compressed unless a sample of them does not compress (dense floats: zlib spent 0.9 s
-# on a 1,000-player league's 24 MB to save ~10%), then stored as they are with their CRC-32
+# are zlib-compressed unless a sample of them does not compress (dense floats: zlib spent 0.79 s
+# on a 1,000-player league's 24 MB to save ~8%), then stored as they are with their CRC-32
 # ("zlib": false, "crc32"; zlib's own checksum catches damage to the others). An entry without
 # "zlib" is compressed, as every array was before. Checkpoints
 # written before (zlib JSON, arrays as lists: a payoff of 650 players with exact entries took

@@ -55,6 +55,18 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
         assert row[name] == (wins + 0.5 * draws) / GAMES
     assert result["games"] > 0 and result["players"] >= 1
 
+    # --pick_history: the main agent's pick from its first snapshot (its start) to its final
+    # parameters, which learnt, so the two picks differ
+    history = builtin_opponent.pick_history(run_dir, points=3)
+    rows = history["terran"]
+    assert rows[0][1] == "terran_main_agent_0#0" and rows[-1][1] == "terran_main_agent_0"
+    assert [m for m, _, _ in rows] == sorted(m for m, _, _ in rows) and rows[0][0] == 0.0
+    for _, _, probs in rows:
+        assert probs.shape == (1, sr.COMPOSITIONS_PER_RACE)
+        np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
+    assert np.abs(rows[0][2] - rows[-1][2]).max() > 1e-4
+    assert "terran main agent's pick over the run" in builtin_opponent.format_pick_history(history, ["terran"])
+
 
 def test_a_run_of_another_game_is_refused(tmp_path):
     run_dir = str(tmp_path / "kuhn")

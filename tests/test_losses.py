@@ -4,6 +4,8 @@ The numpy references below never call `learners.losses`; they index time and bat
 element at a time, the way the formulas are written in the papers.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -892,6 +894,10 @@ def test_neurd_on_units_sums_each_units_term_and_gives_a_team_head_their_mean():
     assert np.abs(advantage[:, 0] - advantage.mean(1)).min() > 1e-2
 
 
+def _pick_loss(log_pi, log_mu, rewards, discounts, values):
+    return losses.vtrace_policy_loss(log_pi, log_mu, rewards, discounts, values, jnp.zeros_like(values[0]))[0]
+
+
 @pytest.mark.parametrize("team_return", [1.0, -1.0])
 def test_an_army_picks_gradient_does_not_depend_on_its_size(team_return):
     """The army pick (a team head) of a 5-unit and a 16-unit army (16 unit slots) whose present
@@ -914,10 +920,7 @@ def test_an_army_picks_gradient_does_not_depend_on_its_size(team_return):
         values = np.zeros((T, 1, n), np.float32)
         discounts = np.asarray([[1.0], [1.0], [1.0], [0.0]], np.float32)
         log_mu = {"composition": np.full((T, 1), np.log(1 / 3), np.float32)}
-
-        def loss(log_pi):
-            return losses.vtrace_policy_loss(log_pi, log_mu, r, discounts, values, np.zeros((1, n), np.float32))[0]
-
+        loss = functools.partial(_pick_loss, log_mu=log_mu, rewards=r, discounts=discounts, values=values)
         grads[army] = float(jax.grad(loss)({"composition": jnp.asarray(log_mu["composition"])})["composition"][0, 0])
     advantage = float(step_reward.sum())      # the pick's return per present unit, by hand
     for army in size:
