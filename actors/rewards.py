@@ -477,8 +477,8 @@ def training_reward(rewards: np.ndarray, present: np.ndarray | None,
     over the present units. A team head (the army pick) learns from the mean over all n slots
     (`learners.losses`), which is then the team's mean over its own units whatever its size:
     with absent slots at zero a 5-unit army's wins and losses counted 5/16 of a 16-unit army's
-    at the pick, so the smaller army looked better whenever the side was losing. Absent slots
-    have one legal action (SMAX masks), so their own heads learn nothing from it.
+    at the pick, so the smaller army looked better whenever the side was losing. A game gives
+    its absent units one legal action, so their own heads learn nothing from it.
     `xp`: the array module (`jax.numpy` inside the device path's jitted rollout)."""
     rewards = xp.asarray(rewards).astype(xp.float32)
     w = None if present is None else xp.asarray(present).astype(xp.float32)

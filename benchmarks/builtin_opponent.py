@@ -168,7 +168,7 @@ def pick_history(run_dir: str, points: int = 8) -> dict:
 
     config, history = _run(run_dir)
     players = history.players()
-    start = min(p["wall_time"] for p in players)
+    start, end = min(p["wall_time"] for p in players), max(p["wall_time"] for p in players)
     network = make_network(config, make_game(config, 1).spec)
     out = {}
     for main in (p for p in players if p["role"] == "main_agent" and not p["parent"]):
@@ -181,7 +181,7 @@ def pick_history(run_dir: str, points: int = 8) -> dict:
         for p in chosen + [None]:
             player_id = main["player_id"] if p is None else p["player_id"]
             _, params = player_params(run_dir, player_id)
-            minutes = (max(q["wall_time"] for q in players) if p is None else p["wall_time"]) - start
+            minutes = (end if p is None else p["wall_time"]) - start
             rows.append((minutes / 60, player_id, scripted.pick_probabilities(network, params, races)))
         out[main["race"]] = rows
     return out
@@ -235,7 +235,7 @@ def main(argv=None) -> int:
     if args.games < 1:
         parser.error("--games must be at least 1")
     if args.pick_history < 0:
-        parser.error("--pick_history must be at least 1 (snapshots shown)")
+        parser.error("--pick_history takes the number of snapshots to show, at least 1")
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
     result = measure(args.run_dir, args.games, args.seed, args.by_composition)

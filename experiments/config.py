@@ -32,7 +32,7 @@ from typing import Any
 
 from actors.config import ActorConfig
 from actors.games.base import Game
-from actors.games.registry import UnknownGame, resolve
+from actors.games.registry import BUILTINS, DEFAULT_GAME, UnknownGame, resolve
 from league.players import LeagueConfig, SnapshotConfig
 from league.settings import help_of, setting
 
@@ -347,7 +347,7 @@ def _run_learner():
 @dataclass(frozen=True)
 class RunConfig:
     game: str = setting(
-        "smax_races", "the game: a built-in (smax_races, kuhn_poker, leduc_poker, matrix_rps, ...), "
+        DEFAULT_GAME, f"the game: a built-in ({', '.join(BUILTINS)}), "
         "your own (package.module:factory), pgx/<env_id>, jaxmarl/<env_id> or openspiel/<name> (docs/games.md)")
     races: int = setting(3, "a game with races (SMAX: terran, protoss, zerg) plays the first N; other games one")
     runner: str = setting(

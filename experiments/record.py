@@ -1,11 +1,11 @@
 """The command that records a game's games to a replay directory (the format:
 actors/replays.py), for supervised learning (issue 14 section 1; AlphaStar learnt first from
 human replays, we have none: the game's scripted AI stands in for the humans). The recording
-is the game's (`SupervisedStart.record_games`; SMAX's: `actors.games.smax_races.record`); a game
+is the game's (`SupervisedStart.record_games`, named in the game's registration); a game
 without a supervised start has no replays.
 
-    python -m experiments.record --game=smax_races --policy=heuristic --games=324 --out=replays/heuristic
-    python -m experiments.record --policy=runs/smax_races-r3:terran_main_agent_0 --games=90 --out=replays/main
+    python -m experiments.record --policy=heuristic --games=324 --out=replays/heuristic
+    python -m experiments.record --policy=runs/league:terran_main_agent_0 --games=90 --out=replays/main
 
 `--policy=heuristic`: the game's scripted AI on both sides (SMAX: jaxmarl's scripted micro,
 every race pairing and army evenly); `--policy=RUN_DIR:PLAYER_ID`: a player of a league run

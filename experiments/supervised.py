@@ -1,6 +1,6 @@
 """The command that clones one supervised agent per race of a game from its replays (AlphaStar,
 seed 002, "Supervised learning"). The cloning, its loss and its output are the game's
-(`SupervisedStart.clone`; SMAX's: `actors.games.smax_races.supervised`):
+(`SupervisedStart.clone`, named in the game's registration):
 
     python -m experiments.supervised --replays=replays/heuristic --out=supervised.npz
 

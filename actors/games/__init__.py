@@ -1,7 +1,8 @@
 """Games: one two-sided zero-sum batch protocol over SMAX races, OpenSpiel poker and matrix games.
 
     from actors.games import make_batch_game
-    game = make_batch_game("smax_races", batch_size=64, races=("terran", "zerg"))
+    from actors.games.registry import DEFAULT_GAME
+    game = make_batch_game(DEFAULT_GAME, batch_size=64, races=("terran", "zerg"))  # SMAX races
     game = make_batch_game("leduc_poker", batch_size=256)      # JAX Kuhn/Leduc (jax_poker)
     game = make_batch_game("leduc_poker", 256, pool=True)      # the OpenSpiel pool instead
     game = make_batch_game("openspiel/liars_dice", 256)         # other OpenSpiel 2p zero-sum games
@@ -56,7 +57,7 @@ __all__ = ["DRAW", "LOSS", "WIN", "BatchGame", "Capabilities", "Game", "GameFunc
 
 def make_batch_game(name: str, batch_size: int, **kwargs) -> BatchGame:
     """A batch of `batch_size` games of `name`, any form of `actors.games.registry.resolve`
-    ('smax_races', 'kuhn_poker', 'matrix_rps', 'pgx/connect_four', 'package.module:factory',
+    (a built-in of `registry.BUILTINS`, 'kuhn_poker', 'matrix_rps', 'pgx/connect_four', 'package.module:factory',
     'openspiel/liars_dice', ...); UnknownGame if it names none.
 
     'kuhn_poker' and 'leduc_poker' are the JAX games of `jax_poker` (equal to OpenSpiel's on

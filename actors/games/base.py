@@ -97,7 +97,7 @@ class GameFunctions(Protocol):
     """Pure, jittable functions of ONE game; the league vmaps them over a batch and jits them
     (the device path fuses them with the policy and the update; actors and evaluators step a
     batch of them). Implemented by every JAX game here (`jax_poker.PokerFunctions`,
-    `matrix.MatrixFunctions`, `smax_races.SmaxRacesFunctions`) and by a user's own game
+    `matrix.MatrixFunctions`, the race game's; `actors.games.registry` lists them) and by a user's own game
     (docs/games.md, examples/).
 
         spec                           GameSpec: each side's observation fields and action
@@ -128,8 +128,8 @@ class GameFunctions(Protocol):
 
 
 class ScriptedOpponent(Protocol):
-    """A game's built-in AI (`Capabilities.scripted_opponent`; SMAX: jaxmarl's scripted micro,
-    `actors.games.smax_races.scripted`). Main agents train against it
+    """A game's built-in AI (`Capabilities.scripted_opponent`; the registry names each
+    built-in game's, e.g. SMAX's jaxmarl scripted micro). Main agents train against it
     (`--device.heuristic_slots`) and evaluator_0 measures them against it over time.
 
         side(fns, side, batch)         -> (act, state): the AI as one side of B games in a
@@ -155,8 +155,8 @@ class ScriptedOpponent(Protocol):
 
 
 class SupervisedStart(Protocol):
-    """A game's supervised start (`Capabilities.supervised_start`; SMAX:
-    `actors.games.smax_races.start`): games of its scripted AI recorded as replays, then one
+    """A game's supervised start (`Capabilities.supervised_start`; the registry names each
+    built-in game's): games of its scripted AI recorded as replays, then one
     agent per race cloned from them (AlphaStar's supervised agents). `experiments.supervised_start`
     caches both under keys built from what determines them and runs the league from the result.
 

@@ -16,8 +16,8 @@ outcome is the sign of side 0's. A game that pgx truncates, or that reaches `spe
 moves (a bound per game: each known game's longest possible game; 1000 moves for the others,
 backgammon among them, where random play ends within ~600), ends as a draw with zero rewards
 unless pgx ends it on that very move (Go's score after 162 moves counts), so `max_steps` truly
-bounds an episode (the league scans at most that many steps to finish one, e.g.
-actors/games/smax_races/record.py).
+bounds an episode (the league scans at most that many steps to finish one, e.g. when a
+game's supervised start records games).
 Finished games restart at once from the key held in the state, which also feeds pgx's chance
 (backgammon's dice).
 """

@@ -180,7 +180,10 @@ def _matrix(which: str) -> Game:
     return Game(f"matrix_{which}", functions, make_batch, Capabilities(defaults=MATRIX_DEFAULTS))
 
 
-BUILTINS = {"smax_races": _smax, "kuhn_poker": lambda: _poker("kuhn_poker", KUHN_DEFAULTS),
+DEFAULT_GAME = "smax_races"
+"""The game a league plays when `--game` is not given (the mission's `--races=3` league)."""
+
+BUILTINS = {DEFAULT_GAME: _smax, "kuhn_poker": lambda: _poker("kuhn_poker", KUHN_DEFAULTS),
             "leduc_poker": lambda: _poker("leduc_poker", LEDUC_DEFAULTS),
             **{f"matrix_{m}": functools.partial(_matrix, m) for m in MATRIX}}
 
