@@ -104,6 +104,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     replay_dir, path = start_paths(config)
     if os.path.isfile(path):
         return path, False
+    say = log or _silent   # log None: quiet, here and in the child
     root = cache_root(config)
     try:
         os.makedirs(root, exist_ok=True)
@@ -114,7 +115,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
                           "--supervised.cache_dir=DIR (or set LEAGUE_SUPERVISED_CACHE) to a writable "
                           "directory, or --init=none to start from random parameters") from None
     s = config.supervised
-    log(f"[start] building the supervised start for {', '.join(config.race_names)} (once; cached in "
+    say(f"[start] building the supervised start for {', '.join(config.race_names)} (once; cached in "
         f"{root}): {s.games} games of the scripted heuristic, then {s.steps} behaviour-cloning steps "
         f"of {s.batch_size} games per race (at the defaults about 5 minutes for 3 races on 2 CPU cores); "
         "--init=none skips it", flush=True)
@@ -129,7 +130,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     else:
-        log(f"[start] reusing the recorded games {replay_dir}", flush=True)
+        say(f"[start] reusing the recorded games {replay_dir}", flush=True)
     tmp = tempfile.mkdtemp(dir=root, prefix=".start-")
     try:
         out = os.path.join(tmp, "start", "supervised.npz")
@@ -139,7 +140,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
         _move_into_place(os.path.join(tmp, "start"), os.path.dirname(path))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    log(f"[start] built the supervised start in {time.time() - started:.0f}s: {path}", flush=True)
+    say(f"[start] built the supervised start in {time.time() - started:.0f}s: {path}", flush=True)
     return path, True
 
 
@@ -148,25 +149,33 @@ def _in_child(step: str, config: RunConfig, log, *paths: str) -> None:
     (spawned: no state of this one), waited for; its exception is raised here. The league's
     driver goes on for the whole run, and recording and cloning in it left ~0.7 GB (the game's
     and the cloning's compiled programs and buffers) held by the driver to the end of the run; a
-    child's memory goes back to the OS when it exits."""
+    child's memory goes back to the OS when it exits. The child prints its own lines to the
+    standard output it inherits (`log` None: none): a function is pickled by name to reach a
+    spawned process, and the driver's `print` is no longer `builtins.print` once Ray is started
+    (Ray puts its own in its place), so passing `log` failed every build under `--runner=ray`."""
     import concurrent.futures
     import multiprocessing
 
     others = set(multiprocessing.active_children())
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         try:
-            pool.submit(_step, step, config, log, *paths).result()
+            pool.submit(_step, step, config, log is not None, *paths).result()
         except BaseException:   # Ctrl-C (or an error here): the child is not waited for
             for child in set(multiprocessing.active_children()) - others:
                 child.terminate()
             raise
 
 
-def _step(step: str, config: RunConfig, log, *paths: str) -> None:
+def _step(step: str, config: RunConfig, verbose: bool, *paths: str) -> None:
     from experiments import build
 
     build.enable_compilation_cache()  # a rebuild (other settings, other races) compiles less
+    log = print if verbose else _silent
     getattr(config.game_info.capabilities.supervised_start(), step)(*paths, config, log)
+
+
+def _silent(*args, **kwargs) -> None:
+    pass
 
 
 def _write_json(path: str, data: dict) -> None:

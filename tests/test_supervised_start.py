@@ -38,9 +38,13 @@ def test_a_smax_league_without_init_builds_the_supervised_start_and_the_next_run
     # The start is built as the league's driver builds it, in processes of its own: the driver,
     # which runs for the whole league, keeps none of the recording's and cloning's memory (it
     # compiles no XLA program past the few small ones of the cache key's description, and never
-    # imports the cloning; in the driver itself the build compiled ~250).
-    code = ("import json, sys, jax; from experiments.config import RunConfig; "
+    # imports the cloning; in the driver itself the build compiled ~250). Under --runner=ray
+    # (the default) the driver's `print` is Ray's by then (ray.init puts tqdm_ray.safe_print in
+    # builtins' place, after the league's modules are imported): the build passed `print` to its
+    # child and failed ("Can't pickle <built-in function print>"), so here print is Ray's too.
+    code = ("import builtins, json, sys, jax; from experiments.config import RunConfig; "
             "from experiments.supervised_start import describe, resolve_start; compiled = []; "
+            "from ray.experimental import tqdm_ray; builtins.print = tqdm_ray.safe_print; "
             "jax.monitoring.register_event_duration_secs_listener("
             "lambda name, *_, **__: compiled.append(name) if 'backend_compile' in name else None); "
             "config = RunConfig.from_dict(json.loads(sys.argv[1])); describe(config); before = len(compiled); "
