@@ -117,7 +117,7 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     s = config.supervised
     say(f"[start] building the supervised start for {', '.join(config.race_names)} (once; cached in "
         f"{root}): {s.games} games of the scripted heuristic, then {s.steps} behaviour-cloning steps "
-        f"of {s.batch_size} games per race (at the defaults about 5 minutes for 3 races on 2 CPU cores); "
+        f"of {s.batch_size} games per race (at the defaults 5-9 minutes for 3 races on 2 CPU cores); "
         "--init=none skips it", flush=True)
     started = time.time()
     recorded, start = describe(config)
