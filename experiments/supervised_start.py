@@ -99,12 +99,12 @@ def summary(path: str) -> str:
 
 def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     """(the supervised file of this config's start, whether it was built now): reuses the
-    cached one, else records the heuristic's games (unless cached) and trains the run's races.
-    ConfigError if the cache cannot be written."""
+    cached one, else records the heuristic's games (unless cached) and trains the run's races
+    (`log` None: quietly). ConfigError if the cache cannot be written."""
     replay_dir, path = start_paths(config)
     if os.path.isfile(path):
         return path, False
-    say = log or _silent   # log None: quiet, here and in the child
+    say = log or _silent
     root = cache_root(config)
     try:
         os.makedirs(root, exist_ok=True)
