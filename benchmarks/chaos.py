@@ -41,6 +41,7 @@ something; a held read transaction on league.db fails nothing).
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -235,13 +236,15 @@ class Faults:
             return f"{node} pid {pid} stopped for {FLAGS.hang_seconds:.0f} s"
         if kind == "full_disk":
             filler = os.path.join(self.mount, "filler")
-            with open(filler, "wb") as f:
-                try:
+            # unbuffered, so no write is left for close to flush; a disk the run has already
+            # filled (ENOSPC at the open or the first write) counts as filled
+            try:
+                with open(filler, "wb", buffering=0) as f:
                     while True:
                         f.write(b"\0" * (1 << 20))
-                        f.flush()
-                except OSError:
-                    pass
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
             threading.Timer(FLAGS.full_seconds, lambda: os.path.exists(filler) and os.remove(filler)).start()
             return f"{self.mount} full for {FLAGS.full_seconds:.0f} s"
         if kind == "torn_checkpoint":
