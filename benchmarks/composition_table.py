@@ -6,7 +6,9 @@ Each ordered pair of compositions (all races, mirrors included) plays `--games` 
 row composition as side 0, so every unordered pair is measured from both spawn sides; the table
 entry is P[row beats column] with draws counted half, averaged over the two sides. Then it looks
 for a cycle a > b > c > a (each "beats" meaning a win rate above 0.5 + `--margin`) and reports
-whether one spans races.
+whether one spans races, and what the menu allows against the built-in AI at the heuristic's
+micro: per matchup, the best army's mean over the column race's armies (the built-in AI picks its
+army uniformly), and how many of the matchups reach 0.80 (issue 57's bar).
 """
 
 from __future__ import annotations
@@ -61,6 +63,22 @@ def find_cycles(table: np.ndarray, margin: float, races: list[int]) -> list[tupl
     return cycles
 
 
+def best_against_uniform(table: np.ndarray, race_of: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per matchup (row race r, column race c): max over r's armies a of mean over c's armies b of
+    table[a, b], the best win rate an army of r gets against c picking uniformly; and which army
+    (an index into the table). Both [R, R]."""
+    race_of = np.asarray(race_of)
+    races = sorted(set(race_of.tolist()))
+    best = np.zeros((len(races), len(races)))
+    army = np.zeros((len(races), len(races)), dtype=int)
+    for r in races:
+        mine = np.flatnonzero(race_of == r)
+        for c in races:
+            means = table[np.ix_(mine, np.flatnonzero(race_of == c))].mean(axis=1)
+            best[r, c], army[r, c] = means.max(), mine[means.argmax()]
+    return best, army
+
+
 def format_table(table: np.ndarray, names: list[str]) -> str:
     width = max(len(n) for n in names) + 1
     head = " " * width + " ".join(f"{n:>{width}}" for n in names)
@@ -93,8 +111,15 @@ def main(_):
               "(" + ", ".join(f"{table[a, b]:.2f}" for a, b in zip(c, c[1:] + c[:1])) + ")")
     undominated = [names[i] for i in range(len(names)) if not beats(table, FLAGS.margin)[:, i].any()]
     print(f"compositions nobody beats: {undominated or 'none'}")
+    best, army = best_against_uniform(table, race_of)
+    print("the best army's mean against the heuristic's uniform pick (row race against column race):")
+    for r, race in enumerate(sr.RACES):
+        print(f"  {race:<8}" + "  ".join(f"{sr.RACES[c]}: {best[r, c]:.2f} ({names[army[r, c]]})"
+                                         for c in range(len(sr.RACES))))
+    at_bar = int((best >= 0.80).sum())
     print(f"RESULT composition_table cycles={len(cycles)} spanning_races={len(spanning)} "
-          f"spanning_all_three={len(all_three)}")
+          f"spanning_all_three={len(all_three)} matchups_at_080={at_bar} of={best.size} "
+          f"lowest={best.min():.2f}")
 
 
 if __name__ == "__main__":

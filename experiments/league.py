@@ -248,6 +248,11 @@ def main(argv) -> int:
     release_periodically()
     try:
         LAUNCHERS[config.runner](config)
+    except KeyboardInterrupt:   # Ctrl-C while the nodes were being built (before the league's own
+        _stop_ray()             # handler), or a second Ctrl-C while it stopped
+        print("interrupted: the league stopped without writing checkpoints (those written before are kept); "
+              "rerun the same command to resume", file=sys.stderr)
+        return 130
     except Exception as e:
         from experiments.supervisor import NodeFailed
         from learners.learner import CheckpointError

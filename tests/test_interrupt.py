@@ -1,0 +1,32 @@
+"""Ctrl-C while a league is being built (issue 31's Ctrl-C, before the league's own handler is
+installed): the run stops at once with a message saying what was kept, exit 130, no traceback.
+Before, the KeyboardInterrupt's traceback was printed and the process went on running the
+nodes' threads it had started."""
+
+import os
+import signal
+import subprocess
+import sys
+
+
+def test_ctrl_c_while_the_league_is_being_built_stops_it_with_a_message_and_no_traceback(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "experiments.league", "--game=kuhn_poker",
+                                "--runner=inprocess", f"--run_dir={run_dir}", "--dashboard_port=-1"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in process.stdout:   # the first node being built: the others take seconds more
+        seen.append(line)
+        if line.startswith("building "):
+            break
+    process.send_signal(signal.SIGINT)
+    try:
+        rest, _ = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:   # it went on (before the fix: a traceback, then its threads ran on)
+        process.kill()
+        rest, _ = process.communicate()
+    out = "".join(seen) + rest
+    assert process.returncode == 130, out
+    assert "interrupted: the league stopped" in out and "rerun the same command to resume" in out, out
+    assert "Traceback" not in out, out
+    assert os.path.exists(run_dir / "config.json")   # the run directory is kept, to resume
