@@ -21,13 +21,17 @@ from absl import app, flags
 
 from actors.games import smax_races as sr
 
-flags.DEFINE_integer("games", 128, "Games per ordered pair of compositions (both sides: 2x this).")
-flags.DEFINE_integer("seed", 0, "Random seed.")
-flags.DEFINE_float("margin", 0.05, "A beats B when P[A beats B] > 0.5 + margin.")
-flags.DEFINE_boolean("plain", False, "Measure SMAX's plain combat (no armour or bonus damage).")
-flags.DEFINE_integer("sc2_budget", 0, "If > 0: the menu of pure and mixed armies bought with "
-                     "this budget at SC2 costs instead of the default menu.")
 FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    """The command's flags (here, not at import: the tests import this module beside other benchmarks)."""
+    flags.DEFINE_integer("games", 128, "Games per ordered pair of compositions (both sides: 2x this).")
+    flags.DEFINE_integer("seed", 0, "Random seed.")
+    flags.DEFINE_float("margin", 0.05, "A beats B when P[A beats B] > 0.5 + margin.")
+    flags.DEFINE_boolean("plain", False, "Measure SMAX's plain combat (no armour or bonus damage).")
+    flags.DEFINE_integer("sc2_budget", 0, "If > 0: the menu of pure and mixed armies bought with "
+                         "this budget at SC2 costs instead of the default menu.")
 
 
 def labels(config: sr.SmaxRacesConfig) -> list[tuple[int, int, str]]:
@@ -123,4 +127,5 @@ def main(_):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
