@@ -13,7 +13,10 @@ def test_ctrl_c_while_the_league_is_being_built_stops_it_with_a_message_and_no_t
     run_dir = tmp_path / "run"
     process = subprocess.Popen([sys.executable, "-m", "experiments.league", "--game=kuhn_poker",
                                 "--runner=inprocess", f"--run_dir={run_dir}", "--dashboard_port=-1"],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               # as from a terminal: under a shell's background job (CI's, say)
+                               # SIGINT is ignored, and a child inherits that
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = []
     for line in process.stdout:   # the first node being built: the others take seconds more
         seen.append(line)
