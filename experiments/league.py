@@ -254,8 +254,9 @@ def main(argv) -> int:
               "rerun the same command to resume", file=sys.stderr)
         return 130
     except Exception as e:
+        # learners.checkpoint, not learners.learner: rlax would import TensorFlow here (~10 s)
         from experiments.supervisor import NodeFailed
-        from learners.learner import CheckpointError
+        from learners.checkpoint import CheckpointError
 
         if isinstance(e, CheckpointError):   # no good checkpoint: nothing was overwritten
             print(f"error: {e}", file=sys.stderr)

@@ -214,9 +214,14 @@ def test_a_node_that_cannot_start_stops_the_run_with_its_error_and_keeps_the_fil
     process = league("--runner=launchpad", "--game=kuhn_poker", f"--run_dir={run_dir}", *FAST,
                      "--minutes=1")
     out = finish(process, timeout=180)
+    ended = time.time()
     assert process.returncode == 1, out
     assert "node learners ended" in out and "CheckpointError" in out and str(path) in out, out
-    assert time.time() - started < 120, out
+    # The learner group's log was last written as it died; the driver exits soon after (it
+    # stops the other nodes, ~10 s), however long the start-up took under load (CI runs this
+    # beside the replay tests).
+    died = os.path.getmtime(run_dir / "logs" / "launchpad" / "learners" / "0")
+    assert started < died and ended - died < 45, (ended - died, out)
     assert path.read_bytes() == b"\x00garbage"
     assert no_process_left(process), out
 
