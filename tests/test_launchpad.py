@@ -12,6 +12,7 @@ sends it).
 
 import importlib.util
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -217,10 +218,12 @@ def test_a_node_that_cannot_start_stops_the_run_with_its_error_and_keeps_the_fil
     ended = time.time()
     assert process.returncode == 1, out
     assert "node learners ended" in out and "CheckpointError" in out and str(path) in out, out
-    # The learner group's log was last written as it died; the driver exits soon after (it
-    # stops the other nodes, ~10 s), however long the start-up took under load (CI runs this
-    # beside the replay tests).
-    died = os.path.getmtime(run_dir / "logs" / "launchpad" / "learners" / "0")
+    # The learner group's log (the one the driver names) was last written as it died; the
+    # driver exits soon after (it stops the other nodes, ~10 s), however long the start-up took
+    # under load (CI runs this beside the replay tests).
+    log = re.search(r"node learners ended; its log is (\S+), ending:", out)
+    assert log, out
+    died = os.path.getmtime(log.group(1))
     assert started < died and ended - died < 45, (ended - died, out)
     assert path.read_bytes() == b"\x00garbage"
     assert no_process_left(process), out
