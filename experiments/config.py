@@ -468,6 +468,10 @@ class RunConfig:
                               "a KL weight needs a teacher: --teacher=RUN_DIR:PLAYER_ID, or on a game with a "
                               "supervised start (--init=FILE, or --init=auto) whose race's policy is each "
                               "agent's teacher")
+        if self.learner.loss.kl_teacher_heads and not kl:
+            raise ConfigError(f"--learner.loss.kl_teacher_heads={self.learner.loss.kl_teacher_heads} chooses the "
+                              "heads of the KL to the teacher, which is off: pass its weight too "
+                              "(--kl_teacher_cost), or leave the heads out")
         plugin = self.actor.reward_plugin
         if plugin and plugin not in BUILTIN_REWARDS and not os.path.isfile(plugin):
             raise ConfigError(f"--actor.reward_plugin {plugin!r} is not a file; pass the path of a .py "

@@ -27,7 +27,14 @@ from experiments.launchpad_launcher import problem as launchpad_problem
 from experiments.launchpad_launcher import run_launchpad
 from experiments.nodes import lost_node
 from experiments.program import Program, build_program, resolve
-from experiments.supervisor import HANG_SECONDS, RESUME, NodeFailed, Supervisor, supervise
+from experiments.supervisor import (
+    HANG_SECONDS,
+    RESUME,
+    NodeFailed,
+    Supervisor,
+    stop_if_interrupted,
+    supervise,
+)
 
 
 def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, out=sys.stdout,
@@ -36,6 +43,7 @@ def run_inprocess(config: RunConfig, stop_event: threading.Event | None = None, 
     program = build_program(config)
     handles: dict = {}
     for node in program.nodes:
+        stop_if_interrupted()
         print(f"building {node.name} ...", file=out, flush=True)
         handles[node.name] = node.cls(**resolve(node.kwargs, handles))
     wire(program, handles)
@@ -243,6 +251,7 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
     handles: dict = {}
     run_id = uuid.uuid4().hex[:8]   # actor names unique on a cluster that outlives runs
     for node in program.nodes:
+        stop_if_interrupted()
         print(f"building {node.name} on Ray ...", file=out, flush=True)
         name = f"{node.name}-{run_id}"
         # No task events: Ray's GCS keeps one per method call (up to 100,000; the league makes

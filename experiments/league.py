@@ -243,9 +243,11 @@ def main(argv) -> int:
         print(distributed_line, flush=True)
     from agents.memory import release_periodically
     from experiments.launchers import LAUNCHERS
+    from experiments.supervisor import catch_ctrl_c_while_building
 
     # The checks above leave ~0.5 GB freed but held by malloc (SMAX's start): back to the OS.
     release_periodically()
+    catch_ctrl_c_while_building()
     try:
         LAUNCHERS[config.runner](config)
     except KeyboardInterrupt:   # Ctrl-C while the nodes were being built (before the league's own

@@ -26,6 +26,31 @@ class NodeFailed(RuntimeError):
 
 RESUME = "checkpoints are written on the way out; rerun the same command to resume"
 
+_build_interrupt = threading.Event()
+
+
+def catch_ctrl_c_while_building() -> None:
+    """Until `supervise` installs the league's own handler: Ctrl-C raises KeyboardInterrupt and
+    is remembered. Python drops an exception raised inside a garbage collector's callback (JAX's
+    `_xla_gc_callback`: "Exception ignored in ..."), and a league whose Ctrl-C was dropped so
+    would build and run on; `stop_if_interrupted` raises it again at the next node."""
+    _build_interrupt.clear()
+
+    def handler(signum, frame):
+        _build_interrupt.set()
+        raise KeyboardInterrupt
+
+    try:
+        signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread (tests)
+        pass
+
+
+def stop_if_interrupted() -> None:
+    """Raises again a Ctrl-C that `catch_ctrl_c_while_building`'s handler saw."""
+    if _build_interrupt.is_set():
+        raise KeyboardInterrupt
+
 
 class Supervisor:
     """The driver's loop: print what the program's control loop (`Coordinator.run`) did, check
@@ -176,6 +201,7 @@ def supervise(program: Program, handles: dict, out, stop_event, on_launch, check
                lost: Callable[[BaseException], bool] = lambda e: False) -> Supervisor:
     """What both launchers share once the nodes run: the loop, then an orderly shutdown."""
     config = program.config
+    stop_if_interrupted()
     supervisor = Supervisor(config, handles["coordinator"], out, stop_event, note, lost)
     previous = _install_sigint(supervisor.stop_event) if stop_event is None else None
     if config.dashboard_port >= 0:

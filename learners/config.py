@@ -50,6 +50,10 @@ class LossConfig:
     entropy_anneal_updates: int = setting(0, "learner updates over which the entropy weight anneals")
     kl_teacher_weight: float = setting(
         0.0, "weight of KL(teacher || policy), AlphaStar's penalty to the supervised policy")
+    kl_teacher_heads: str = setting(
+        "", "the policy heads the KL to the teacher covers, comma-separated (e.g. \"action_type,target\": "
+        "a unit game's micro without its army pick, where the teacher's pick is a scripted AI's uniform "
+        "draw that the KL would hold the pick to); empty: every head (AlphaStar)")
     kl_behaviour_weight: float = setting(
         0.0, "1/eta of magnetic mirror descent: weight of KL(pi || behaviour policy) (`kl_to_behaviour_loss`)")
     magnet_weight: float = setting(
@@ -95,6 +99,9 @@ class LossConfig:
                      "magnet_weight", "neurd_beta", "neurd_clip"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+        if self.kl_teacher_heads and not all(self.teacher_heads):
+            raise ValueError(f"kl_teacher_heads must be head names separated by commas (e.g. "
+                             f"\"action_type,target\"), or empty for every head; got {self.kl_teacher_heads!r}")
         if self.exploiter_entropy_weight is not None and self.exploiter_entropy_weight < 0:
             raise ValueError(f"exploiter_entropy_weight must be >= 0; got {self.exploiter_entropy_weight}")
         if self.magnet_every < 1:
@@ -103,6 +110,13 @@ class LossConfig:
             if not 0 < self.entropy_weight_end <= self.entropy_weight or self.entropy_anneal_updates < 1:
                 raise ValueError("entropy annealing needs 0 < entropy_weight_end <= entropy_weight "
                                  "and entropy_anneal_updates >= 1 (or entropy_weight_end unset)")
+
+    @property
+    def teacher_heads(self) -> tuple[str, ...]:
+        """The heads of `kl_teacher_heads` (); (): every head."""
+        if not self.kl_teacher_heads:
+            return ()
+        return tuple(h.strip() for h in self.kl_teacher_heads.split(","))
 
     def for_role(self, main_agent: bool) -> LossConfig:
         """The loss of one learning agent: main agents take this one; exploiters (main and

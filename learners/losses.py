@@ -397,18 +397,24 @@ def entropy_loss(logits: Logits) -> Array:
     return -jnp.mean(entropy(logits))
 
 
-def kl_to_teacher_loss(logits: Logits, teacher_logits: Logits) -> Array:
+def kl_to_teacher_loss(logits: Logits, teacher_logits: Logits, heads: tuple[str, ...] = ()) -> Array:
     """KL towards a frozen teacher (AlphaStar's supervised policy):
 
-        L = mean_{t,b} sum_h KL(pi_teacher,h || pi_h) = sum_a p_T(a) (log p_T(a) - log pi(a))
+        L = mean_{t,b} sum_{h in H} KL(pi_teacher,h || pi_h),
+        KL(p_T || pi) = sum_a p_T(a) (log p_T(a) - log pi(a))
 
     (summed over units for unit heads) as in AlphaStar's pseudocode
-    (`kl(student_logits, teacher_logits)`). The teacher is constant.
+    (`kl(student_logits, teacher_logits)`). The teacher is constant. H is `heads`, or every head
+    when empty (AlphaStar's); a head left out is free of the teacher (`LossConfig.kl_teacher_heads`).
     """
     if set(logits) != set(teacher_logits):
         raise ValueError("student and teacher must have the same heads")
+    unknown = sorted(set(heads) - set(logits))
+    if unknown:
+        raise ValueError(f"--learner.loss.kl_teacher_heads names {', '.join(unknown)}, not a head of this "
+                         f"game's policy; its heads: {', '.join(sorted(logits))}")
     total = 0.0
-    for head in sorted(logits):
+    for head in sorted(heads or logits):
         chex.assert_equal_shape([logits[head], teacher_logits[head]])
         log_t = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits[head]))
         log_s = jax.nn.log_softmax(logits[head])
@@ -649,7 +655,8 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     terms["entropy"] = (entropy_weight, entropy_loss(logits))
     metrics["entropy_weight"] = jnp.asarray(entropy_weight, jnp.float32)
     if config.kl_teacher_weight and teacher_logits is not None:
-        terms["kl_teacher"] = (config.kl_teacher_weight, kl_to_teacher_loss(logits, teacher_logits))
+        kl = kl_to_teacher_loss(logits, teacher_logits, config.teacher_heads)
+        terms["kl_teacher"] = (config.kl_teacher_weight, kl)
     if config.kl_behaviour_weight:
         kl_mu, km = kl_to_behaviour_loss(target_log_probs, behaviour_log_probs)
         terms["kl_behaviour"] = (config.kl_behaviour_weight, kl_mu)

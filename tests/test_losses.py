@@ -374,6 +374,29 @@ def test_entropy_and_kl_random():
                                atol=1e-6)
 
 
+def test_kl_to_teacher_on_chosen_heads_is_the_sum_over_those_heads_only():
+    c = random_case(7, heads=(("a", 3), ("b", 5), ("pick", 3)))
+    only = lambda d, hs: {h: d[h] for h in hs}  # noqa: E731
+    got = losses.kl_to_teacher_loss(c["logits"], c["mu_logits"], ("a", "b"))
+    np.testing.assert_allclose(got, np_kl(only(c["logits"], "ab"), only(c["mu_logits"], "ab")),
+                               rtol=1e-4)
+    # the head left out gets no gradient; the others get the full-KL gradient, pi - p_T
+    grad = jax.grad(lambda lg: losses.kl_to_teacher_loss(lg, c["mu_logits"], ("a", "b")))(c["logits"])
+    np.testing.assert_array_equal(grad["pick"], 0.0)
+    T, B = c["r"].shape
+    pi, p_t = (np.exp(np_log_softmax(x["a"])) for x in (c["logits"], c["mu_logits"]))
+    np.testing.assert_allclose(grad["a"], (pi - p_t) / (T * B), rtol=1e-4, atol=1e-6)
+    # in total_loss: the weight times the chosen heads' KL; an unknown head names the heads
+    args = (c["logits"], c["v"], c["boot"], c["actions"], c["log_mu"], c["r"], c["g"])
+    _, m = losses.total_loss(losses.LossConfig(kl_teacher_weight=0.1, kl_teacher_heads="a, b"),
+                             *args, teacher_logits=c["mu_logits"])
+    np.testing.assert_allclose(m["loss/kl_teacher"], got, rtol=1e-6)
+    with pytest.raises(ValueError, match="names target, not a head.*its heads: a, b, pick"):
+        losses.kl_to_teacher_loss(c["logits"], c["mu_logits"], ("a", "target"))
+    with pytest.raises(ValueError, match="kl_teacher_heads must be head names"):
+        losses.LossConfig(kl_teacher_heads="a,,b")
+
+
 def test_entropy_hand_worked_with_masked_action():
     # uniform over 4 legal actions: H = log 4; a masked (-1e9) fifth action adds nothing
     logits = {"a": f32([[[0.0, 0.0, 0.0, 0.0, -1e9]]])}
