@@ -79,6 +79,14 @@ def test_the_run_and_its_actors_share_one_actor_configuration():
         RunConfig.make(game="matrix_rps", **{"actor.batch_size": 0})
 
 
+def test_the_heads_of_the_kl_to_the_teacher_need_its_weight():
+    with pytest.raises(ConfigError, match="the KL to the teacher, which is off: pass its weight"):
+        RunConfig.make(game="kuhn_poker", **{"learner.loss.kl_teacher_heads": "policy"})
+    with pytest.raises(ConfigError, match="kl_teacher_heads must be head names"):
+        RunConfig.make(game="kuhn_poker", **{"learner.loss.kl_teacher_heads": "a,,b",
+                                             "learner.loss.kl_teacher_weight": 0.1, "teacher": "r:p"})
+
+
 def test_a_config_json_from_before_the_actor_configurations_were_one_resumes():
     config = RunConfig.make(game="kuhn_poker", **{"actor.episodes_per_match": 8})
     saved = config.to_dict()
