@@ -52,8 +52,8 @@ class LossConfig:
         0.0, "weight of KL(teacher || policy), AlphaStar's penalty to the supervised policy")
     kl_teacher_heads: str = setting(
         "", "the policy heads the KL to the teacher covers, comma-separated (e.g. \"action_type,target\": "
-        "a unit game's micro without its army pick, where the teacher's pick is a scripted AI's uniform "
-        "draw that the KL would hold the pick to); empty: every head (AlphaStar)")
+        "a unit game's micro without its army pick, where the teacher's pick, cloned from games that "
+        "cover the menu evenly, has no skill for the KL to keep); empty: every head (AlphaStar)")
     kl_behaviour_weight: float = setting(
         0.0, "1/eta of magnetic mirror descent: weight of KL(pi || behaviour policy) (`kl_to_behaviour_loss`)")
     magnet_weight: float = setting(
