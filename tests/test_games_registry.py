@@ -139,13 +139,15 @@ def test_an_openspiel_game_is_refused_in_the_base_environment_with_the_install_l
 def test_a_users_game_outside_the_repository_runs_a_league_on_the_default_runner(user_dir, tmp_path):
     """The example game, copied out of the repository, by its module path on Ray (the default
     runner): Ray's workers import it (no 'Unknown game'), its games are recorded, and the
-    terminal sums snapshots on the progress line instead of a line each. One minute: at 0.6 the
-    learners of a CI run under load (4-5 on 2 cores) were still compiling when it ended, with no
-    snapshot to sum."""
+    terminal sums snapshots on the progress line instead of a line each. It runs until every
+    learner has made 320 updates (the untuned game's main-exploiter timeout; a snapshot every 160),
+    not for a fixed time: CI's learners, compiling under load on a cold cache, were still
+    compiling at 0.6 minutes and then at 1 minute (session 47), with no snapshot to sum."""
     from coordinator.history import LeagueHistory
 
     run_dir = tmp_path / "run"
-    result = league_cli("--game=mynim:make", "--minutes=1", f"--run_dir={run_dir}", "--dashboard_port=-1",
+    steps = 320 * 16 * 32   # updates x the CPU batch x the unroll
+    result = league_cli("--game=mynim:make", f"--learner_steps={steps}", f"--run_dir={run_dir}", "--dashboard_port=-1",
                         "--progress_every_seconds=5", cwd=str(user_dir), timeout=400)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "runner=ray" in result.stdout
