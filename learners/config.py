@@ -188,6 +188,10 @@ class LearnerConfig:
     adam_b2: float = setting(0.999, "Adam's beta 2")
     adam_eps: float = setting(1e-8, "Adam's epsilon")
     max_grad_norm: float | None = setting(40.0, "clip the gradient's global norm to this (None: no clip)")
+    learning_rate_scales: str = setting(
+        "", "parameters that learn at a multiple of the learning rate: NAME=K pairs separated by "
+        "commas, NAME a part of the parameters' path (e.g. policy_composition=10: SMAX's army pick, "
+        "one decision a game); empty: every parameter at the learning rate")
     loss: LossConfig = dataclasses.field(default_factory=LossConfig)
     replay: ReplayConfig = dataclasses.field(default_factory=ReplayConfig)
     sampler: str = setting(
@@ -213,6 +217,23 @@ class LearnerConfig:
             value = getattr(self, name)
             if value is not None and not 0 <= value < 1:
                 raise ValueError(f"{name} must be in [0, 1); got {value}")
+        _ = self.rate_scales  # a malformed learning_rate_scales fails here, not in the learner
+
+    @property
+    def rate_scales(self) -> tuple[tuple[str, float], ...]:
+        """`learning_rate_scales` as (name, K) pairs; (): none."""
+        pairs = []
+        for item in filter(None, (i.strip() for i in self.learning_rate_scales.split(","))):
+            name, _, k = item.partition("=")
+            try:
+                scale = float(k)
+            except ValueError:
+                scale = float("nan")
+            if not name.strip() or not scale > 0:
+                raise ValueError(f"learning_rate_scales must be NAME=K pairs separated by commas, K > 0 "
+                                 f"(e.g. \"policy_composition=10\"); got {self.learning_rate_scales!r}")
+            pairs.append((name.strip(), scale))
+        return tuple(pairs)
 
     def for_role(self, main_agent: bool) -> LearnerConfig:
         """The learner of one learning agent: main agents take this one; exploiters take

@@ -59,6 +59,27 @@ def make_optimizer(config: LearnerConfig, flat: bool = True) -> optax.GradientTr
     return optax.flatten(adam) if flat else adam
 
 
+def scale_learning_rates(updates: PyTree, scales: tuple[tuple[str, float], ...]) -> PyTree:
+    """The optimiser's step of each parameter times K, for the first NAME=K of `scales` whose
+    NAME is part of the parameter's path (`LearnerConfig.learning_rate_scales`). Adam's step,
+    -alpha m_hat / (sqrt(v_hat) + eps) (Kingma & Ba 2015, Algorithm 1), is linear in alpha, so
+    that parameter learns at K alpha with the moments of the plain update. Other parameters keep
+    their step. A NAME that is part of no parameter's path is a ValueError naming the paths."""
+    if not scales:
+        return updates
+    leaves, _ = jax.tree_util.tree_flatten_with_path(updates)
+    paths = [jax.tree_util.keystr(path) for path, _ in leaves]
+    unknown = [name for name, _ in scales if not any(name in p for p in paths)]
+    if unknown:
+        raise ValueError(f"--learner.learning_rate_scales names {', '.join(unknown)}, part of no parameter's "
+                         f"path; the parameters: {', '.join(paths)}")
+
+    def one(path, u):
+        key = jax.tree_util.keystr(path)
+        return next((u * k for name, k in scales if name in key), u)
+    return jax.tree_util.tree_map_with_path(one, updates)
+
+
 def _all_finite(tree: PyTree) -> jax.Array:
     """Every float in the tree is finite: one check over the leaves concatenated."""
     leaves = [jnp.ravel(x) for x in jax.tree_util.tree_leaves(tree)
@@ -178,6 +199,7 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         if settings is not None:  # the optimiser's step at learning rate 1, times the agent's
             updates = jax.tree_util.tree_map(lambda u: u * settings["learning_rate"], updates)
+        updates = scale_learning_rates(updates, config.rate_scales)
         params = optax.apply_updates(state.params, updates)
         finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(params)
 

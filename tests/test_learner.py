@@ -462,6 +462,49 @@ def test_kl_teacher_is_unrolled_from_the_teachers_own_state():
     assert float(metrics["loss/kl_teacher"]) == pytest.approx(expected, rel=1e-4)
 
 
+def test_a_learning_rate_scale_multiplies_the_named_parameters_step_and_no_other():
+    """--learner.learning_rate_scales=policy_action=10: on Adam's first step (m_hat = g,
+    v_hat = g^2, so the step is -alpha g / (|g| + eps): -alpha sign(g), Kingma & Ba 2015, Alg. 1,
+    worked by hand) the policy head's parameters move 10 alpha, every other parameter alpha; a
+    NAME in no parameter's path, or a malformed pair, is an error."""
+    from learners.update import TrainingState, make_optimizer, make_update_fn
+
+    T, B, lr = 6, 4, 1e-3
+    net = small_net(4, num_actions=3, size=8)
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(B, T, 4)).astype(np.float32)
+    params = net.init(jax.random.PRNGKey(1), obs[0, 0])
+    steps = Step(observation=obs, opponent_observation=obs,
+                 action={"action": rng.integers(0, 3, (B, T)).astype(np.int32)},
+                 behaviour_log_prob={"action": np.full((B, T), np.log(1 / 3), np.float32)},
+                 reward=rng.normal(size=(B, T)).astype(np.float32), discount=np.ones((B, T), np.float32),
+                 first=np.zeros((B, T), bool), policy_version=np.zeros((B, T), np.int32))
+    batch = time_major(Unroll(steps=steps, core_state=net.initial_state(B)))
+
+    def moved(scales):
+        config = LearnerConfig(batch_size=B, unroll_length=T, learning_rate=lr, max_grad_norm=None,
+                               adam_eps=1e-20, learning_rate_scales=scales)   # g / (|g| + eps) = sign(g)
+        optimizer = make_optimizer(config)
+        update = jax.jit(make_update_fn(net, config, optimizer))
+        state, _ = update(TrainingState(params, optimizer.init(params), np.int32(0), np.int32(0)),
+                          batch, None)
+        return {k: {n: np.abs(np.asarray(state.params[k][n]) - np.asarray(params[k][n])) for n in params[k]}
+                for k in params}
+
+    scaled = moved("policy_action=10")
+    for module, leaves in scaled.items():
+        for name, step in leaves.items():
+            learnt = step[step > 0]   # parameters whose gradient is 0 do not move
+            assert learnt.size > step.size // 2, (module, name)
+            expected = 10 * lr if module.endswith("policy_action") else lr
+            np.testing.assert_allclose(learnt, expected, rtol=1e-3, err_msg=f"{module}/{name}")
+    with pytest.raises(ValueError, match="policy_composition, part of no parameter's path.*policy_action"):
+        moved("policy_composition=10")
+    for bad in ("policy_action", "policy_action=0", "=3", "policy_action=x"):
+        with pytest.raises(ValueError, match="NAME=K pairs"):
+            LearnerConfig(learning_rate_scales=bad)
+
+
 def test_a_ppo_run_optimises_the_clipped_objective():
     """--policy_loss=ppo reaches the learner: the loss it minimises is PPO's clipped surrogate
     on GAE(0.95) advantages with discount 0.9993 (OpenAI Five, Table 2), checked against a
