@@ -37,7 +37,7 @@ import shutil
 import tempfile
 import time
 
-from experiments.config import ConfigError, RunConfig
+from experiments.config import ConfigError, RunConfig, SupervisedStartSettings
 
 
 def cache_root(config: RunConfig) -> str:
@@ -135,7 +135,13 @@ def build_start(config: RunConfig, log=print) -> tuple[str, bool]:
     try:
         out = os.path.join(tmp, "start", "supervised.npz")
         os.makedirs(os.path.dirname(out))
-        _in_child("train", config, log, replay_dir, out)
+        try:
+            _in_child("train", config, log, replay_dir, out)
+        except ValueError as e:   # the recorded games cannot train this start (too few of a race)
+            raise ConfigError(
+                f"the supervised start cannot be trained from {s.games} recorded games: {e}. Pass a larger "
+                f"--supervised.games (default {SupervisedStartSettings().games}), or --init=none to start from "
+                "random parameters") from None
         _write_json(os.path.join(tmp, "start", "key.json"), start)
         _move_into_place(os.path.join(tmp, "start"), os.path.dirname(path))
     finally:

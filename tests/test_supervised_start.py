@@ -106,6 +106,21 @@ def test_a_smax_league_without_init_builds_the_supervised_start_and_the_next_run
         f"start: supervised agents from {own}, the --init file this run began with ("), own_run
 
 
+def test_too_few_recorded_games_for_a_race_is_a_flag_error_not_a_traceback(tmp_path):
+    """One recorded game holds at most two of three races: the cloning cannot train the third.
+    The league says so and how to fix it (exit 2, no traceback) and leaves no half-built start."""
+    cache = tmp_path / "cache"
+    result = league_cli("--races=3", "--supervised.games=1", "--supervised.steps=2", "--supervised.batch_size=2",
+                        "--hidden_size=16", "--core_size=16", "--minutes=0.01", "--runner=inprocess",
+                        "--dashboard_port=-1", f"--supervised.cache_dir={cache}", f"--run_dir={tmp_path / 'run'}")
+    assert result.returncode == 2, (result.returncode, result.stderr[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert "cannot be trained from 1 recorded games" in result.stderr, result.stderr[-3000:]
+    assert "no recorded games of" in result.stderr and "--supervised.games" in result.stderr, result.stderr
+    starts = [e for e in os.listdir(cache) if e.startswith("start-") or e.startswith(".")]
+    assert not starts, os.listdir(cache)
+
+
 def test_init_none_and_other_games_skip_the_supervised_start(tmp_path):
     from experiments import supervised_start
 
