@@ -33,12 +33,21 @@ def catch_ctrl_c_while_building() -> None:
     """Until `supervise` installs the league's own handler: Ctrl-C raises KeyboardInterrupt and
     is remembered. Python drops an exception raised inside a garbage collector's callback (JAX's
     `_xla_gc_callback`: "Exception ignored in ..."), and a league whose Ctrl-C was dropped so
-    would build and run on; `stop_if_interrupted` raises it again at the next node."""
+    would build and run on; `stop_if_interrupted` raises it again at the next node. A Ctrl-C so
+    dropped prints no "Exception ignored" traceback (`sys.unraisablehook`): it is not lost. Every
+    other dropped exception prints as before."""
     _build_interrupt.clear()
 
     def handler(signum, frame):
         _build_interrupt.set()
         raise KeyboardInterrupt
+
+    default_hook = sys.unraisablehook
+
+    def unraisable(info):
+        if not (issubclass(info.exc_type, KeyboardInterrupt) and _build_interrupt.is_set()):
+            default_hook(info)
+    sys.unraisablehook = unraisable
 
     try:
         signal.signal(signal.SIGINT, handler)

@@ -39,10 +39,16 @@ def test_a_ctrl_c_that_python_drops_in_a_garbage_collector_callback_still_stops_
     # Seen in CI: the Ctrl-C of the test above landed in JAX's `_xla_gc_callback`, Python printed
     # "Exception ignored in ..." and dropped the KeyboardInterrupt, and the league went on
     # building and running until killed. The build's handler remembers it; the next node raises it.
+    # Later in CI (session 48) the same drop printed its traceback into the test above: the
+    # remembered Ctrl-C prints none; another dropped exception still prints.
     script = """
 import gc, os, signal, sys
 from experiments.supervisor import catch_ctrl_c_while_building, stop_if_interrupted
 catch_ctrl_c_while_building()
+class Broken:
+    def __del__(self):
+        raise ValueError("an error of its own")
+Broken()
 def callback(phase, info):
     if phase == "start":
         os.kill(os.getpid(), signal.SIGINT)
@@ -59,6 +65,7 @@ except KeyboardInterrupt:
     sys.exit(130)
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert "Exception ignored" in result.stderr and "KeyboardInterrupt" in result.stderr, result.stderr
+    assert "KeyboardInterrupt" not in result.stderr, result.stderr
+    assert "Exception ignored" in result.stderr and "ValueError: an error of its own" in result.stderr, result.stderr
     assert "the collection returned" in result.stdout, result.stdout + result.stderr
     assert result.returncode == 130 and "raised again" in result.stdout, result.stdout + result.stderr
