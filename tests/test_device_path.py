@@ -512,11 +512,14 @@ def population_chunks(run_dir) -> dict[str, int]:
 def test_the_population_program_runs_a_league_on_ray(tmp_path):
     """Issue 55 item 6: `--device.population=true` on Ray (the default runner): Kuhn's 4 learning
     agents play and learn as one population program inside the learner group's Ray actor; every
-    agent reports the program's host share, learns, and their games reach league.db."""
+    agent reports the program's host share, learns, and their games reach league.db. It runs
+    until every agent has learnt 3 chunks, not for a fixed time: in CI under load (session 48)
+    its learners were still compiling at 0.5 minutes, with no chunk to report."""
     from learners import checkpoint
 
     run_dir = str(tmp_path / "run")
-    result = league_cli("--game=kuhn_poker", "--runner=ray", "--device.population=true", "--minutes=0.5",
+    steps = 3 * 32 * 16 * 32   # chunks x Kuhn's updates per chunk x the CPU batch x the unroll
+    result = league_cli("--game=kuhn_poker", "--runner=ray", "--device.population=true", f"--learner_steps={steps}",
                         f"--run_dir={run_dir}", "--dashboard_port=-1", "--progress_every_seconds=5")
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-4000:]
