@@ -42,17 +42,23 @@ def catch_ctrl_c_while_building() -> None:
         _build_interrupt.set()
         raise KeyboardInterrupt
 
-    default_hook = sys.unraisablehook
-
-    def unraisable(info):
-        if not (issubclass(info.exc_type, KeyboardInterrupt) and _build_interrupt.is_set()):
-            default_hook(info)
-    sys.unraisablehook = unraisable
+    global _hook_before
+    if sys.unraisablehook is not _unraisable:   # once: a second league in this process keeps it
+        _hook_before, sys.unraisablehook = sys.unraisablehook, _unraisable
 
     try:
         signal.signal(signal.SIGINT, handler)
     except ValueError:  # not the main thread (tests)
         pass
+
+
+_hook_before = sys.unraisablehook
+
+
+def _unraisable(info) -> None:
+    """`sys.unraisablehook` while building: silent for the Ctrl-C that the build remembers."""
+    if not (issubclass(info.exc_type, KeyboardInterrupt) and _build_interrupt.is_set()):
+        _hook_before(info)
 
 
 def stop_if_interrupted() -> None:
