@@ -27,10 +27,19 @@ def per_learner_summary(metrics: Mapping) -> dict:
     return summary
 
 
+MAX_READINGS = 1_000
+"""Readings kept per learner at most (a learner that stops keeps its readings since its last
+chunk, one a progress line: ~3 hours at the default 10 s)."""
+
+
 class UpdateRates:
     """Each learner's updates per second from successive readings of its `updates_dispatched`,
     over the readings of the last `window` seconds at least: a device learner's updates come a
-    chunk at a time, so one 10 s window often holds none of them."""
+    chunk at a time, so one 10 s window often holds none of them. A learner whose chunks come
+    further apart than the window (an exploiter's one chunk a round beside main agents' nine,
+    `--device.main_agent_chunks`) is read from the reading before its latest chunk: its rate
+    over its latest chunk, not 0 between chunks; one that stops learning reads a rate that falls
+    as the time since its last chunk grows (the stall itself is `StallWatch`'s to name)."""
 
     def __init__(self, window: float = RATE_WINDOW_SECONDS):
         self.window = window
@@ -38,11 +47,12 @@ class UpdateRates:
 
     def add(self, agent: str, updates: float, now: float) -> float | None:
         """Takes a reading; the rate, or None before a second reading."""
-        seen = self._seen.setdefault(agent, collections.deque())
+        seen = self._seen.setdefault(agent, collections.deque(maxlen=MAX_READINGS))
         if seen and updates < seen[-1][1]:   # a restarted learner counts from its checkpoint
             seen.clear()
         seen.append((now, updates))
-        while len(seen) > 2 and now - seen[1][0] >= self.window:
+        # the oldest reading kept: the newest one `window` old, but never one after the latest change
+        while len(seen) > 2 and now - seen[1][0] >= self.window and seen[1][1] < updates:
             seen.popleft()
         if len(seen) < 2:
             return None

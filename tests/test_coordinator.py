@@ -890,3 +890,23 @@ def test_checkpoint_arrays_that_do_not_compress_are_stored_as_they_are_and_still
     blob = zlib.compress(dense.tobytes())
     before = STATE_MAGIC + struct.pack("<I", len(head)) + head + struct.pack("<Q", len(blob)) + blob
     np.testing.assert_array_equal(unpack_state(before)["dense"], dense)
+
+
+def test_a_learner_whose_chunks_come_further_apart_than_the_window_reads_its_chunk_rate():
+    """An exploiter's one chunk a round beside main agents' nine (`--device.main_agent_chunks`)
+    can come further apart than the rate's two-minute window: over the window alone it read 0
+    between chunks ("slowest ... 0.0/s"). Here 32 updates every 200 s, read every 10 s: from the
+    second chunk on, every reading lies between 32/200 (over the whole of its latest chunk) and
+    32/120 (one chunk in the window), never 0; once it stops, its rate falls with the time since
+    the reading before its last chunk."""
+    from coordinator.learner_watch import UpdateRates
+
+    rates = UpdateRates(window=120.0)
+    read = [rates.add("x", 32.0 * (t // 200), float(t)) for t in range(0, 1210, 10)]
+    assert all(32 / 200 - 1e-9 <= r <= 32 / 120 + 1e-9 for r in read[40:]), read[40:]
+    later = [rates.add("x", 32.0 * 6, float(t)) for t in range(1210, 3000, 10)]
+    assert later[-1] == pytest.approx(32 / (2990 - 1190))
+    assert all(a >= b for a, b in zip(later[12:], later[13:]))
+    # a steady learner reads as before: over the last two minutes
+    steady = [rates.add("y", 5.0 * t, float(t)) for t in range(0, 600, 10)]
+    assert steady[-1] == pytest.approx(5.0)
