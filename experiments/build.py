@@ -106,7 +106,7 @@ def z_summary(config: RunConfig, bank) -> str:
     if not config.z_network:
         return "z: the network takes no z"
     if bank is None:
-        why = ("--z_replays=none" if config.z_replays == "none"
+        why = ("--z_replays=none; --z_replays=start or =DIR conditions main agents on z" if config.z_replays == "none"
                else "no replays: pass --z_replays=DIR or an --init whose report names its replays")
         return f"z: off, every agent plays with z = 0 and no pseudo-rewards ({why})"
     return (f"z: main agents sample z from {int(bank.counts.sum())} recorded sides of "

@@ -376,10 +376,11 @@ class RunConfig:
         "(AlphaStar); \"auto\" (experiments.league's default on SMAX) builds or reuses the cached "
         "supervised start (experiments/supervised_start.py); \"none\" or \"\": random parameters")
     z_replays: str = setting(
-        "", "where SMAX main agents sample z from at each game's start (network.z): a replay "
-        "directory of experiments.record; \"\": the replays the --init start was trained on (named "
-        "in its .json report); \"none\": no z bank (z = 0, no pseudo-rewards). Exploiters always "
-        "play with z = 0")
+        "", "where main agents sample z from at each game's start (network.z): a replay directory "
+        "of experiments.record; \"start\" (or \"\"): the replays the --init start was trained on "
+        "(named in its .json report); \"none\" (SMAX's measured default): no z bank (z = 0, no "
+        "pseudo-rewards: the unconditioned policy, the one the evaluator and the benchmarks play). "
+        "Exploiters always play with z = 0")
     learner_groups: str = setting(
         "all", "co-location of the learners (experiments/program.py): all in one node (one process: "
         "a laptop), one node per race, or one per agent (a cluster)")
@@ -459,6 +460,9 @@ class RunConfig:
             if not self.network.z:
                 raise ConfigError(f"--z_replays={self.z_replays} needs a network that takes z: "
                                   "drop --network.z=false (or --z_replays)")
+            if self.z_replays == "start" and self.init in ("", "none"):
+                raise ConfigError("--z_replays=start takes z from the supervised start's replays, and "
+                                  "--init=none has none: drop --init=none, or pass --z_replays=DIR")
         kl = self.learner.loss.kl_teacher_weight
         if self.teacher and not kl:
             raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
@@ -513,6 +517,9 @@ class RunConfig:
                 settings.pop(kl, None)  # no start to pull to: the game's KL default does not apply
             else:
                 settings.setdefault(kl, SUPERVISED_KL_WEIGHT)  # AlphaStar's recipe, or the game's own
+        heads = "learner.loss.kl_teacher_heads"
+        if heads not in given and not settings.get(kl):
+            settings.pop(heads, None)  # the game's heads of a KL that is off: nothing to choose
         return cls.from_paths(settings)
 
     @classmethod
@@ -583,7 +590,7 @@ class RunConfig:
         by experiments.supervised), if it names one that exists."""
         if not self.z_network or self.z_replays == "none":
             return None
-        if self.z_replays:
+        if self.z_replays not in ("", "start"):
             return self.z_replays
         init = self.init if self.init not in ("", "none", "auto") else None
         if init is None:

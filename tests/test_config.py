@@ -85,6 +85,13 @@ def test_the_heads_of_the_kl_to_the_teacher_need_its_weight():
     with pytest.raises(ConfigError, match="kl_teacher_heads must be head names"):
         RunConfig.make(game="kuhn_poker", **{"learner.loss.kl_teacher_heads": "a,,b",
                                              "learner.loss.kl_teacher_weight": 0.1, "teacher": "r:p"})
+    # SMAX's default heads (the micro) apply where its KL does: with a start, not without one
+    # or with the weight set to 0; heads a user gives are still checked
+    assert RunConfig.make(init="auto").learner.loss.kl_teacher_heads == "action_type,target"
+    assert RunConfig.make(init="none").learner.loss.kl_teacher_heads == ""
+    assert RunConfig.make(init="auto", kl_teacher_cost=0.0).learner.loss.kl_teacher_heads == ""
+    with pytest.raises(ConfigError, match="which is off"):
+        RunConfig.make(init="none", **{"learner.loss.kl_teacher_heads": "target"})
 
 
 def test_a_config_json_from_before_the_actor_configurations_were_one_resumes():

@@ -411,8 +411,16 @@ def test_z_source_flags_and_bad_replays_are_refused(tmp_path):
     init = tmp_path / "supervised.npz"
     init.write_bytes(b"")
     (tmp_path / "supervised.npz.json").write_text(json.dumps({"replays": str(replay_dir)}))
-    assert RunConfig.make(init=str(init)).z_replay_dir == str(replay_dir)
+    # SMAX's default is no z (the unconditioned policy: the one evaluated); "start" asks for it.
+    assert RunConfig.make(init=str(init)).z_replay_dir is None
+    assert "z: off" in check_z(RunConfig.make(init=str(init)))
+    assert RunConfig.make(init=str(init), z_replays="start").z_replay_dir == str(replay_dir)
+    assert RunConfig.make(init=str(init), z_replays="").z_replay_dir == str(replay_dir)
     assert RunConfig.make(init=str(init), z_replays="none").z_replay_dir is None
+    with pytest.raises(ConfigError, match="--z_replays=start .*--init=none"):
+        RunConfig.make(init="none", z_replays="start")
+    with pytest.raises(ConfigError, match="has no statistic z"):
+        RunConfig.make(game="kuhn_poker", z_replays="start")
     # Replays of another spec (another menu: other unit slots): refused, naming the directory.
     other = make_batch_game("smax_races", 1, config=SmaxRacesConfig(menu=fixed_size_menu(2))).spec
     replays.ReplayWriter(str(replay_dir), other)
