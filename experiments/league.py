@@ -58,7 +58,8 @@ def choose_start(config: RunConfig, init_given: bool, kl_given: bool = False) ->
     """The run's start (experiments.supervised_start.resolve_start: the automatic supervised
     start is built here if not cached) and the line saying which; a resumed run without
     --init keeps the start it was started with, and without a KL weight the one it was
-    started with (runs begun before `SUPERVISED_KL_WEIGHT` became the default resume)."""
+    started with, and its heads with it (runs begun before `SUPERVISED_KL_WEIGHT` became the
+    default resume; so do runs begun with the KL on every head, or with none)."""
     from experiments.supervised_start import resolve_start, saved_config
 
     saved = saved_config(config.run_dir)
@@ -67,7 +68,8 @@ def choose_start(config: RunConfig, init_given: bool, kl_given: bool = False) ->
         config = dataclasses.replace(config, init=saved.init)
     if not kl_given and saved is not None and saved.teacher == config.teacher:
         loss = dataclasses.replace(config.learner.loss,
-                                   kl_teacher_weight=saved.learner.loss.kl_teacher_weight)
+                                   kl_teacher_weight=saved.learner.loss.kl_teacher_weight,
+                                   kl_teacher_heads=saved.learner.loss.kl_teacher_heads)
         config = dataclasses.replace(config, learner=dataclasses.replace(config.learner, loss=loss))
     return resolve_start(config)
 
@@ -210,7 +212,8 @@ def main(argv) -> int:
             from experiments.launchers import init_ray
 
             init_ray(config)
-        kl_given = FLAGS["kl_teacher_cost"].present or FLAGS["learner.loss.kl_teacher_weight"].present
+        kl_given = (FLAGS["kl_teacher_cost"].present or FLAGS["learner.loss.kl_teacher_weight"].present
+                    or FLAGS["learner.loss.kl_teacher_heads"].present)
         config, start = choose_start(config, FLAGS["init"].present, kl_given)
         config, device_line = choose_device_defaults(config, given_paths())
         check_teacher(config)

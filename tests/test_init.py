@@ -183,3 +183,9 @@ def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_pat
     assert resumed.learner.loss.kl_teacher_weight == 0.0
     given, _ = league.choose_start(RunConfig.make(**sizes, kl_teacher_cost=0.3), init_given=True, kl_given=True)
     assert given.learner.loss.kl_teacher_weight == 0.3
+    # A run begun with the KL on every head (before the micro heads were SMAX's default) keeps them.
+    with open(run_dir / "config.json", "w") as f:
+        json.dump(RunConfig.make(**sizes, **{"learner.loss.kl_teacher_heads": ""}).to_dict(), f)
+    resumed, _ = league.choose_start(RunConfig.make(**sizes), init_given=True, kl_given=False)
+    assert (resumed.learner.loss.kl_teacher_weight, resumed.learner.loss.kl_teacher_heads) == (0.1, "")
+    assert RunConfig.make(**sizes).learner.loss.kl_teacher_heads == "action_type,target"
