@@ -29,7 +29,8 @@ def per_learner_summary(metrics: Mapping) -> dict:
 
 MAX_READINGS = 1_000
 """Readings kept per learner at most (a learner that stops keeps its readings since its last
-chunk, one a progress line: ~3 hours at the default 10 s)."""
+chunk, one each `CoordinatorConfig.metrics_every_seconds` and each fresh progress line: over
+an hour at the default 10 s; a learner stopped longer reads 0)."""
 
 
 class UpdateRates:
