@@ -51,8 +51,12 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
     row = result["table"][("terran", "terran")]
     for name in ("trained", "initial"):
         assert sum(row[f"{name}_outcomes"]) == GAMES
-        losses, draws, wins = row[f"{name}_outcomes"]
-        assert row[name] == (wins + 0.5 * draws) / GAMES
+        # the heuristic's armies as its games spawned them: its menu in turn, 11 / 11 / 10
+        by_army = np.array(row[f"{name}_by_army"])
+        assert by_army.sum(1).tolist() == [11, 11, 10]
+        assert by_army.sum(0).tolist() == row[f"{name}_outcomes"]
+        per_army = [(w + 0.5 * d) / (l + d + w) for l, d, w in by_army]
+        assert row[name] == pytest.approx(sum(per_army) / 3)
     assert result["games"] > 0 and result["players"] >= 1
 
     # --pick_history: the main agent's pick from its first snapshot (its start) to its final
@@ -66,6 +70,17 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
         np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
     assert np.abs(rows[0][2] - rows[-1][2]).max() > 1e-4
     assert "terran main agent's pick over the run" in builtin_opponent.format_pick_history(history, ["terran"])
+
+
+def test_the_win_rate_weighs_each_heuristic_army_equally():
+    """Worked by hand: army 0 won 3 of 3 (1.0), army 1 lost its 1 (0.0), army 2 drew 2 (0.5):
+    against a uniform pick (1.0 + 0.0 + 0.5) / 3 = 0.5, where pooling the 6 games reads 4/6."""
+    outcomes = np.array([1, 1, 1, -1, 0, 0])
+    armies = np.array([0, 0, 0, 1, 2, 2])
+    assert builtin_opponent.stratified_win_rate(outcomes, armies) == pytest.approx(0.5)
+    assert builtin_opponent.balanced_armies(7).tolist() == [0, 1, 2, 0, 1, 2, 0]
+    with pytest.raises(SystemExit, match="--games=2"):
+        builtin_opponent.balanced_armies(2)
 
 
 def test_a_run_of_another_game_is_refused(tmp_path):
