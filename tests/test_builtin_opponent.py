@@ -55,7 +55,7 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
         by_army = np.array(row[f"{name}_by_army"])
         assert by_army.sum(1).tolist() == [11, 11, 10]
         assert by_army.sum(0).tolist() == row[f"{name}_outcomes"]
-        per_army = [(w + 0.5 * d) / (l + d + w) for l, d, w in by_army]
+        per_army = [(w + 0.5 * d) / (losses + d + w) for losses, d, w in by_army]
         assert row[name] == pytest.approx(sum(per_army) / 3)
     assert result["games"] > 0 and result["players"] >= 1
 
