@@ -56,6 +56,7 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
     """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
     `by_composition` ("trained" or "initial") each row also holds the `composition_breakdown`
     of those parameters."""
+    from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
     from actors.games.smax_races import scripted
     from coordinator.param_store import player_params
     from experiments.build import initial_params, make_game, make_network
@@ -91,9 +92,9 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
                 row[name] = stratified_win_rate(outcomes, heuristic_armies)
                 row[f"{name}_outcomes"] = np.bincount(outcomes + 1, minlength=3).tolist()
                 # [army][loss, draw, win] by the heuristic's army its games spawned
-                row[f"{name}_by_army"] = [np.bincount(outcomes[played[name].compositions[:, 1] == h] + 1,
-                                                      minlength=3).tolist()
-                                          for h in range(len(set(heuristic_armies.tolist())))]
+                spawned = played[name].compositions[:, 1]
+                row[f"{name}_by_army"] = [np.bincount(outcomes[spawned == h] + 1, minlength=3).tolist()
+                                          for h in range(K)]
             if by_composition:  # its own picks: the games just played
                 row["by_composition"] = composition_breakdown(
                     network, versions[by_composition], races, games, seed, played[by_composition])
