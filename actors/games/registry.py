@@ -94,7 +94,8 @@ LAPTOP_SNAPSHOTS = {"league.snapshots.main_agent_snapshot_steps": 4_000,
 # with z from the start's replays in every game the pick measured at z = 0 learnt only through
 # shared weights and never settled in an hour; without, it settles within 12 minutes. Seed 0, 60
 # minutes: 0.787, 5 of 9 at 0.80, lowest 0.56, against 0.729 and 3 of 9 before (BENCHMARKS.md,
-# the default league's row, "since session 49").
+# the default league's row, "since session 49"); with the benchmark's heuristic army stratified
+# (session 53), 0.804 and 0.833 on seeds 0 and 1, 5 and 6 of 9, lowest 0.67.
 SMAX_DEFAULTS = {"device.updates_per_chunk": 32, "device.main_agent_chunks": 9,
                  "device.heuristic_slots": 3, "learner.loss.kl_teacher_weight": 0.1,
                  "learner.loss.kl_teacher_heads": "action_type,target", "z_replays": "none",
