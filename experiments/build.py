@@ -6,6 +6,7 @@ these; none of them is a node.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Mapping
@@ -203,9 +204,16 @@ def load_teachers(config: RunConfig, like, init: dict | None = None) -> dict | N
 
 def agent_learner_configs(config: RunConfig, agent_ids) -> dict:
     """{learning agent: its LearnerConfig}: the run's, with the learning rate and loss of its
-    role (`LearnerConfig.for_role`: exploiters learn best responses)."""
-    main = {p.player_id: p.role == "main_agent" for p in learning_agents(config.league)}
-    return {a: config.learner.for_role(main[a]) for a in agent_ids}
+    role (`LearnerConfig.for_role`: exploiters learn best responses) and its race's KL-to-teacher
+    weight (`RunConfig.kl_teacher_weights`)."""
+    agents = {p.player_id: p for p in learning_agents(config.league)}
+    weights = config.kl_teacher_weights
+
+    def one(agent):
+        learner = config.learner.for_role(agents[agent].role == "main_agent")
+        loss = dataclasses.replace(learner.loss, kl_teacher_weight=weights[agents[agent].race])
+        return dataclasses.replace(learner, loss=loss)
+    return {a: one(a) for a in agent_ids}
 
 
 def agent_races(config: RunConfig) -> dict[str, str]:

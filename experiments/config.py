@@ -381,6 +381,10 @@ class RunConfig:
         "(named in its .json report); \"none\" (SMAX's measured default): no z bank (z = 0, no "
         "pseudo-rewards: the unconditioned policy, the one the evaluator and the benchmarks play). "
         "Exploiters always play with z = 0")
+    kl_teacher_by_race: str = setting(
+        "", "the KL-to-teacher weight of some races' agents in place of learner.loss.kl_teacher_weight: "
+        "\"RACE=WEIGHT\", comma-separated (e.g. \"zerg=0.1\"); the races left out take "
+        "learner.loss.kl_teacher_weight")
     learner_groups: str = setting(
         "all", "co-location of the learners (experiments/program.py): all in one node (one process: "
         "a laptop), one node per race, or one per agent (a cluster)")
@@ -463,7 +467,7 @@ class RunConfig:
             if self.z_replays == "start" and self.init in ("", "none"):
                 raise ConfigError("--z_replays=start takes z from the supervised start's replays, and "
                                   "--init=none has none: drop --init=none, or pass --z_replays=DIR")
-        kl = self.learner.loss.kl_teacher_weight
+        kl = max(self.kl_teacher_weights.values(), default=0.0)
         if self.teacher and not kl:
             raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
                               "--teacher is the KL term's teacher; pass its weight too (e.g. --kl_teacher_cost=0.1)")
@@ -572,11 +576,34 @@ class RunConfig:
     def teacher_source(self) -> str | None:
         """Where the KL term's teacher comes from: "teacher" (--teacher, one for every agent),
         "init" (each agent's race's supervised parameters of the start), or None (no KL term)."""
-        if not self.learner.loss.kl_teacher_weight:
+        if not max(self.kl_teacher_weights.values(), default=0.0):
             return None
         if self.teacher:
             return "teacher"
         return "init" if self.init not in ("", "none") else None
+
+    @property
+    def kl_teacher_weights(self) -> dict[str, float]:
+        """{race of this run: its agents' KL-to-teacher weight}: `kl_teacher_by_race` where it
+        names the race, else learner.loss.kl_teacher_weight. ConfigError for a malformed
+        `kl_teacher_by_race` or one naming no race of the game."""
+        weights = dict.fromkeys(self.race_names, self.learner.loss.kl_teacher_weight)
+        if not self.kl_teacher_by_race:
+            return weights
+        known = self.game_info.race_names
+        for item in self.kl_teacher_by_race.split(","):
+            race, sep, value = (part.strip() for part in item.partition("="))
+            try:
+                weight = float(value) if sep else -1.0
+            except ValueError:
+                weight = -1.0
+            if race not in known or not weight >= 0:  # NaN too
+                raise ConfigError(f"--kl_teacher_by_race={self.kl_teacher_by_race}: {item.strip()!r} is not "
+                                  f"RACE=WEIGHT with RACE one of {', '.join(known)} and WEIGHT >= 0 "
+                                  f"(e.g. --kl_teacher_by_race={known[-1]}=0.1)")
+            if race in weights:
+                weights[race] = weight
+        return weights
 
     @property
     def z_network(self) -> bool:

@@ -58,8 +58,9 @@ def choose_start(config: RunConfig, init_given: bool, kl_given: bool = False) ->
     """The run's start (experiments.supervised_start.resolve_start: the automatic supervised
     start is built here if not cached) and the line saying which; a resumed run without
     --init keeps the start it was started with, and without a KL weight the one it was
-    started with, and its heads with it (runs begun before `SUPERVISED_KL_WEIGHT` became the
-    default resume; so do runs begun with the KL on every head, or with none)."""
+    started with, and its heads and races' weights with it (runs begun before
+    `SUPERVISED_KL_WEIGHT` became the default resume; so do runs begun with the KL on every
+    head, or with none)."""
     from experiments.supervised_start import resolve_start, saved_config
 
     saved = saved_config(config.run_dir)
@@ -70,7 +71,8 @@ def choose_start(config: RunConfig, init_given: bool, kl_given: bool = False) ->
         loss = dataclasses.replace(config.learner.loss,
                                    kl_teacher_weight=saved.learner.loss.kl_teacher_weight,
                                    kl_teacher_heads=saved.learner.loss.kl_teacher_heads)
-        config = dataclasses.replace(config, learner=dataclasses.replace(config.learner, loss=loss))
+        config = dataclasses.replace(config, learner=dataclasses.replace(config.learner, loss=loss),
+                                     kl_teacher_by_race=saved.kl_teacher_by_race)
     return resolve_start(config)
 
 
@@ -213,7 +215,7 @@ def main(argv) -> int:
 
             init_ray(config)
         kl_given = (FLAGS["kl_teacher_cost"].present or FLAGS["learner.loss.kl_teacher_weight"].present
-                    or FLAGS["learner.loss.kl_teacher_heads"].present)
+                    or FLAGS["learner.loss.kl_teacher_heads"].present or FLAGS["kl_teacher_by_race"].present)
         config, start = choose_start(config, FLAGS["init"].present, kl_given)
         config, device_line = choose_device_defaults(config, given_paths())
         check_teacher(config)

@@ -94,6 +94,26 @@ def test_the_heads_of_the_kl_to_the_teacher_need_its_weight():
         RunConfig.make(init="none", **{"learner.loss.kl_teacher_heads": "target"})
 
 
+def test_a_race_s_kl_weight_reaches_only_that_race_s_learners():
+    from experiments.build import agent_learner_configs
+    from league.players import learning_agents
+
+    config = RunConfig.make(races=3, init="auto", kl_teacher_cost=0.03, kl_teacher_by_race="zerg=0.1")
+    agents = learning_agents(config.league)
+    learners = agent_learner_configs(config, [p.player_id for p in agents])
+    for p in agents:   # every role of the race: main agents, main and league exploiters
+        assert learners[p.player_id].loss.kl_teacher_weight == (0.1 if p.race == "zerg" else 0.03), p
+    assert {p.role for p in agents if p.race == "zerg"} == {"main_agent", "main_exploiter", "league_exploiter"}
+    # a race's weight alone is a KL term: it needs a teacher, and its heads are kept
+    off = RunConfig.make(races=3, init="auto", kl_teacher_cost=0.0, kl_teacher_by_race="terran=0.2")
+    assert (off.teacher_source, off.kl_teacher_weights) == ("init", {"terran": 0.2, "protoss": 0.0, "zerg": 0.0})
+    with pytest.raises(ConfigError, match="a KL weight needs a teacher"):
+        RunConfig.make(game="kuhn_poker", kl_teacher_by_race="any=0.1")
+    for bad in ("zerg", "orc=0.1", "zerg=-1", "zerg=x", "zerg=nan"):
+        with pytest.raises(ConfigError, match=r"is not RACE=WEIGHT with RACE one of terran, protoss, zerg"):
+            RunConfig.make(races=3, init="auto", kl_teacher_by_race=bad)
+
+
 def test_a_config_json_from_before_the_actor_configurations_were_one_resumes():
     config = RunConfig.make(game="kuhn_poker", **{"actor.episodes_per_match": 8})
     saved = config.to_dict()

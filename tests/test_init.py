@@ -189,3 +189,8 @@ def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_pat
     resumed, _ = league.choose_start(RunConfig.make(**sizes), init_given=True, kl_given=False)
     assert (resumed.learner.loss.kl_teacher_weight, resumed.learner.loss.kl_teacher_heads) == (0.1, "")
     assert RunConfig.make(**sizes).learner.loss.kl_teacher_heads == "action_type,target"
+    # and a run begun with a race's own weight keeps it
+    with open(run_dir / "config.json", "w") as f:
+        json.dump(RunConfig.make(**sizes, kl_teacher_by_race="terran=0.05").to_dict(), f)
+    resumed, _ = league.choose_start(RunConfig.make(**sizes), init_given=True, kl_given=False)
+    assert resumed.kl_teacher_weights == {"terran": 0.05}
