@@ -597,7 +597,8 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
                actions: dict[str, Array], behaviour_log_probs: Logits, rewards: Array,
                discounts: Array, teacher_logits: Logits | None = None,
                entropy_weight: Array | None = None, pseudo: dict | None = None,
-               magnet_logits: Logits | None = None) -> tuple[Array, dict[str, Array]]:
+               magnet_logits: Logits | None = None,
+               kl_teacher_weight: Array | None = None) -> tuple[Array, dict[str, Array]]:
     """The weighted sum of the terms above, every weight from `config`:
 
         L = w_pi L_pi + w_upgo L_upgo + w_V L_TD(lambda) + w_H L_entropy + w_KL L_KL
@@ -613,7 +614,9 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     unit, or [T, B]), `bootstrap_value` [B, *U], `discounts` [T, B] (the data's; multiplied by
     `config.discount`), unit heads' logits [T, B, *U, A] and team heads' [T, B, A] (module
     docstring). Each term is the sum over units of the unit's own term. `entropy_weight`, if
-    given, replaces `config.entropy_weight` (the learner passes `entropy_schedule`'s value).
+    given, replaces `config.entropy_weight` (the learner passes `entropy_schedule`'s value);
+    `kl_teacher_weight`, if given, replaces `config.kl_teacher_weight` where that is > 0 (a
+    population program's agent's own weight; `learners.update.shared_config`).
     `pseudo` (z's pseudo-rewards: {"reward", "active", "value" [T, B, K], "bootstrap" [B, K]})
     adds w_zpi L_pi^z + w_zV L_V^z (`pseudo_reward_losses`) when their weights are > 0.
     Returns (loss, metrics).
@@ -656,7 +659,7 @@ def total_loss(config: LossConfig, logits: Logits, values: Array, bootstrap_valu
     metrics["entropy_weight"] = jnp.asarray(entropy_weight, jnp.float32)
     if config.kl_teacher_weight and teacher_logits is not None:
         kl = kl_to_teacher_loss(logits, teacher_logits, config.teacher_heads)
-        terms["kl_teacher"] = (config.kl_teacher_weight, kl)
+        terms["kl_teacher"] = (config.kl_teacher_weight if kl_teacher_weight is None else kl_teacher_weight, kl)
     if config.kl_behaviour_weight:
         kl_mu, km = kl_to_behaviour_loss(target_log_probs, behaviour_log_probs)
         terms["kl_behaviour"] = (config.kl_behaviour_weight, kl_mu)

@@ -8,8 +8,9 @@ together: each agent's training state, games, opponents, teacher and keys are st
 leading agent axis and `learners.device.make_chunk_fn` is vmapped over it, so the group costs
 one dispatch per chunk instead of one per agent, and the device sees N agents' batches at once.
 
-What differs between the agents -- learning rate, exploration, entropy weight and its schedule
-(`learners.update.AGENT_SETTINGS`: a main agent's and an exploiter's roles) -- is data along
+What differs between the agents -- learning rate, exploration, entropy weight and its schedule,
+KL-to-teacher weight (`learners.update.AGENT_SETTINGS`: a main agent's and an exploiter's roles,
+a race's own KL weight) -- is data along
 the agent axis. The agents stay `DeviceLearner`s: each keeps its own state, versions,
 checkpoints, resets and metrics (`DeviceLearner.chunk_inputs` / `chunk_done`), so a reset
 replaces one agent's slice (the next chunk stacks the new state), a run directory written

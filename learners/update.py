@@ -88,7 +88,7 @@ def _all_finite(tree: PyTree) -> jax.Array:
 
 
 AGENT_SETTINGS = ("learning_rate", "exploration", "entropy_weight", "entropy_weight_end",
-                  "entropy_anneal_updates")
+                  "entropy_anneal_updates", "kl_teacher_weight")
 """What may differ between the agents of one population program (`learners.population`): data
 along its agent axis, not a separate program."""
 
@@ -99,19 +99,22 @@ def agent_settings(config: LearnerConfig) -> dict[str, float]:
     end = loss.entropy_weight if loss.entropy_weight_end is None else loss.entropy_weight_end
     return {"learning_rate": config.learning_rate, "exploration": config.exploration,
             "entropy_weight": loss.entropy_weight, "entropy_weight_end": end,
-            "entropy_anneal_updates": float(max(loss.entropy_anneal_updates, 1))}
+            "entropy_anneal_updates": float(max(loss.entropy_anneal_updates, 1)),
+            "kl_teacher_weight": loss.kl_teacher_weight}
 
 
 def shared_config(config: LearnerConfig) -> LearnerConfig:
     """The part of an agent's learner configuration that the agents of one population program
     share: all but its `AGENT_SETTINGS` (set to neutral values; the learning rate to 1, so the
-    optimiser's step is scaled by each agent's own) and the role settings that made them
-    (`LearnerConfig.for_role`)."""
+    optimiser's step is scaled by each agent's own; the KL-to-teacher weight to 1 where it is on,
+    so the term is in the program and each agent's weight scales it) and the role settings that
+    made them (`LearnerConfig.for_role`)."""
     return dataclasses.replace(
         config, learning_rate=1.0, exploration=0.0, replay=ReplayConfig(),
         exploiter_learning_rate=None, exploiter_exploration=None,   # roles: already applied
         loss=dataclasses.replace(config.loss, entropy_weight=0.0, entropy_weight_end=None,
-                                 entropy_anneal_updates=0, exploiter_entropy_weight=None))
+                                 entropy_anneal_updates=0, exploiter_entropy_weight=None,
+                                 kl_teacher_weight=float(config.loss.kl_teacher_weight > 0)))
 
 
 def agent_entropy_weight(settings, update: jax.Array) -> jax.Array:
@@ -191,7 +194,8 @@ def make_update_fn(network: Any, config: LearnerConfig, optimizer: optax.Gradien
             learn(steps.behaviour_log_prob), steps.reward[:-1], steps.discount[:-1],
             teacher_logits,
             losses.entropy_schedule(config.loss, version) if settings is None
-            else agent_entropy_weight(settings, version), pseudo, magnet_logits)
+            else agent_entropy_weight(settings, version), pseudo, magnet_logits,
+            None if settings is None else settings["kl_teacher_weight"])
 
     def update(state: TrainingState, unroll: Unroll, teacher_params, settings=None):
         (loss, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(

@@ -87,6 +87,28 @@ def test_the_population_update_is_each_agents_own_update(kuhn):
     assert not np.allclose(moved[1], moved[2])
 
 
+def test_agents_with_their_own_kl_weights_share_one_program(kuhn):
+    """Each agent's KL-to-teacher weight (a race's own, `--kl_teacher_by_race`) is data along
+    the agent axis: the population's updates are each agent's own, with its teacher."""
+    base, game, network, rollout, params = kuhn
+    configs = [dataclasses.replace(c, loss=dataclasses.replace(c.loss, kl_teacher_weight=w))
+               for c, w in zip(agent_configs(base), (0.03, 0.1, 2.0))]
+    example = example_unroll(game.spec, network, T, teacher=True)
+
+    def learners():
+        return [DeviceLearner(network, params[i], c, example, rollout, updates_per_chunk=K, seed=11 + i,
+                              teacher_params=params[(i + 2) % 4]) for i, c in enumerate(configs)]
+    alone, together = learners(), learners()
+    assert len({population_key(learner) for learner in together}) == 1
+    expected = [learner.play_and_learn(opponents_of(params, i)) for i, learner in enumerate(alone)]
+    got = Population(together).play_and_learn([opponents_of(params, i) for i in range(3)])
+    for i in range(3):
+        np.testing.assert_array_equal(got[i].wins, expected[i].wins)
+        for x, y in zip(jax.tree_util.tree_leaves(alone[i].params()[1]),
+                        jax.tree_util.tree_leaves(together[i].params()[1])):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-6)
+
+
 def test_resetting_one_agent_changes_only_its_slice(kuhn):
     configs = agent_configs(kuhn[0])
     learners = make_learners(kuhn, configs)
