@@ -105,13 +105,14 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
 
 
 def balanced_armies(games: int) -> np.ndarray:
-    """The heuristic's army in each of `games` games: its menu in turn (game i: army i mod K),
-    so each army plays games // K or one more."""
+    """The heuristic's army in each of `games` games (`scripted.balanced_armies`: its menu in
+    turn); SystemExit below one game an army."""
     from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
+    from actors.games.smax_races import scripted
 
     if games < K:
         raise SystemExit(f"--games={games}: at least {K}, one game against each of the heuristic's armies")
-    return np.arange(games) % K
+    return scripted.balanced_armies(games)
 
 
 def stratified_win_rate(outcomes: np.ndarray, armies: np.ndarray) -> float:

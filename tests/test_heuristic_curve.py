@@ -4,7 +4,8 @@ evaluator measures it off the actors' path, league.db keeps it, the dashboard dr
 As OpenAI Five tracked TrueSkill against fixed reference agents: evaluator_0 plays each main
 agent's current parameters against jaxmarl's heuristic in every race of the run, every
 `--evaluator.heuristic_every_seconds`. Expected values here are recomputed from the outcomes
-of `actors.games.smax_races.scripted.play_against_heuristic` and from SQL, not with the code under test.
+of `actors.games.smax_races.scripted.play_detailed` (the heuristic's armies forced in turn) and
+from SQL, not with the code under test.
 """
 
 import os
@@ -96,9 +97,11 @@ def test_each_main_agent_plays_the_heuristic_in_every_race_and_the_rows_are_its_
     decided = 0
     for r in rows:
         assert r["race"] == mains[r["player_id"]] and r["version"] == VERSION and r["games"] == GAMES
-        # The same games again, counted here: the player on side 0, z = 0, seed = the run's.
-        outcomes = scripted.play_against_heuristic(network, params[r["player_id"]], (r["race"], r["opponent_race"]),
-                                                   GAMES, seed=node.config.seed, config=game_config)
+        # The same games again, counted here: the player on side 0, z = 0, seed = the run's,
+        # the heuristic's armies in turn (0, 1, 2, 0, ...).
+        outcomes = scripted.play_detailed(network, params[r["player_id"]], (r["race"], r["opponent_race"]),
+                                          GAMES, seed=node.config.seed, config=game_config,
+                                          compositions=(None, np.arange(GAMES) % 3)).outcomes
         wins, draws, losses = (int(np.sum(outcomes == v)) for v in (1, 0, -1))
         assert (r["wins"], r["draws"], r["losses"]) == (wins, draws, losses)
         assert r["win_rate"] == pytest.approx((wins + 0.5 * draws) / GAMES)

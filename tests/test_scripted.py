@@ -58,6 +58,21 @@ def test_a_passive_player_never_wins():
     assert np.all(outcomes <= 0)
 
 
+def test_the_evaluators_games_play_each_heuristic_army_in_turn():
+    """The protocol's `play` (evaluator_0's curve) is the player's own pick against the
+    heuristic's armies in turn, not a draw: the same outcomes as those games with the
+    heuristic's armies forced to 0, 1, 2, 0, ..."""
+    games, races = 30, ("terran", "zerg")
+    network = ScriptedNetwork("heuristic")
+    forced = scripted.play_detailed(network, {}, races, games, seed=5,
+                                    compositions=(None, np.arange(games) % sr.COMPOSITIONS_PER_RACE))
+    assert forced.compositions[:, 1].tolist() == [0, 1, 2] * 10
+    drawn = scripted.play_detailed(network, {}, races, games, seed=5)
+    assert np.bincount(drawn.compositions[:, 1], minlength=3).tolist() != [10, 10, 10]  # a draw differs
+    np.testing.assert_array_equal(scripted.play(network, {}, races, games, seed=5), forced.outcomes)
+    assert scripted.balanced_armies(7).tolist() == [0, 1, 2, 0, 1, 2, 0]
+
+
 def test_the_heuristic_as_player_matches_both_sides_scripted():
     games = 240
     races = ("protoss", "zerg")
