@@ -467,7 +467,7 @@ class RunConfig:
             if self.z_replays == "start" and self.init in ("", "none"):
                 raise ConfigError("--z_replays=start takes z from the supervised start's replays, and "
                                   "--init=none has none: drop --init=none, or pass --z_replays=DIR")
-        kl = max(self.kl_teacher_weights.values(), default=0.0)
+        kl = self.kl_teacher_on
         if self.teacher and not kl:
             raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
                               "--teacher is the KL term's teacher; pass its weight too (e.g. --kl_teacher_cost=0.1)")
@@ -576,11 +576,16 @@ class RunConfig:
     def teacher_source(self) -> str | None:
         """Where the KL term's teacher comes from: "teacher" (--teacher, one for every agent),
         "init" (each agent's race's supervised parameters of the start), or None (no KL term)."""
-        if not max(self.kl_teacher_weights.values(), default=0.0):
+        if not self.kl_teacher_on:
             return None
         if self.teacher:
             return "teacher"
         return "init" if self.init not in ("", "none") else None
+
+    @property
+    def kl_teacher_on(self) -> bool:
+        """Some race's agents learn with the KL to a teacher (`kl_teacher_weights`)."""
+        return any(self.kl_teacher_weights.values())
 
     @property
     def kl_teacher_weights(self) -> dict[str, float]:
