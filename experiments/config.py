@@ -497,7 +497,8 @@ class RunConfig:
         ("entropy_cost"), over the game's measured defaults (`Capabilities.defaults`; one race
         for a game without races), OpenAI Five's loss (`LossConfig.ppo`, Table 2) for the loss fields not given when
         the policy loss is "ppo", and on SMAX with a supervised start (`init`) and no `teacher`
-        the KL to it at the game's default weight or `SUPERVISED_KL_WEIGHT` unless one is given."""
+        the KL to it at the game's default weight (and its races' own, `kl_teacher_by_race`) or
+        `SUPERVISED_KL_WEIGHT` unless one is given: a weight given is every race's."""
         given = {}
         for key, value in values.items():
             path = ALIASES.get(key, key)
@@ -521,8 +522,11 @@ class RunConfig:
                 settings.pop(kl, None)  # no start to pull to: the game's KL default does not apply
             else:
                 settings.setdefault(kl, SUPERVISED_KL_WEIGHT)  # AlphaStar's recipe, or the game's own
+        by_race = "kl_teacher_by_race"
+        if by_race not in given and (kl in given or not settings.get(kl)):
+            settings.pop(by_race, None)  # a weight given is every race's; a KL that is off is every race's
         heads = "learner.loss.kl_teacher_heads"
-        if heads not in given and not settings.get(kl):
+        if heads not in given and not settings.get(kl) and not settings.get(by_race):
             settings.pop(heads, None)  # the game's heads of a KL that is off: nothing to choose
         return cls.from_paths(settings)
 

@@ -148,7 +148,7 @@ def test_a_kl_weight_without_a_teacher_source_is_refused_and_nothing_is_written(
 
 def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_path, monkeypatch):
     """AlphaStar's recipe by default: a run with a supervised start and no KL weight gets the KL
-    to the supervised policy at the game's default weight (SMAX: 0.1), or at 0.5 where the game
+    to the supervised policy at the game's default weights (SMAX: 0.05, zerg 0.1), or at 0.5 where the game
     sets none; --init=none, other games, an explicit weight and a resumed run begun with another
     weight keep theirs."""
     import json
@@ -159,16 +159,26 @@ def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_pat
     def kl(**values):
         return RunConfig.make(**values).learner.loss.kl_teacher_weight
 
-    assert kl(game="smax_races", init="x.npz") == 0.1
-    assert kl(game="smax_races", init="auto") == 0.1
+    def weights(**values):
+        return RunConfig.make(**values).kl_teacher_weights
+
+    smax = dict(game="smax_races", races=3)
+    assert weights(**smax, init="x.npz") == {"terran": 0.05, "protoss": 0.05, "zerg": 0.1}
+    assert weights(**smax, init="auto") == {"terran": 0.05, "protoss": 0.05, "zerg": 0.1}
     with monkeypatch.context() as patch:  # a game with a supervised start and no KL of its own
         patch.delitem(registry.SMAX_DEFAULTS, "learner.loss.kl_teacher_weight")
-        assert kl(game="smax_races", init="x.npz") == 0.5
-    assert kl(game="smax_races", init="none") == 0.0
-    assert kl(game="smax_races") == 0.0                      # built in code: no start, no KL
+        patch.delitem(registry.SMAX_DEFAULTS, "kl_teacher_by_race")
+        assert weights(**smax, init="x.npz") == dict.fromkeys(("terran", "protoss", "zerg"), 0.5)
+    assert weights(**smax, init="none") == dict.fromkeys(("terran", "protoss", "zerg"), 0.0)
+    assert weights(**smax) == dict.fromkeys(("terran", "protoss", "zerg"), 0.0)  # built in code: no start
     assert kl(game="kuhn_poker") == 0.0
-    assert kl(game="smax_races", init="x.npz", kl_teacher_cost=0.1) == 0.1
-    assert kl(game="smax_races", init="x.npz", **{"learner.loss.kl_teacher_weight": 0.0}) == 0.0
+    # a weight given is every race's, unless the races' own are given too
+    assert weights(**smax, init="x.npz", kl_teacher_cost=0.1) == dict.fromkeys(("terran", "protoss", "zerg"), 0.1)
+    assert not RunConfig.make(**smax, init="x.npz", **{"learner.loss.kl_teacher_weight": 0.0}).kl_teacher_on
+    assert weights(**smax, init="x.npz", kl_teacher_cost=0.0, kl_teacher_by_race="zerg=0.2") == {
+        "terran": 0.0, "protoss": 0.0, "zerg": 0.2}
+    assert RunConfig.make(**smax, init="x.npz", kl_teacher_cost=0.0,
+                          kl_teacher_by_race="zerg=0.2").learner.loss.kl_teacher_heads == "action_type,target"
     assert RunConfig.make(game="smax_races", init="x.npz").teacher_source == "init"
 
     # A run begun with no KL term resumes with none when no weight is given again.
@@ -187,7 +197,7 @@ def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_pat
     with open(run_dir / "config.json", "w") as f:
         json.dump(RunConfig.make(**sizes, **{"learner.loss.kl_teacher_heads": ""}).to_dict(), f)
     resumed, _ = league.choose_start(RunConfig.make(**sizes), init_given=True, kl_given=False)
-    assert (resumed.learner.loss.kl_teacher_weight, resumed.learner.loss.kl_teacher_heads) == (0.1, "")
+    assert (resumed.learner.loss.kl_teacher_weight, resumed.learner.loss.kl_teacher_heads) == (0.05, "")
     assert RunConfig.make(**sizes).learner.loss.kl_teacher_heads == "action_type,target"
     # and a run begun with a race's own weight keeps it
     with open(run_dir / "config.json", "w") as f:

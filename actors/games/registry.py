@@ -97,7 +97,8 @@ LAPTOP_SNAPSHOTS = {"league.snapshots.main_agent_snapshot_steps": 4_000,
 # the default league's row, "since session 49"); with the benchmark's heuristic army stratified
 # (session 53), 0.804 and 0.833 on seeds 0 and 1, 5 and 6 of 9, lowest 0.67.
 SMAX_DEFAULTS = {"device.updates_per_chunk": 32, "device.main_agent_chunks": 9,
-                 "device.heuristic_slots": 3, "learner.loss.kl_teacher_weight": 0.1,
+                 "device.heuristic_slots": 3, "learner.loss.kl_teacher_weight": 0.05,
+                 "kl_teacher_by_race": "zerg=0.1",
                  "learner.loss.kl_teacher_heads": "action_type,target", "z_replays": "none",
                  **LAPTOP_SNAPSHOTS}
 # The matrix games' leagues were measured with the MLP + LSTM reference network.
