@@ -130,7 +130,7 @@ def untuned_defaults(game: Game, settings: dict) -> dict:
 # weight is given: without it a league from the start drifts to passive play that draws
 # (35% of games decided after 20 minutes); at 0.5 its games stay decided (92-97%) and its main
 # agents keep the start's strength (BENCHMARKS.md, "A league from the automatic supervised start").
-# A game's defaults may set its own weight (SMAX's measured best: 0.1, with 3 heuristic slots).
+# A game's defaults may set its own weights (SMAX's measured best: 0.05, zerg's 0.1, with 3 heuristic slots).
 SUPERVISED_KL_WEIGHT = 0.5
 
 # The flat names of earlier versions -> field paths: the keys of a flat config.json

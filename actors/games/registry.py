@@ -95,7 +95,10 @@ LAPTOP_SNAPSHOTS = {"league.snapshots.main_agent_snapshot_steps": 4_000,
 # shared weights and never settled in an hour; without, it settles within 12 minutes. Seed 0, 60
 # minutes: 0.787, 5 of 9 at 0.80, lowest 0.56, against 0.729 and 3 of 9 before (BENCHMARKS.md,
 # the default league's row, "since session 49"); with the benchmark's heuristic army stratified
-# (session 53), 0.804 and 0.833 on seeds 0 and 1, 5 and 6 of 9, lowest 0.67.
+# (session 53), 0.804 and 0.833 on seeds 0 and 1, 5 and 6 of 9, lowest 0.67. The KL at 0.05 for
+# terran and protoss, zerg's at 0.1 (at 0.03 for every race zerg's micro learnt to avoid the fight),
+# since session 55: 0.845 and 0.840, 6 and 7 of 9, lowest 0.65, league games 72% and 74% decided
+# (BENCHMARKS.md, the default league's row).
 SMAX_DEFAULTS = {"device.updates_per_chunk": 32, "device.main_agent_chunks": 9,
                  "device.heuristic_slots": 3, "learner.loss.kl_teacher_weight": 0.05,
                  "kl_teacher_by_race": "zerg=0.1",
