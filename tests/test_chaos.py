@@ -30,7 +30,7 @@ def test_a_kuhn_league_recovers_from_every_fault_inside_its_run_and_loses_nothin
     skip_unless_root("the chaos test (the run directory's own tmpfs)")
     command = [sys.executable, "-m", "benchmarks.chaos", "--game=kuhn_poker", f"--minutes={CHAOS_MINUTES}",
                "--in_turn", "--paced", "--fault_every=15", "--first_fault=30", "--hang_seconds=30",
-               "--full_seconds=15", "--window=10", "--disk_mb=128", f"--faults={FAULTS}", f"--run_root={tmp_path}",
+               "--full_seconds=15", "--window=10", "--disk_mb=512", f"--faults={FAULTS}", f"--run_root={tmp_path}",
                "--league_args=--checkpoint_every_seconds=10,--device.threads=1"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=CHAOS_MINUTES * 60 + 240,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
