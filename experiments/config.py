@@ -524,7 +524,7 @@ class RunConfig:
                 settings.setdefault(kl, SUPERVISED_KL_WEIGHT)  # AlphaStar's recipe, or the game's own
         by_race = "kl_teacher_by_race"
         if by_race not in given and (kl in given or not settings.get(kl)):
-            settings.pop(by_race, None)  # a weight given is every race's; a KL that is off is every race's
+            settings.pop(by_race, None)  # a weight given is every race's; a KL that is off is off for every race
         heads = "learner.loss.kl_teacher_heads"
         if heads not in given and not settings.get(kl) and not settings.get(by_race):
             settings.pop(heads, None)  # the game's heads of a KL that is off: nothing to choose

@@ -162,18 +162,18 @@ def test_a_supervised_start_brings_the_kl_to_it_unless_a_weight_is_given(tmp_pat
     def weights(**values):
         return RunConfig.make(**values).kl_teacher_weights
 
-    smax = dict(game="smax_races", races=3)
+    smax, races = dict(game="smax_races", races=3), ("terran", "protoss", "zerg")
     assert weights(**smax, init="x.npz") == {"terran": 0.05, "protoss": 0.05, "zerg": 0.1}
     assert weights(**smax, init="auto") == {"terran": 0.05, "protoss": 0.05, "zerg": 0.1}
     with monkeypatch.context() as patch:  # a game with a supervised start and no KL of its own
         patch.delitem(registry.SMAX_DEFAULTS, "learner.loss.kl_teacher_weight")
         patch.delitem(registry.SMAX_DEFAULTS, "kl_teacher_by_race")
-        assert weights(**smax, init="x.npz") == dict.fromkeys(("terran", "protoss", "zerg"), 0.5)
-    assert weights(**smax, init="none") == dict.fromkeys(("terran", "protoss", "zerg"), 0.0)
-    assert weights(**smax) == dict.fromkeys(("terran", "protoss", "zerg"), 0.0)  # built in code: no start
+        assert weights(**smax, init="x.npz") == dict.fromkeys(races, 0.5)
+    assert weights(**smax, init="none") == dict.fromkeys(races, 0.0)
+    assert weights(**smax) == dict.fromkeys(races, 0.0)  # built in code: no start
     assert kl(game="kuhn_poker") == 0.0
     # a weight given is every race's, unless the races' own are given too
-    assert weights(**smax, init="x.npz", kl_teacher_cost=0.1) == dict.fromkeys(("terran", "protoss", "zerg"), 0.1)
+    assert weights(**smax, init="x.npz", kl_teacher_cost=0.1) == dict.fromkeys(races, 0.1)
     assert not RunConfig.make(**smax, init="x.npz", **{"learner.loss.kl_teacher_weight": 0.0}).kl_teacher_on
     assert weights(**smax, init="x.npz", kl_teacher_cost=0.0, kl_teacher_by_race="zerg=0.2") == {
         "terran": 0.0, "protoss": 0.0, "zerg": 0.2}
