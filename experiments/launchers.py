@@ -317,10 +317,17 @@ def run_ray(config: RunConfig, stop_event: threading.Event | None = None, out=sy
             except Exception:  # still restarting: ask again in a while
                 restarting[name] = (time.time() + 5.0, None)
                 continue
-            del restarting[name]
             hosts.set(name, where)
-            # its wiring calls again (a restarted coordinator connects to the learner groups)
-            wire(program, handles, only=name)
+            try:   # its wiring calls again (a restarted coordinator connects to the learner groups)
+                wire(program, handles, only=name)
+            except Exception as e:
+                if not lost_node(e):
+                    raise
+                # A node it connects to is lost too (both on a lost host, or killed together):
+                # it is wired again once that one answers.
+                restarting[name] = (time.time() + 2.0, None)
+                continue
+            del restarting[name]
             print(f"  {name} restarted on {where}", file=out, flush=True)
             if not supervisor.stop_event.is_set():
                 running[handles[name].handle.run.remote()] = program.node(name)

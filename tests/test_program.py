@@ -140,15 +140,32 @@ def learnt_since(run_dir, t: float) -> bool:
     return all(len(readings.get(a, [])) > 1 and max(readings[a]) > readings[a][0] for a in agents)
 
 
-def kill_in_turn(run_dir, pids, out, restarted, stop_event, after=5.0, wait=150.0, then=None):
-    """An `on_launch` hook: once league.db holds games, kill -9 the process `pids[name](handles)`
-    of each name in turn, each once the launcher has said the one before restarted (`out`:
-    "<name> restarted", its wall time in `restarted[name]`) and a game has been recorded
-    `after` seconds later (only the league going on can have played it), and `then[name](t)`
-    holds for that time t if given; then set `stop_event`. Waits on the league, not on a
+# Snapshots 60x rarer than FAST's for the restart tests: on an idle machine their learners make
+# ~12 updates a second each, and at FAST's cadence the league grew by ~6 players a second (109
+# at 0.9 minutes in CI), a load that grows with the machine's speed.
+SLOW_SNAPSHOTS = {"main_agent_snapshot_steps": 18_000, "exploiter_min_steps": 18_000,
+                  "league.snapshots.main_exploiter_timeout_steps": 36_000,
+                  "league.snapshots.league_exploiter_timeout_steps": 18_000}
+
+
+def what_happened(timeline, supervisor, text) -> str:
+    """A restart test's failure message: the hook's steps and any wait that ran out first, then
+    the run's last lines (CI shows the beginning of a failure's output only)."""
+    return "\n".join(timeline + [f"Ray restarts counted: {supervisor.restarts}", "the run's last lines:", text[-6000:]])
+
+
+def kill_in_turn(run_dir, kills, out, restarted, stop_event, timeline, after=5.0, wait=150.0, then=None):
+    """An `on_launch` hook: once league.db holds games, kill -9 each group of `kills` in turn
+    (a group: {name: pid(handles)}, its processes killed at once), each once the launcher has
+    said every node of the group before restarted (`out`: "<name> restarted", its wall time in
+    `restarted[name]`) and a game has been recorded `after` seconds later (only the league
+    going on can have played it), and `then[name](t)` holds for that time t if given; then set
+    `stop_event`. Waits on the league, not on a
     clock: under CI's load a league's first game came 18-40 s after launch, Ray's restart
     18-25 s after a kill. Not on games alone after a kill: the reports a lost coordinator
-    missed are recorded once Ray has restarted it, before the launcher's probe says so."""
+    missed are recorded once Ray has restarted it, before the launcher's probe says so.
+    `timeline` gets a line per step, and one per wait that ran out, for a failing test to show
+    first (CI shows a failure's first lines)."""
     import signal
     import threading
     import time
@@ -162,21 +179,34 @@ def kill_in_turn(run_dir, pids, out, restarted, stop_event, after=5.0, wait=150.
         finally:
             history.close()
 
-    def wait_until(condition):
+    start = time.time()
+
+    def note(what):
+        timeline.append(f"{time.time() - start:6.1f} s  {what}")
+
+    def wait_until(condition, what):
         deadline = time.time() + wait
-        while not condition() and time.time() < deadline:
+        while not condition():
+            if time.time() >= deadline:
+                note(f"waited {wait:g} s in vain for {what}")
+                return
             time.sleep(1.0)
+        note(what)
 
     def watch(handles):
-        wait_until(lambda: games_since(0.0))
-        for name, pid in pids.items():
-            os.kill(pid(handles), signal.SIGKILL)
-            line = f"  {name} restarted"
-            wait_until(lambda line=line: line in out.getvalue())
-            restarted[name] = back = time.time()
-            wait_until(lambda back=back: games_since(back + after))
-            if then and name in then:
-                wait_until(lambda back=back, name=name: then[name](back + after))
+        wait_until(lambda: games_since(0.0), "the first game")
+        for group in kills:
+            for pid in [pid(handles) for pid in group.values()]:
+                os.kill(pid, signal.SIGKILL)
+            note(f"killed {' and '.join(group)}")
+            for name in group:
+                line = f"  {name} restarted"
+                wait_until(lambda line=line: line in out.getvalue(), f"'{line.strip()}'")
+                restarted[name] = time.time()
+            back = time.time()
+            wait_until(lambda back=back: games_since(back + after), f"a game {after:g} s after {' and '.join(group)} were back")
+            for name in set(group) & set(then or {}):
+                wait_until(lambda back=back, name=name: then[name](back + after), f"{name}'s condition")
         stop_event.set()
 
     return lambda handles: threading.Thread(target=watch, args=(handles,), daemon=True).start()
@@ -190,22 +220,42 @@ def test_ray_runner_survives_a_killed_actor_process_coordinator_and_learner_grou
     learner learns again."""
     import threading
 
-    cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0)   # stopped by the hook
-    out, restarted, stop_event = io.StringIO(), {}, threading.Event()
-    pids = {"actors": lambda handles: handles["actors"].pid(), "coordinator": ray_node_pid("Coordinator"),
-            "learners": ray_node_pid("LearnerGroup")}
-    hook = kill_in_turn(cfg.run_dir, pids, out, restarted, stop_event,
+    cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0, **SLOW_SNAPSHOTS)   # stopped by the hook
+    out, restarted, stop_event, timeline = io.StringIO(), {}, threading.Event(), []
+    kills = [{"actors": lambda handles: handles["actors"].pid()}, {"coordinator": ray_node_pid("Coordinator")},
+             {"learners": ray_node_pid("LearnerGroup")}]
+    hook = kill_in_turn(cfg.run_dir, kills, out, restarted, stop_event, timeline,
                         then={"learners": lambda t: learnt_since(cfg.run_dir, t)})
     supervisor, text = run(cfg, out=out, stop_event=stop_event, on_launch=hook)
-    assert list(restarted) == ["actors", "coordinator", "learners"], text
-    assert all(f"{name} restarted" in text for name in restarted) and supervisor.restarts >= 3, text
+    said = what_happened(timeline, supervisor, text)
+    assert list(restarted) == ["actors", "coordinator", "learners"], said
+    assert all(f"{name} restarted" in text for name in restarted) and supervisor.restarts >= 3, said
     history = LeagueHistory(cfg.run_dir, readonly=True)
     # Games recorded 5 s after the launcher saw the coordinator back: the restarted
     # coordinator recorded what the restarted actor process played.
-    assert any(g["time"] > restarted["coordinator"] + 5.0 for g in history.result_rows()), text
+    assert any(g["time"] > restarted["coordinator"] + 5.0 for g in history.result_rows()), said
     # Every learner's steps grew after the restarted group was back: from unrolls the actors
     # wrote to its new server.
-    assert learnt_since(cfg.run_dir, restarted["learners"] + 5.0), text
+    assert learnt_since(cfg.run_dir, restarted["learners"] + 5.0), said
+
+
+@pytest.mark.replay
+def test_ray_runner_survives_the_coordinator_and_learner_group_lost_together(tmp_path):
+    """Both lost at once (a host with both on it, or two crashes together): the restarted
+    coordinator's wiring call to the learner group (connect_learners) can meet the group still
+    restarting; the launcher wires it again once the group is back and the league goes on. It
+    used to stop the run with Ray's ActorUnavailableError."""
+    import threading
+
+    cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0, **SLOW_SNAPSHOTS)   # stopped by the hook
+    out, restarted, stop_event, timeline = io.StringIO(), {}, threading.Event(), []
+    kills = [{"coordinator": ray_node_pid("Coordinator"), "learners": ray_node_pid("LearnerGroup")}]
+    hook = kill_in_turn(cfg.run_dir, kills, out, restarted, stop_event, timeline,
+                        then={"learners": lambda t: learnt_since(cfg.run_dir, t)})
+    supervisor, text = run(cfg, out=out, stop_event=stop_event, on_launch=hook)
+    said = what_happened(timeline, supervisor, text)
+    assert all(f"{name} restarted" in text for name in kills[0]) and supervisor.restarts >= 2, said
+    assert learnt_since(cfg.run_dir, max(restarted.values()) + 5.0), said
 
 
 def league_cli(*args, timeout=120):
