@@ -204,6 +204,30 @@ def _end_with_parent() -> None:
 # -- the driver ------------------------------------------------------------------------
 
 
+def node_processes(names: set[str], within: float = 10.0) -> dict:
+    """{node name: psutil.Process} of this process's children that carry a name of `names` in
+    LEAGUE_NODE (Launchpad's local_mp starts one child per node, the name set through its launch
+    config). Scans again until every name is found or `within` seconds pass: a child's
+    environment reads empty from /proc for a moment after Popen returns (the exec is still
+    setting it up), and a node missed so was taken for one that had ended (CI, under load:
+    "node coordinator ended", its log empty, 4 s into the run)."""
+    import psutil
+
+    found: dict = {}
+    deadline = time.monotonic() + within
+    while True:
+        for child in psutil.Process().children():
+            try:
+                name = child.environ().get("LEAGUE_NODE")
+            except psutil.Error:
+                continue
+            if name in names:
+                found.setdefault(name, child)
+        if set(found) >= names or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.1)
+
+
 class _Nodes:
     """The driver's view of the launched nodes: courier clients, and whether each still runs."""
 
@@ -211,19 +235,7 @@ class _Nodes:
         self.launch_type, self.log_dir = launch_type, log_dir
         self.addresses = {name: handle.dereference().address for name, handle in handles.items()}
         self.clients: dict[str, NodeClient] = {}  # each once its node serves (wait_ready)
-        self.processes = {}
-        if launch_type == "local_mp":
-            import psutil
-
-            # Launchpad starts the node processes as children of this one; each carries its
-            # node's name in LEAGUE_NODE (set through its launch config).
-            for child in psutil.Process().children():
-                try:
-                    name = child.environ().get("LEAGUE_NODE")
-                except psutil.Error:
-                    continue
-                if name in self.addresses:
-                    self.processes[name] = child
+        self.processes = node_processes(set(self.addresses)) if launch_type == "local_mp" else {}
 
     def alive(self, name: str) -> bool:
         if self.launch_type == "local_mt":
