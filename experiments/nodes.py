@@ -696,9 +696,6 @@ class ActorGroup:
     def metrics(self) -> dict[str, dict]:
         return {i: a.metrics() for i, a in self.actors.items()}
 
-    def pid(self) -> int:
-        return os.getpid()
-
 
 class EvaluatorNode:
     """Keeps the payoff matrix honest: plays the pairs with the fewest games between them.

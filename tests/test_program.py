@@ -113,12 +113,15 @@ def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     assert all(v > 0 for v in learner_versions(student.run_dir).values())
 
 
-def ray_node_pid(cls: str):
-    """A function of the launch's handles: the pid of the node of class `cls` (its Ray worker
-    process's title is `ray::<cls>...`)."""
+def ray_node_pid(name: str):
+    """A function of the launch's handles: the pid of the Ray worker process that runs node
+    `name`, asked of that actor itself. Not by scanning the machine's processes for its class's
+    title: CI runs two tests at once, and the other one's league has a `ray::Coordinator` too
+    (CI, session 57: this test killed the Ctrl-C test's coordinator, and both failed)."""
     def pid(handles) -> int:
-        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-        return next(int(line.split()[0]) for line in out.splitlines() if line.split()[1].startswith(f"ray::{cls}"))
+        import ray
+
+        return ray.get(handles[name].handle.__ray_call__.remote(lambda _self: os.getpid()), timeout=60)
 
     return pid
 
@@ -222,8 +225,8 @@ def test_ray_runner_survives_a_killed_actor_process_coordinator_and_learner_grou
 
     cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0, **SLOW_SNAPSHOTS)   # stopped by the hook
     out, restarted, stop_event, timeline = io.StringIO(), {}, threading.Event(), []
-    kills = [{"actors": lambda handles: handles["actors"].pid()}, {"coordinator": ray_node_pid("Coordinator")},
-             {"learners": ray_node_pid("LearnerGroup")}]
+    kills = [{"actors": ray_node_pid("actors")}, {"coordinator": ray_node_pid("coordinator")},
+             {"learners": ray_node_pid("learners")}]
     hook = kill_in_turn(cfg.run_dir, kills, out, restarted, stop_event, timeline,
                         then={"learners": lambda t: learnt_since(cfg.run_dir, t)})
     supervisor, text = run(cfg, out=out, stop_event=stop_event, on_launch=hook)
@@ -249,7 +252,7 @@ def test_ray_runner_survives_the_coordinator_and_learner_group_lost_together(tmp
 
     cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0, **SLOW_SNAPSHOTS)   # stopped by the hook
     out, restarted, stop_event, timeline = io.StringIO(), {}, threading.Event(), []
-    kills = [{"coordinator": ray_node_pid("Coordinator"), "learners": ray_node_pid("LearnerGroup")}]
+    kills = [{"coordinator": ray_node_pid("coordinator"), "learners": ray_node_pid("learners")}]
     hook = kill_in_turn(cfg.run_dir, kills, out, restarted, stop_event, timeline,
                         then={"learners": lambda t: learnt_since(cfg.run_dir, t)})
     supervisor, text = run(cfg, out=out, stop_event=stop_event, on_launch=hook)
