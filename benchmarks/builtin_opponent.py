@@ -28,6 +28,11 @@ held back by the pick; one whose ceiling is below it, by the micro.
 `--pick_history[=N]` says how each main agent's pick moved during the run: its probability of
 each army (`scripted.pick_probabilities`, the composition head against each enemy race) at N
 of its frozen snapshots spread over the run (default 8) and at its final parameters.
+`--win_history[=N]` says how its win rate against the heuristic moved: the stratified win rate
+per matchup (`--games` games, the same games each time) at N snapshots and at the final
+parameters, so a reader sees whether a matchup still climbs at the end or has levelled off;
+`--average_newest=M` adds a row for the average of the final parameters and the M newest
+snapshots' (how much of a matchup's reading is the jitter of the last updates).
 """
 
 from __future__ import annotations
@@ -192,33 +197,100 @@ def format_breakdown(result: dict, games: int, params: str = "trained") -> str:
     return "\n".join(lines)
 
 
-def pick_history(run_dir: str, points: int = 8) -> dict:
-    """{race: [(minutes into the run, player id, probs [enemy races, K])]}: each main agent's
-    army pick pi(army | its race, the enemy's) at `points` of its snapshots spread evenly over
-    the run (the first and the newest always among them), then at its final parameters."""
-    from actors.games.smax_races import RACES, scripted
-    from coordinator.param_store import player_params
+def snapshots_over_run(run_dir: str, points: int = 8):
+    """(config, network, {race: [(minutes into the run, player id)]}): each main agent at
+    `points` of its frozen snapshots spread evenly over the run (the first and the newest always
+    among them), then at its final parameters."""
     from experiments.build import make_game, make_network
 
     config, history = _run(run_dir)
     players = history.players()
     start, end = min(p["wall_time"] for p in players), max(p["wall_time"] for p in players)
-    network = make_network(config, make_game(config, 1).spec)
     out = {}
     for main in (p for p in players if p["role"] == "main_agent" and not p["parent"]):
-        snapshots = sorted((p for p in players if p["parent"] == main["player_id"]
-                            and p["role"] == "historical"), key=lambda p: p["step"])
+        snapshots = frozen_snapshots(players, main["player_id"])
         chosen = [snapshots[i] for i in sorted({round(k * (len(snapshots) - 1) / max(points - 1, 1))
                                                 for k in range(points)})] if snapshots else []
-        races = np.asarray([[RACES.index(main["race"]), RACES.index(o)] for o in config.race_names])
-        rows = []
-        for p in chosen + [None]:
-            player_id = main["player_id"] if p is None else p["player_id"]
-            _, params = player_params(run_dir, player_id)
-            minutes = (end if p is None else p["wall_time"]) - start
-            rows.append((minutes / 60, player_id, scripted.pick_probabilities(network, params, races)))
-        out[main["race"]] = rows
+        out[main["race"]] = [((p["wall_time"] - start) / 60, p["player_id"]) for p in chosen] + [
+            ((end - start) / 60, main["player_id"])]
+    return config, make_network(config, make_game(config, 1).spec), out
+
+
+def frozen_snapshots(players: list[dict], player_id: str) -> list[dict]:
+    """A learning agent's frozen snapshots (league.db's player rows), oldest first."""
+    return sorted((p for p in players if p["parent"] == player_id and p["role"] == "historical"),
+                  key=lambda p: p["step"])
+
+
+def averaged_params(run_dir: str, player_id: str, newest: int):
+    """The uniform average of a learning agent's final parameters and its `newest` newest frozen
+    snapshots' (Polyak averaging of the iterates, Polyak & Juditsky 1992: theta_bar = (1/n) sum_i
+    theta_i over the n = newest + 1 parameter sets, leaf by leaf)."""
+    import jax
+
+    from coordinator.param_store import player_params
+
+    _, history = _run(run_dir)
+    ids = [p["player_id"] for p in frozen_snapshots(history.players(), player_id)[-newest:]] + [player_id]
+    trees = [player_params(run_dir, i)[1] for i in ids]
+    return jax.tree_util.tree_map(lambda *leaves: np.mean(np.stack(leaves), 0).astype(leaves[0].dtype), *trees)
+
+
+def pick_history(run_dir: str, points: int = 8) -> dict:
+    """{race: [(minutes into the run, player id, probs [enemy races, K])]}: each main agent's
+    army pick pi(army | its race, the enemy's) at `points` of its snapshots spread evenly over
+    the run (`snapshots_over_run`), then at its final parameters."""
+    from actors.games.smax_races import RACES, scripted
+    from coordinator.param_store import player_params
+
+    config, network, over_run = snapshots_over_run(run_dir, points)
+    out = {}
+    for race, rows in over_run.items():
+        races = np.asarray([[RACES.index(race), RACES.index(o)] for o in config.race_names])
+        out[race] = [(minutes, player_id,
+                      scripted.pick_probabilities(network, player_params(run_dir, player_id)[1], races))
+                     for minutes, player_id in rows]
     return out
+
+
+def win_history(run_dir: str, points: int, games: int, seed: int = 0, average_newest: int = 0) -> dict:
+    """{race: [(minutes into the run, player id, [win rate against each heuristic race])]}: each
+    main agent against the heuristic (stratified, `games` games a matchup, the same games for
+    every snapshot) at `points` of its snapshots over the run (`snapshots_over_run`) and at its
+    final parameters: whether a matchup still climbs at the end or has levelled off, and how far
+    the final parameters sit from the run's last snapshots. With `average_newest` N, a last row
+    plays the average of the final parameters and the N newest snapshots' (`averaged_params`)."""
+    from actors.games.smax_races import scripted
+    from coordinator.param_store import player_params
+
+    config, network, over_run = snapshots_over_run(run_dir, points)
+    armies = balanced_armies(games)
+
+    def rates(race, params) -> list[float]:
+        return [stratified_win_rate(scripted.play_detailed(network, params, (race, o), games, seed=seed,
+                                                           compositions=(None, armies)).outcomes, armies)
+                for o in config.race_names]
+
+    out = {race: [(minutes, player_id, rates(race, player_params(run_dir, player_id)[1]))
+                  for minutes, player_id in rows] for race, rows in over_run.items()}
+    if average_newest:
+        for race, rows in over_run.items():
+            minutes, player_id = rows[-1]
+            out[race].append((minutes, f"mean of {player_id} and its {average_newest} newest snapshots",
+                              rates(race, averaged_params(run_dir, player_id, average_newest))))
+    return out
+
+
+def format_win_history(history: dict, race_names, games: int) -> str:
+    lines = []
+    for race, rows in history.items():
+        lines += [f"\n**{race} main agent against the heuristic over the run** (stratified, "
+                  f"{games} games a matchup, draws half)\n",
+                  "| minutes | player | " + " | ".join(f"vs {o}" for o in race_names) + " |",
+                  "|---|---|" + "---|" * len(race_names)]
+        lines += [f"| {minutes:.1f} | {player_id} | " + " | ".join(f"{r:.2f}" for r in rates) + " |"
+                  for minutes, player_id, rates in rows]
+    return "\n".join(lines)
 
 
 def format_pick_history(history: dict, race_names) -> str:
@@ -260,6 +332,13 @@ def main(argv=None) -> int:
     parser.add_argument("--pick_history", nargs="?", type=int, const=8, default=0, metavar="N",
                         help="also each main agent's army pick at N of its snapshots over the run "
                         "(default 8) and at its final parameters")
+    parser.add_argument("--win_history", nargs="?", type=int, const=8, default=0, metavar="N",
+                        help="also each main agent's win rate against the heuristic (--games games "
+                        "a matchup) at N of its snapshots over the run (default 8) and at its final "
+                        "parameters")
+    parser.add_argument("--average_newest", type=int, default=0, metavar="N",
+                        help="with --win_history: a last row for the average of each main agent's "
+                        "final parameters and its N newest snapshots' (Polyak averaging)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--by_composition", nargs="?", const="trained", choices=("trained", "initial"),
                         help="also each matchup's armies: the agent's picks and its win rate "
@@ -270,6 +349,10 @@ def main(argv=None) -> int:
         parser.error("--games must be at least 1")
     if args.pick_history < 0:
         parser.error("--pick_history takes the number of snapshots to show, at least 1")
+    if args.win_history < 0:
+        parser.error("--win_history takes the number of snapshots to measure, at least 1")
+    if args.average_newest < 0 or (args.average_newest and not args.win_history):
+        parser.error("--average_newest takes a number of snapshots >= 1, and goes with --win_history")
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
     result = measure(args.run_dir, args.games, args.seed, args.by_composition)
@@ -278,6 +361,9 @@ def main(argv=None) -> int:
         print(format_breakdown(result, args.games, args.by_composition))
     if args.pick_history:
         print(format_pick_history(pick_history(args.run_dir, args.pick_history), result["config"].race_names))
+    if args.win_history:
+        history = win_history(args.run_dir, args.win_history, args.games, args.seed, args.average_newest)
+        print(format_win_history(history, result["config"].race_names, args.games))
     rates = [row["trained"] for row in result["table"].values()]
     mean = float(np.mean(rates))
     print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} ratio={mean / 0.5:.2f} target=1.0")

@@ -9,11 +9,13 @@ rate: a minute of SMAX training decides nothing against the heuristic (measured:
 
 import threading
 
+import jax
 import numpy as np
 import pytest
 
 from actors.games import smax_races as sr
 from benchmarks import builtin_opponent
+from coordinator.param_store import player_params
 from experiments import launchers
 from experiments.config import RunConfig, prepare_run_dir
 from learners import checkpoint
@@ -70,6 +72,23 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
         np.testing.assert_allclose(probs.sum(-1), 1.0, rtol=1e-5)
     assert np.abs(rows[0][2] - rows[-1][2]).max() > 1e-4
     assert "terran main agent's pick over the run" in builtin_opponent.format_pick_history(history, ["terran"])
+
+    # --win_history: the same games (seed, the heuristic's armies) as the table, so its first
+    # snapshot (the start, <agent>#0) reads the table's initial win rate and its last row (the
+    # final parameters) the trained one
+    wins = builtin_opponent.win_history(run_dir, points=2, games=GAMES)["terran"]
+    assert [w[1] for w in wins] == [rows[0][1], rows[-2][1], "terran_main_agent_0"]
+    assert wins[0][2] == [pytest.approx(row["initial"])]
+    assert wins[-1][2] == [pytest.approx(row["trained"])]
+    assert "| vs terran |" in builtin_opponent.format_win_history({"terran": wins}, ["terran"], GAMES)
+
+    # --average_newest: the final parameters and the newest snapshot's, averaged leaf by leaf
+    mean = builtin_opponent.averaged_params(run_dir, "terran_main_agent_0", 1)
+    _, newest = player_params(run_dir, rows[-2][1])
+    _, final = player_params(run_dir, "terran_main_agent_0")
+    for m, a, b in zip(*(jax.tree_util.tree_leaves(t) for t in (mean, newest, final))):
+        np.testing.assert_allclose(m, (np.asarray(a, np.float64) + b) / 2, rtol=1e-6, atol=1e-7)
+    assert any(not np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(newest), jax.tree_util.tree_leaves(final)))
 
 
 def test_the_win_rate_weighs_each_heuristic_army_equally():

@@ -113,17 +113,14 @@ def test_inprocess_kuhn_poker_league_runs_the_whole_loop(tmp_path):
     assert all(v > 0 for v in learner_versions(student.run_dir).values())
 
 
-def ray_node_pid(name: str):
-    """A function of the launch's handles: the pid of the Ray worker process that runs node
-    `name`, asked of that actor itself. Not by scanning the machine's processes for its class's
-    title: CI runs two tests at once, and the other one's league has a `ray::Coordinator` too
-    (CI, session 57: this test killed the Ctrl-C test's coordinator, and both failed)."""
-    def pid(handles) -> int:
-        import ray
+def ray_node_pid(handles, name: str) -> int:
+    """The pid of the Ray worker process that runs node `name` of a launch (`handles`), asked of
+    that actor itself. Not by scanning the machine's processes for its class's title: CI runs
+    two tests at once, and the other one's league has a `ray::Coordinator` too (CI, session 57:
+    this test killed the Ctrl-C test's coordinator, and both failed)."""
+    import ray
 
-        return ray.get(handles[name].handle.__ray_call__.remote(lambda _self: os.getpid()), timeout=60)
-
-    return pid
+    return ray.get(handles[name].handle.__ray_call__.remote(lambda _self: os.getpid()), timeout=60)
 
 
 def learnt_since(run_dir, t: float) -> bool:
@@ -158,17 +155,16 @@ def what_happened(timeline, supervisor, text) -> str:
 
 
 def kill_in_turn(run_dir, kills, out, restarted, stop_event, timeline, after=5.0, wait=150.0, then=None):
-    """An `on_launch` hook: once league.db holds games, kill -9 each group of `kills` in turn
-    (a group: {name: pid(handles)}, its processes killed at once), each once the launcher has
-    said every node of the group before restarted (`out`: "<name> restarted", its wall time in
-    `restarted[name]`) and a game has been recorded `after` seconds later (only the league
-    going on can have played it), and `then[name](t)` holds for that time t if given; then set
-    `stop_event`. Waits on the league, not on a
-    clock: under CI's load a league's first game came 18-40 s after launch, Ray's restart
-    18-25 s after a kill. Not on games alone after a kill: the reports a lost coordinator
-    missed are recorded once Ray has restarted it, before the launcher's probe says so.
-    `timeline` gets a line per step, and one per wait that ran out, for a failing test to show
-    first (CI shows a failure's first lines)."""
+    """An `on_launch` hook of a Ray launch: once league.db holds games, kill -9 each group of
+    `kills` in turn (a group: node names, their processes killed at once), each once the
+    launcher has said every node of the group before restarted (`out`: "<name> restarted", its
+    wall time in `restarted[name]`) and a game has been recorded `after` seconds later (only the
+    league going on can have played it), and `then[name](t)` holds for that time t if given;
+    then set `stop_event`. Waits on the league, not on a clock: under CI's load a league's first
+    game came 18-40 s after launch, Ray's restart 18-25 s after a kill. Not on games alone after
+    a kill: the reports a lost coordinator missed are recorded once Ray has restarted it, before
+    the launcher's probe says so. `timeline` gets a line per step, and one per wait that ran
+    out, for a failing test to show first (CI shows a failure's first lines)."""
     import signal
     import threading
     import time
@@ -199,7 +195,7 @@ def kill_in_turn(run_dir, kills, out, restarted, stop_event, timeline, after=5.0
     def watch(handles):
         wait_until(lambda: games_since(0.0), "the first game")
         for group in kills:
-            for pid in [pid(handles) for pid in group.values()]:
+            for pid in [ray_node_pid(handles, name) for name in group]:
                 os.kill(pid, signal.SIGKILL)
             note(f"killed {' and '.join(group)}")
             for name in group:
@@ -225,8 +221,7 @@ def test_ray_runner_survives_a_killed_actor_process_coordinator_and_learner_grou
 
     cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0, **SLOW_SNAPSHOTS)   # stopped by the hook
     out, restarted, stop_event, timeline = io.StringIO(), {}, threading.Event(), []
-    kills = [{"actors": ray_node_pid("actors")}, {"coordinator": ray_node_pid("coordinator")},
-             {"learners": ray_node_pid("learners")}]
+    kills = [["actors"], ["coordinator"], ["learners"]]
     hook = kill_in_turn(cfg.run_dir, kills, out, restarted, stop_event, timeline,
                         then={"learners": lambda t: learnt_since(cfg.run_dir, t)})
     supervisor, text = run(cfg, out=out, stop_event=stop_event, on_launch=hook)
@@ -252,7 +247,7 @@ def test_ray_runner_survives_the_coordinator_and_learner_group_lost_together(tmp
 
     cfg = config(tmp_path, runner="ray", minutes=8.0, evaluators=0, **SLOW_SNAPSHOTS)   # stopped by the hook
     out, restarted, stop_event, timeline = io.StringIO(), {}, threading.Event(), []
-    kills = [{"coordinator": ray_node_pid("coordinator"), "learners": ray_node_pid("learners")}]
+    kills = [["coordinator", "learners"]]
     hook = kill_in_turn(cfg.run_dir, kills, out, restarted, stop_event, timeline,
                         then={"learners": lambda t: learnt_since(cfg.run_dir, t)})
     supervisor, text = run(cfg, out=out, stop_event=stop_event, on_launch=hook)
