@@ -15,8 +15,9 @@ the expectation against the uniform pick without the error of drawing the armies
 random, seed 0 gave the heuristic's zerglings 28 of 64 games against terran (21.3 expected),
 so every run read terran vs zerg at 0.56-0.58 where marauders that lose only to zerglings
 reach 0.67. Prints a markdown table and, last,
-`RESULT builtin_opponent mean_win_rate=<x> ratio=<x/0.5> target=1.0`
-(0.5: an even match with the built-in opponent, on average over the matchups).
+`RESULT builtin_opponent mean_win_rate=<x> matchups_at_080=<n> lowest=<x> actions=sampled|greedy
+ratio=<x/0.5> target=1.0` (0.5: an even match with the built-in opponent, on average over the
+matchups).
 
 `--by_composition` says what limits a matchup: the agent's army picks, its win rate with each
 of its race's armies against each of the heuristic's (both forced, `--games` games per pair),
@@ -33,6 +34,12 @@ per matchup (`--games` games, the same games each time) at N snapshots and at th
 parameters, so a reader sees whether a matchup still climbs at the end or has levelled off;
 `--average_newest=M` adds a row for the average of the final parameters and the M newest
 snapshots' (how much of a matchup's reading is the jitter of the last updates).
+
+The agent samples its army, action types and targets from its policy, as in the league's games.
+`--greedy` makes it take the most likely of each instead (`agents.act`'s `greedy`; the
+evaluator's `--evaluator.greedy`): against a fixed opponent such as the heuristic the best
+response is a pure one, so acting greedily reads what the agent knows without its exploration.
+The table's footer and the RESULT line say which was played.
 """
 
 from __future__ import annotations
@@ -57,10 +64,12 @@ def _run(run_dir: str):
     return config, LeagueHistory(run_dir, readonly=True)
 
 
-def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None = None) -> dict:
+def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None = None,
+            greedy: bool = False) -> dict:
     """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
     `by_composition` ("trained" or "initial") each row also holds the `composition_breakdown`
-    of those parameters."""
+    of those parameters; `greedy`: the agent takes its most likely army, action and target
+    instead of sampling them."""
     from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
     from actors.games.smax_races import scripted
     from coordinator.param_store import player_params
@@ -91,7 +100,7 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
             versions = {"trained": trained, "initial": initial}
             played = {}
             for name, params in versions.items():
-                played[name] = scripted.play_detailed(network, params, races, games, seed=seed,
+                played[name] = scripted.play_detailed(network, params, races, games, seed=seed, greedy=greedy,
                                                       compositions=(None, heuristic_armies))
                 outcomes = played[name].outcomes
                 row[name] = stratified_win_rate(outcomes, heuristic_armies)
@@ -102,11 +111,12 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
                                           for h in range(K)]
             if by_composition:  # its own picks: the games just played
                 row["by_composition"] = composition_breakdown(
-                    network, versions[by_composition], races, games, seed, played[by_composition])
+                    network, versions[by_composition], races, games, seed, played[by_composition], greedy)
             table[races] = row
             print(f"  {races[0]:>8} vs heuristic {races[1]:<8} trained {row['trained']:.3f} "
                   f"(loss/draw/win {row['trained_outcomes']})  initial {row['initial']:.3f}", flush=True)
-    return {"table": table, "games": history.game_count(), "players": len(players), "config": config}
+    return {"table": table, "games": history.game_count(), "players": len(players), "config": config,
+            "greedy": greedy}
 
 
 def balanced_armies(games: int) -> np.ndarray:
@@ -131,7 +141,7 @@ def stratified_win_rate(outcomes: np.ndarray, armies: np.ndarray) -> float:
 
 
 def composition_breakdown(network, params, races: tuple[str, str], games: int, seed: int = 0,
-                          own=None) -> dict:
+                          own=None, greedy: bool = False) -> dict:
     """Which armies the agent picks against the heuristic, and how each army fares.
 
     `picks` [K]: the agent's army frequencies in `games` games of its own choosing; `rates`
@@ -141,17 +151,18 @@ def composition_breakdown(network, params, races: tuple[str, str], games: int, s
     `ceiling`: the best of those (what a best-responding pick reaches with this agent's micro);
     `with_picks`: picks @ army_rates (what its own picks should reach; its measured win rate
     differs by sampling only). `own`: the agent's `games` games of its own choosing
-    (`scripted.HeuristicGames`) where already played, else played here."""
+    (`scripted.HeuristicGames`) where already played, else played here; `greedy`: the agent's
+    most likely actions (and army, in its own games)."""
     from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
     from actors.games.smax_races import scripted
 
     if own is None:
-        own = scripted.play_detailed(network, params, races, games, seed,
+        own = scripted.play_detailed(network, params, races, games, seed, greedy=greedy,
                                      compositions=(None, balanced_armies(games)))
     picks = np.bincount(own.compositions[:, 0], minlength=K) / games
     # Every pair of armies in one batch: games [K, K, games] in row-major order.
     pairs = np.repeat(np.arange(K * K), games)
-    forced = scripted.play_detailed(network, params, races, K * K * games, seed,
+    forced = scripted.play_detailed(network, params, races, K * K * games, seed, greedy=greedy,
                                     compositions=(pairs // K, pairs % K))
     outcomes = forced.outcomes.reshape(K, K, games)
     rates = scripted.win_rate(outcomes, axis=-1)
@@ -253,7 +264,8 @@ def pick_history(run_dir: str, points: int = 8) -> dict:
     return out
 
 
-def win_history(run_dir: str, points: int, games: int, seed: int = 0, average_newest: int = 0) -> dict:
+def win_history(run_dir: str, points: int, games: int, seed: int = 0, average_newest: int = 0,
+                greedy: bool = False) -> dict:
     """{race: [(minutes into the run, player id, [win rate against each heuristic race])]}: each
     main agent against the heuristic (stratified, `games` games a matchup, the same games for
     every snapshot) at `points` of its snapshots over the run (`snapshots_over_run`) and at its
@@ -268,7 +280,8 @@ def win_history(run_dir: str, points: int, games: int, seed: int = 0, average_ne
 
     def rates(race, params) -> list[float]:
         return [stratified_win_rate(scripted.play_detailed(network, params, (race, o), games, seed=seed,
-                                                           compositions=(None, armies)).outcomes, armies)
+                                                           greedy=greedy, compositions=(None, armies)).outcomes,
+                                    armies)
                 for o in config.race_names]
 
     out = {race: [(minutes, player_id, rates(race, player_params(run_dir, player_id)[1]))
@@ -319,8 +332,9 @@ def format_table(result: dict, games: int) -> str:
             row = result["table"].get((r, o))
             cells.append("n/a" if row is None else f"{row['trained']:.2f} (initial {row['initial']:.2f})")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
-    lines.append(f"\n{games} games per cell; win rate of the main agent, draws half; league games "
-                 f"played: {result['games']}, players: {result['players']}.")
+    actions = "its most likely actions (--greedy)" if result["greedy"] else "actions sampled from its policy"
+    lines.append(f"\n{games} games per cell; win rate of the main agent, draws half, {actions}; league "
+                 f"games played: {result['games']}, players: {result['players']}.")
     return "\n".join(lines)
 
 
@@ -340,6 +354,9 @@ def main(argv=None) -> int:
                         help="with --win_history: a last row for the average of each main agent's "
                         "final parameters and its N newest snapshots' (Polyak averaging)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--greedy", action="store_true",
+                        help="the agents take their most likely army, action type and target instead of "
+                        "sampling them (every table of this run)")
     parser.add_argument("--by_composition", nargs="?", const="trained", choices=("trained", "initial"),
                         help="also each matchup's armies: the agent's picks and its win rate "
                         "with every army against every heuristic army (--games games per pair, "
@@ -355,18 +372,21 @@ def main(argv=None) -> int:
         parser.error("--average_newest takes a number of snapshots >= 1, and goes with --win_history")
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
-    result = measure(args.run_dir, args.games, args.seed, args.by_composition)
+    result = measure(args.run_dir, args.games, args.seed, args.by_composition, args.greedy)
     print(format_table(result, args.games))
     if args.by_composition:
         print(format_breakdown(result, args.games, args.by_composition))
     if args.pick_history:
         print(format_pick_history(pick_history(args.run_dir, args.pick_history), result["config"].race_names))
     if args.win_history:
-        history = win_history(args.run_dir, args.win_history, args.games, args.seed, args.average_newest)
+        history = win_history(args.run_dir, args.win_history, args.games, args.seed, args.average_newest,
+                              args.greedy)
         print(format_win_history(history, result["config"].race_names, args.games))
     rates = [row["trained"] for row in result["table"].values()]
     mean = float(np.mean(rates))
-    print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} ratio={mean / 0.5:.2f} target=1.0")
+    at_080 = sum(rate >= 0.8 for rate in rates)
+    print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} matchups_at_080={at_080} lowest={min(rates):.3f} "
+          f"actions={'greedy' if args.greedy else 'sampled'} ratio={mean / 0.5:.2f} target=1.0")
     return 0
 
 
