@@ -273,6 +273,9 @@ class EvaluatorSettings:
         "scripted heuristic in every race of the run this often (league.db `heuristic`, the "
         "dashboard's curve; OpenAI Five's fixed reference agents); 0: never")
     heuristic_games: int = setting(16, "games per main agent and heuristic race in each heuristic measurement")
+    heuristic_greedy: bool = setting(
+        False, "the heuristic measurement plays the main agents' most likely actions (army, action "
+        "type, target) instead of sampled ones; the payoff games keep --evaluator.greedy")
 
 
 @dataclass(frozen=True)

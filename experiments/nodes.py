@@ -896,7 +896,8 @@ class EvaluatorNode:
         """Each main agent's current parameters (z = 0) against jaxmarl's scripted heuristic
         playing each race of the run: `heuristic_games` games per agent and heuristic race
         (the game's `ScriptedOpponent.play`, the agent on side 0, seed = the run's seed: every
-        measurement plays the same dice, so the curve moves with the parameters), recorded in
+        measurement plays the same dice, so the curve moves with the parameters; its most likely
+        actions with `heuristic_greedy`), recorded in
         league.db (`heuristic`) for the dashboard's curve; returns the rows recorded."""
         if self._heuristic is None:
             return []
@@ -916,7 +917,7 @@ class EvaluatorNode:
                     return []
                 outcomes = np.asarray(scripted.play(
                     network, params, (player["race"], opponent_race), settings.heuristic_games,
-                    seed=self.config.seed, config=game_config, greedy=settings.greedy))
+                    seed=self.config.seed, config=game_config, greedy=settings.heuristic_greedy))
                 wins, draws = int(np.sum(outcomes > 0)), int(np.sum(outcomes == 0))
                 rows.append({"player_id": player["player_id"], "version": int(version), "race": player["race"],
                              "opponent_race": opponent_race, "win_rate": (wins + 0.5 * draws) / len(outcomes),

@@ -101,6 +101,7 @@ def test_each_main_agent_plays_the_heuristic_in_every_race_and_the_rows_are_its_
         # the heuristic's armies in turn (0, 1, 2, 0, ...).
         outcomes = scripted.play_detailed(network, params[r["player_id"]], (r["race"], r["opponent_race"]),
                                           GAMES, seed=node.config.seed, config=game_config,
+                                          greedy=node.config.evaluator.heuristic_greedy,
                                           compositions=(None, np.arange(GAMES) % 3)).outcomes
         wins, draws, losses = (int(np.sum(outcomes == v)) for v in (1, 0, -1))
         assert (r["wins"], r["draws"], r["losses"]) == (wins, draws, losses)
@@ -119,7 +120,20 @@ def test_the_heuristic_games_compile_once_for_every_measurement(measured):
     node = measured[0]
     network, _, game_config = node._heuristic
     # Four matchups, twice, plus the recomputations above: one shape, one executable.
-    assert scripted._play_fn(network, game_config, node.config.evaluator.greedy)._cache_size() == 1
+    assert scripted._play_fn(network, game_config, node.config.evaluator.heuristic_greedy)._cache_size() == 1
+
+
+def test_greedy_measurements_play_the_most_likely_actions(tmp_path):
+    """`--evaluator.heuristic_greedy`: the measurement runs the greedy program (the most likely
+    army, action type and target) and not the sampling one; the payoff games' setting is apart."""
+    from actors.games.smax_races import scripted
+
+    node, _, _ = smax_node(tmp_path, **{"evaluator.heuristic_greedy": True})
+    assert not node.config.evaluator.greedy
+    assert len(node.measure_against_heuristic()) == 4
+    network, _, game_config = node._heuristic
+    assert scripted._play_fn(network, game_config, True)._cache_size() == 1
+    assert scripted._play_fn(network, game_config, False)._cache_size() == 0
 
 
 def test_not_due_means_not_measured(tmp_path):
