@@ -37,7 +37,7 @@ snapshots' (how much of a matchup's reading is the jitter of the last updates).
 
 The agent samples its army, action types and targets from its policy, as in the league's games.
 `--greedy` makes it take the most likely of each instead (`agents.act`'s `greedy`; the
-evaluator.s `--evaluator.heuristic_greedy`): against a fixed opponent such as the heuristic the best
+evaluator's `--evaluator.heuristic_greedy`): against a fixed opponent such as the heuristic the best
 response is a pure one, so acting greedily reads what the agent knows without its exploration.
 The table's footer and the RESULT line say which was played.
 """
