@@ -133,14 +133,17 @@ def test_the_breakdown_by_army_matches_both_sides_scripted():
     assert abs(b["with_picks"] - reference.mean(1)[0]) < 0.1  # it always picks army 0
 
 
-class _PicksTwoWhenGreedy(ScriptedNetwork):
-    """Stops every unit; picks army 2 when greedy, a uniformly random army when sampling."""
+class _FightsWhenGreedy(ScriptedNetwork):
+    """Greedy: picks army 2 and plays the heuristic's micro. Sampling: picks a uniformly random
+    army and stops every unit (so it never wins)."""
 
     def __init__(self):
-        super().__init__("passive")
+        super().__init__("heuristic")
+        self.passive = ScriptedNetwork("passive")
 
     def act(self, params, rng, obs, state, first, greedy=False):
-        action, state = super().act(params, rng, obs, state, first, greedy)
+        player = self if greedy else self.passive
+        action, state = ScriptedNetwork.act(player, params, rng, obs, state, first, greedy)
         batch = obs["units"].shape[0]
         pick = (jnp.full(batch, 2, jnp.int32) if greedy
                 else jax.random.randint(rng, (batch,), 0, sr.COMPOSITIONS_PER_RACE, jnp.int32))
@@ -148,12 +151,16 @@ class _PicksTwoWhenGreedy(ScriptedNetwork):
         return action._replace(game=game, heads=game), state
 
 
-def test_greedy_reaches_the_agents_own_games():
-    """`--greedy` plays the agent's most likely actions: with a stand-in whose pick is army 2
-    when greedy and random when sampling, the breakdown's own games pick army 2 in every game
-    only with greedy (without it, in about a third)."""
-    network, races, games = _PicksTwoWhenGreedy(), ("zerg", "terran"), 30
+def test_greedy_reaches_the_agents_own_games_and_the_forced_armies():
+    """`--greedy` plays the agent's most likely actions in both parts of the breakdown. With a
+    stand-in that picks army 2 and fights when greedy, and picks at random and stands still
+    when sampling: its own games pick army 2 in every game only with greedy (without it, in
+    about a third); its forced-army games win some cells only with greedy (a player that stands
+    still never wins, so no cell reads above 0.5)."""
+    network, races, games = _FightsWhenGreedy(), ("zerg", "terran"), 30
     greedy = builtin_opponent.composition_breakdown(network, {}, races, games, seed=1, greedy=True)
     assert greedy["picks"].tolist() == [0.0, 0.0, 1.0]
+    assert greedy["rates"].max() > 0.7, greedy["rates"]
     sampled = builtin_opponent.composition_breakdown(network, {}, races, games, seed=1)
     assert 0.1 < sampled["picks"][2] < 0.7 and sampled["picks"].min() > 0
+    assert sampled["rates"].max() <= 0.5, sampled["rates"]
