@@ -48,7 +48,7 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
     out = capfd.readouterr().out
     lines = out.strip().splitlines()
     assert lines[-1].startswith("RESULT builtin_opponent mean_win_rate=")
-    assert " matchups_at_080=" in lines[-1] and " actions=sampled " in lines[-1]
+    assert " matchups_at_080=" in lines[-1] and " clear_of_080=" in lines[-1] and " actions=sampled " in lines[-1]
     assert "actions sampled from its policy" in out
     assert "| terran |" in out
 
@@ -103,6 +103,18 @@ def test_the_win_rate_weighs_each_heuristic_army_equally():
     assert builtin_opponent.balanced_armies(7).tolist() == [0, 1, 2, 0, 1, 2, 0]
     with pytest.raises(SystemExit, match="--games=2"):
         builtin_opponent.balanced_armies(2)
+
+
+def test_the_standard_error_of_the_stratified_win_rate():
+    """Worked by hand (Cochran's stratified variance, ddof 1): scores army 0 [1, 0] (variance
+    0.5), army 1 [1, 1] (0), army 2 [0.5, 0] (0.125); standard error
+    sqrt(0.5 / 2 + 0 / 2 + 0.125 / 2) / 3 = sqrt(0.3125) / 3 = 0.18634. Pooling the 6 games
+    as one sample reads 0.2007, with ddof 0 0.1318; a stratum of one game has no sample
+    variance, so the error is undefined (nan)."""
+    outcomes = np.array([1, -1, 1, 1, 0, -1])
+    armies = np.array([0, 0, 1, 1, 2, 2])
+    assert builtin_opponent.stratified_standard_error(outcomes, armies) == pytest.approx(0.186339, abs=1e-6)
+    assert np.isnan(builtin_opponent.stratified_standard_error(np.array([1, 0, -1]), np.array([0, 0, 1])))
 
 
 def test_a_run_of_another_game_is_refused(tmp_path):
