@@ -15,7 +15,8 @@ the expectation against the uniform pick without the error of drawing the armies
 random, seed 0 gave the heuristic's zerglings 28 of 64 games against terran (21.3 expected),
 so every run read terran vs zerg at 0.56-0.58 where marauders that lose only to zerglings
 reach 0.67. Each trained cell shows its standard error (`stratified_standard_error`; at 64 games
-about 0.04 where the agent wins half its games against one army and all against the others). Prints a markdown table and, last,
+about 0.04 where the agent wins half its games against one army and all against the others).
+Prints a markdown table and, last,
 `RESULT builtin_opponent mean_win_rate=<x> matchups_at_080=<n> clear_of_080=<n> lowest=<x>
 actions=sampled|greedy ratio=<x/0.5> target=1.0` (`clear_of_080`: the matchups at least one
 standard error above 0.80; 0.5: an even match with the built-in opponent, on average over the
