@@ -138,20 +138,23 @@ def stratified_win_rate(outcomes: np.ndarray, armies: np.ndarray) -> float:
     """The win rate (draws half) against a uniform pick, from games whose opponent armies were
     stratified: sum_h P(h) rate_h with P(h) = 1/K over the K armies in `armies`, rate_h the win
     rate of the games against army h (stratified sampling's estimator of the mean)."""
+    return float(np.mean([g.mean() for g in _scores_by_army(outcomes, armies)]))
+
+
+def _scores_by_army(outcomes: np.ndarray, armies: np.ndarray) -> list[np.ndarray]:
+    """The games' scores (`scripted.scores`), one array per heuristic army in `armies`."""
     from actors.games.smax_races import scripted
 
-    outcomes, armies = np.asarray(outcomes), np.asarray(armies)
-    return float(np.mean([scripted.win_rate(outcomes[armies == h]) for h in np.unique(armies)]))
+    game_scores, armies = scripted.scores(outcomes), np.asarray(armies)
+    return [game_scores[armies == h] for h in np.unique(armies)]
 
 
 def stratified_standard_error(outcomes: np.ndarray, armies: np.ndarray) -> float:
     """The standard error of `stratified_win_rate`: sqrt(sum_h P(h)^2 s_h^2 / n_h) with P(h) = 1/K,
-    n_h the games against army h and s_h^2 their scores' sample variance (win 1, draw 0.5, loss 0;
+    n_h the games against army h and s_h^2 their scores' sample variance (`scripted.scores`;
     ddof 1), stratified sampling's variance of the mean (Cochran, Sampling Techniques, eq. 5.6).
     An army the agent always beats or always loses to adds nothing."""
-    outcomes, armies = np.asarray(outcomes), np.asarray(armies)
-    scores = (outcomes + 1) / 2
-    groups = [scores[armies == h] for h in np.unique(armies)]
+    groups = _scores_by_army(outcomes, armies)
     if any(len(g) < 2 for g in groups):
         return float("nan")
     return float(np.sqrt(sum(np.var(g, ddof=1) / len(g) for g in groups)) / len(groups))

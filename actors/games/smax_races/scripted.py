@@ -123,10 +123,15 @@ def pick_probabilities(network, params, races, config: game.SmaxRacesConfig | No
     return np.asarray(play(params, jnp.asarray(races)), np.float64)
 
 
+def scores(outcomes: np.ndarray) -> np.ndarray:
+    """Each game's score: a win 1, a draw 0.5, a loss 0."""
+    outcomes = np.asarray(outcomes)
+    return (outcomes > 0) + 0.5 * (outcomes == 0)
+
+
 def win_rate(outcomes: np.ndarray, axis: int | None = None):
     """Wins plus half the draws, over games (a float; with `axis`, an array over that axis)."""
-    outcomes = np.asarray(outcomes)
-    rate = np.mean((outcomes > 0) + 0.5 * (outcomes == 0), axis=axis)
+    rate = np.mean(scores(outcomes), axis=axis)
     return float(rate) if axis is None else rate
 
 
