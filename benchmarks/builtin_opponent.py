@@ -18,7 +18,8 @@ reach 0.67. Each trained cell shows its standard error (`stratified_standard_err
 about 0.04 where the agent wins half its games against one army and all against the others).
 Prints a markdown table and, last,
 `RESULT builtin_opponent mean_win_rate=<x> matchups_at_080=<n> clear_of_080=<n> lowest=<x>
-actions=sampled|greedy ratio=<x/0.5> target=1.0` (`clear_of_080`: the matchups at least one
+actions=sampled|greedy params=final|mean_of_final_and_<M>_newest ratio=<x/0.5> target=1.0`
+(`clear_of_080`: the matchups at least one
 standard error above 0.80; 0.5: an even match with the built-in opponent, on average over the
 matchups).
 
@@ -34,9 +35,14 @@ each army (`scripted.pick_probabilities`, the composition head against each enem
 of its frozen snapshots spread over the run (default 8) and at its final parameters.
 `--win_history[=N]` says how its win rate against the heuristic moved: the stratified win rate
 per matchup (`--games` games, the same games each time) at N snapshots and at the final
-parameters, so a reader sees whether a matchup still climbs at the end or has levelled off;
-`--average_newest=M` adds a row for the average of the final parameters and the M newest
-snapshots' (how much of a matchup's reading is the jitter of the last updates).
+parameters, so a reader sees whether a matchup still climbs at the end or has levelled off.
+
+`--average_newest=M` reads each main agent as the uniform average of its final parameters and
+its M newest snapshots' (`averaged_params`, Polyak averaging of the iterates) in every table, the
+final parameters alone in brackets, and adds that average as the last row of `--win_history`.
+A main agent's parameters jitter from update to update (consecutive snapshots read up to 0.19
+apart in one cell), and the average of its last minutes is the steadier agent to take from a
+run.
 
 The agent samples its army, action types and targets from its policy, as in the league's games.
 `--greedy` makes it take the most likely of each instead (`agents.act`'s `greedy`; the
@@ -68,11 +74,13 @@ def _run(run_dir: str):
 
 
 def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None = None,
-            greedy: bool = False) -> dict:
+            greedy: bool = False, average_newest: int = 0) -> dict:
     """{(agent race, heuristic race): {"trained", "initial"}} win rates, plus run facts; with
     `by_composition` ("trained" or "initial") each row also holds the `composition_breakdown`
     of those parameters; `greedy`: the agent takes its most likely army, action and target
-    instead of sampling them."""
+    instead of sampling them; `average_newest` N > 0: "trained" is the average of each main
+    agent's final parameters and its N newest snapshots' (`averaged_params`), and the row also
+    holds "final", the final parameters alone."""
     from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
     from actors.games.smax_races import scripted
     from coordinator.param_store import player_params
@@ -88,8 +96,13 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
     agent_index = agent_indices(config)  # the index that seeded each agent's initial params
     heuristic_armies = balanced_armies(games)
     table = {}
+    start_time, spans = min(p["wall_time"] for p in players), {}
     for main in mains:
-        _, trained = player_params(run_dir, main["player_id"])
+        _, final = player_params(run_dir, main["player_id"])
+        trained = averaged_params(run_dir, main["player_id"], average_newest) if average_newest else final
+        window = frozen_snapshots(players, main["player_id"])[-average_newest:] if average_newest else []
+        if window:  # the minutes into the run its newest snapshots span
+            spans[main["race"]] = [(p["wall_time"] - start_time) / 60 for p in (window[0], window[-1])]
         # The run's start: the frozen copy of the initial parameters (the supervised start with
         # --init or the automatic start), else the random parameters the agent was seeded with.
         start = initial_snapshot_id(main["player_id"])
@@ -100,7 +113,7 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
         for opponent_race in config.race_names:
             races = (main["race"], opponent_race)
             row = {}
-            versions = {"trained": trained, "initial": initial}
+            versions = {"trained": trained, "initial": initial, **({"final": final} if average_newest else {})}
             played = {}
             for name, params in versions.items():
                 played[name] = scripted.play_detailed(network, params, races, games, seed=seed, greedy=greedy,
@@ -120,7 +133,7 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
             print(f"  {races[0]:>8} vs heuristic {races[1]:<8} trained {row['trained']:.3f} "
                   f"(loss/draw/win {row['trained_outcomes']})  initial {row['initial']:.3f}", flush=True)
     return {"table": table, "games": history.game_count(), "players": len(players), "config": config,
-            "greedy": greedy}
+            "greedy": greedy, "average_newest": average_newest, "average_spans": spans}
 
 
 def balanced_armies(games: int) -> np.ndarray:
@@ -350,10 +363,16 @@ def format_table(result: dict, games: int) -> str:
         cells = []
         for o in races:
             row = result["table"].get((r, o))
+            final = f"final {row['final']:.2f}, " if "final" in row else ""
             cells.append("n/a" if row is None
-                         else f"{row['trained']:.2f} ± {row['trained_se']:.2f} (initial {row['initial']:.2f})")
+                         else f"{row['trained']:.2f} ± {row['trained_se']:.2f} ({final}initial {row['initial']:.2f})")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
     actions = "its most likely actions (--greedy)" if result["greedy"] else "actions sampled from its policy"
+    if result["average_newest"]:
+        spans = ", ".join(f"{race} {a:.1f}-{b:.1f}" for race, (a, b) in result["average_spans"].items())
+        lines.append(f"\nThe main agent: the average of its final parameters and its {result['average_newest']} "
+                     f"newest snapshots' (--average_newest; the snapshots from minutes {spans} of the run); "
+                     "in brackets its final parameters alone.")
     lines.append(f"\n{games} games per cell; win rate of the main agent, draws half, ± one standard error "
                  f"(the heuristic's armies in turn: `stratified_standard_error`), {actions}; league "
                  f"games played: {result['games']}, players: {result['players']}.")
@@ -373,8 +392,9 @@ def main(argv=None) -> int:
                         "a matchup) at N of its snapshots over the run (default 8) and at its final "
                         "parameters")
     parser.add_argument("--average_newest", type=int, default=0, metavar="N",
-                        help="with --win_history: a last row for the average of each main agent's "
-                        "final parameters and its N newest snapshots' (Polyak averaging)")
+                        help="read each main agent as the average of its final parameters and its N "
+                        "newest snapshots' (Polyak averaging; the final parameters alone in brackets), "
+                        "and with --win_history add that average as a last row")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--greedy", action="store_true",
                         help="the agents take their most likely army, action type and target instead of "
@@ -390,11 +410,11 @@ def main(argv=None) -> int:
         parser.error("--pick_history takes the number of snapshots to show, at least 1")
     if args.win_history < 0:
         parser.error("--win_history takes the number of snapshots to measure, at least 1")
-    if args.average_newest < 0 or (args.average_newest and not args.win_history):
-        parser.error("--average_newest takes a number of snapshots >= 1, and goes with --win_history")
+    if args.average_newest < 0:
+        parser.error("--average_newest takes a number of snapshots, at least 1")
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
-    result = measure(args.run_dir, args.games, args.seed, args.by_composition, args.greedy)
+    result = measure(args.run_dir, args.games, args.seed, args.by_composition, args.greedy, args.average_newest)
     print(format_table(result, args.games))
     if args.by_composition:
         print(format_breakdown(result, args.games, args.by_composition))
@@ -410,7 +430,9 @@ def main(argv=None) -> int:
     clear = sum(row["trained"] - row["trained_se"] >= 0.8 for row in result["table"].values())
     print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} matchups_at_080={at_080} clear_of_080={clear} "
           f"lowest={min(rates):.3f} "
-          f"actions={'greedy' if args.greedy else 'sampled'} ratio={mean / 0.5:.2f} target=1.0")
+          f"actions={'greedy' if args.greedy else 'sampled'} "
+          f"params={f'mean_of_final_and_{args.average_newest}_newest' if args.average_newest else 'final'} "
+          f"ratio={mean / 0.5:.2f} target=1.0")
     return 0
 
 

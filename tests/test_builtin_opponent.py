@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from actors.games import smax_races as sr
+from actors.games.smax_races import scripted
 from benchmarks import builtin_opponent
 from coordinator.param_store import player_params
 from experiments import launchers
@@ -44,17 +45,23 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
     measured = []   # main's own measurement, read below (measuring twice took ~100 s of CI)
     measure = builtin_opponent.measure
     monkeypatch.setattr(builtin_opponent, "measure", lambda *a, **k: measured.append(measure(*a, **k)) or measured[-1])
-    assert builtin_opponent.main([f"--run_dir={run_dir}", f"--games={GAMES}"]) == 0
+    played = []     # the parameters of every batch of games the table plays
+    play = scripted.play_detailed
+    monkeypatch.setattr(scripted, "play_detailed", lambda network, params, *a, **k: played.append(params) or play(
+        network, params, *a, **k))
+    # --average_newest=1: the table reads the average of the final parameters and the newest snapshot's
+    assert builtin_opponent.main([f"--run_dir={run_dir}", f"--games={GAMES}", "--average_newest=1"]) == 0
     out = capfd.readouterr().out
     lines = out.strip().splitlines()
     assert lines[-1].startswith("RESULT builtin_opponent mean_win_rate=")
     assert " matchups_at_080=" in lines[-1] and " clear_of_080=" in lines[-1] and " actions=sampled " in lines[-1]
-    assert "actions sampled from its policy" in out
-    assert "| terran |" in out
+    assert " params=mean_of_final_and_1_newest " in lines[-1]
+    assert "actions sampled from its policy" in out and "its 1 newest snapshots' (--average_newest; the snapshots from minutes terran " in out
+    assert "| terran |" in out and "(final " in out
 
     result, = measured
     row = result["table"][("terran", "terran")]
-    for name in ("trained", "initial"):
+    for name in ("trained", "initial", "final"):
         assert sum(row[f"{name}_outcomes"]) == GAMES
         # the heuristic's armies as its games spawned them: its menu in turn, 11 / 11 / 10
         by_army = np.array(row[f"{name}_by_army"])
@@ -82,7 +89,7 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
     wins = builtin_opponent.win_history(run_dir, points=2, games=GAMES)["terran"]
     assert [w[1] for w in wins] == [rows[0][1], rows[-2][1], "terran_main_agent_0"]
     assert wins[0][2] == [pytest.approx(row["initial"])]
-    assert wins[-1][2] == [pytest.approx(row["trained"])]
+    assert wins[-1][2] == [pytest.approx(row["final"])]
     assert "| vs terran |" in builtin_opponent.format_win_history({"terran": wins}, ["terran"], GAMES)
 
     # --average_newest: the final parameters and the newest snapshot's, averaged leaf by leaf
@@ -92,6 +99,13 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
     for m, a, b in zip(*(jax.tree_util.tree_leaves(t) for t in (mean, newest, final))):
         np.testing.assert_allclose(m, (np.asarray(a, np.float64) + b) / 2, rtol=1e-6, atol=1e-7)
     assert any(not np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(newest), jax.tree_util.tree_leaves(final)))
+
+    # ... and the table's trained column played that average, its final column the final parameters
+    def same(a, b):
+        return all(np.allclose(x, y, rtol=1e-6, atol=1e-7)
+                   for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+    assert [same(p, mean) for p in played[:3]] == [True, False, False]
+    assert [same(p, final) for p in played[:3]] == [False, False, True]
 
 
 def test_the_win_rate_weighs_each_heuristic_army_equally():
