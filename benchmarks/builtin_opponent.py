@@ -363,7 +363,7 @@ def format_table(result: dict, games: int) -> str:
         cells = []
         for o in races:
             row = result["table"].get((r, o))
-            final = f"final {row['final']:.2f}, " if "final" in row else ""
+            final = f"final {row['final']:.2f}, " if row and "final" in row else ""
             cells.append("n/a" if row is None
                          else f"{row['trained']:.2f} ± {row['trained_se']:.2f} ({final}initial {row['initial']:.2f})")
         lines.append(f"| {r} | " + " | ".join(cells) + " |")
@@ -411,7 +411,7 @@ def main(argv=None) -> int:
     if args.win_history < 0:
         parser.error("--win_history takes the number of snapshots to measure, at least 1")
     if args.average_newest < 0:
-        parser.error("--average_newest takes a number of snapshots, at least 1")
+        parser.error("--average_newest takes a number of snapshots, at least 1 (left out: the final parameters alone)")
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
     result = measure(args.run_dir, args.games, args.seed, args.by_composition, args.greedy, args.average_newest)
