@@ -99,10 +99,12 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
     start_time, spans = min(p["wall_time"] for p in players), {}
     for main in mains:
         _, final = player_params(run_dir, main["player_id"])
-        trained = averaged_params(run_dir, main["player_id"], average_newest) if average_newest else final
-        window = frozen_snapshots(players, main["player_id"])[-average_newest:] if average_newest else []
-        if window:  # the minutes into the run its newest snapshots span
-            spans[main["race"]] = [(p["wall_time"] - start_time) / 60 for p in (window[0], window[-1])]
+        trained = final
+        if average_newest:
+            window = frozen_snapshots(players, main["player_id"])[-average_newest:]
+            trained = averaged_params(run_dir, window, final)
+            if window:  # the minutes into the run its newest snapshots span
+                spans[main["race"]] = [(p["wall_time"] - start_time) / 60 for p in (window[0], window[-1])]
         # The run's start: the frozen copy of the initial parameters (the supervised start with
         # --init or the automatic start), else the random parameters the agent was seeded with.
         start = initial_snapshot_id(main["player_id"])
@@ -266,17 +268,16 @@ def frozen_snapshots(players: list[dict], player_id: str) -> list[dict]:
                   key=lambda p: p["step"])
 
 
-def averaged_params(run_dir: str, player_id: str, newest: int):
-    """The uniform average of a learning agent's final parameters and its `newest` newest frozen
-    snapshots' (Polyak averaging of the iterates, Polyak & Juditsky 1992: theta_bar = (1/n) sum_i
-    theta_i over the n = newest + 1 parameter sets, leaf by leaf)."""
+def averaged_params(run_dir: str, snapshots: list[dict], final):
+    """The uniform average of a learning agent's `final` parameters and those of its frozen
+    `snapshots` (league.db's player rows, e.g. the newest of `frozen_snapshots`): Polyak averaging
+    of the iterates, Polyak & Juditsky 1992: theta_bar = (1/n) sum_i theta_i over the n =
+    len(snapshots) + 1 parameter sets, leaf by leaf."""
     import jax
 
     from coordinator.param_store import player_params
 
-    _, history = _run(run_dir)
-    ids = [p["player_id"] for p in frozen_snapshots(history.players(), player_id)[-newest:]] + [player_id]
-    trees = [player_params(run_dir, i)[1] for i in ids]
+    trees = [player_params(run_dir, p["player_id"])[1] for p in snapshots] + [final]
     return jax.tree_util.tree_map(lambda *leaves: np.mean(np.stack(leaves), 0).astype(leaves[0].dtype), *trees)
 
 
@@ -320,10 +321,13 @@ def win_history(run_dir: str, points: int, games: int, seed: int = 0, average_ne
     out = {race: [(minutes, player_id, rates(race, player_params(run_dir, player_id)[1]))
                   for minutes, player_id in rows] for race, rows in over_run.items()}
     if average_newest:
+        players = _run(run_dir)[1].players()
         for race, rows in over_run.items():
             minutes, player_id = rows[-1]
+            mean = averaged_params(run_dir, frozen_snapshots(players, player_id)[-average_newest:],
+                                   player_params(run_dir, player_id)[1])
             out[race].append((minutes, f"mean of {player_id} and its {average_newest} newest snapshots",
-                              rates(race, averaged_params(run_dir, player_id, average_newest))))
+                              rates(race, mean)))
     return out
 
 

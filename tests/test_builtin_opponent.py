@@ -93,9 +93,9 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
     assert "| vs terran |" in builtin_opponent.format_win_history({"terran": wins}, ["terran"], GAMES)
 
     # --average_newest: the final parameters and the newest snapshot's, averaged leaf by leaf
-    mean = builtin_opponent.averaged_params(run_dir, "terran_main_agent_0", 1)
     _, newest = player_params(run_dir, rows[-2][1])
     _, final = player_params(run_dir, "terran_main_agent_0")
+    mean = builtin_opponent.averaged_params(run_dir, [{"player_id": rows[-2][1]}], final)
     for m, a, b in zip(*(jax.tree_util.tree_leaves(t) for t in (mean, newest, final))):
         np.testing.assert_allclose(m, (np.asarray(a, np.float64) + b) / 2, rtol=1e-6, atol=1e-7)
     assert any(not np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(newest), jax.tree_util.tree_leaves(final)))
