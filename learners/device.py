@@ -27,7 +27,6 @@ learnt on once).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import threading
 from typing import Any
@@ -37,9 +36,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import network_key
-from learners.config import LearnerConfig, ReplayConfig
+from learners.config import LearnerConfig
 from learners.learner import Learner
-from learners.update import make_optimizer, make_update_fn
+from learners.update import agent_settings, make_optimizer, make_update_fn, shared_config
 
 PyTree = Any
 
@@ -70,18 +69,40 @@ def make_chunk_fn(update, rollout, num_updates: int, exploration: float = 0.0):
     return chunk
 
 
-def _compiled(network, config: LearnerConfig, rollout, num_updates: int, optimizer):
-    """(jitted start, jitted chunk) shared by every device learner of one network, learner
-    configuration, rollout and chunk size in a process: co-located learners compile once."""
-    key = (network_key(network), dataclasses.replace(config, replay=ReplayConfig()).to_json(),
-           rollout.key, num_updates)
+def _compiled(network, config: LearnerConfig, rollout, num_updates: int):
+    """(jitted start, jitted chunk) shared by every device learner of one network, rollout,
+    chunk size and loss structure in a process: co-located learners compile once.
+
+    What differs between agents of one structure -- learning rate, entropy weight and its
+    schedule, KL-to-teacher weight (`learners.update.AGENT_SETTINGS`: a role's and a race's own
+    values) -- is an input of the program (`agent_settings`), as in the population program, so
+    agents of different roles and races share it. What stays in the key: the network, the
+    rollout (a main agent's scripted slots), the chunk length, the loss structure
+    (`shared_config`: e.g. a main agent's magnet term, off for exploiters) and the behaviour
+    policy's epsilon (a Python constant: networks that sample their own heads take none).
+    Having a teacher or a source of z or not changes the inputs' structure: `jax.jit` traces
+    those once each."""
+    shared = shared_config(config)
+    key = (network_key(network), shared.to_json(), rollout.key, num_updates, config.exploration)
     with _COMPILED_LOCK:
         if key not in _COMPILED:
-            update = make_update_fn(network, config, optimizer)
+            update = make_update_fn(network, shared, make_optimizer(shared))
+
+            def chunk(state, carry, opponents, teacher, key, settings):
+                def agent_update(state, unroll, teacher):
+                    return update(state, unroll, teacher, settings)
+                return make_chunk_fn(agent_update, rollout, num_updates, config.exploration)(
+                    state, carry, opponents, teacher, key)
+
             start = functools.partial(rollout.start, exploration=config.exploration)
-            _COMPILED[key] = (jax.jit(start),
-                              jax.jit(make_chunk_fn(update, rollout, num_updates, config.exploration)))
+            _COMPILED[key] = (jax.jit(start), jax.jit(chunk))
         return _COMPILED[key]
+
+
+def compiled_programs() -> int:
+    """The distinct device-learner programs this process holds (`_compiled`'s keys)."""
+    with _COMPILED_LOCK:
+        return len(_COMPILED)
 
 
 class DeviceLearner(Learner):
@@ -105,8 +126,9 @@ class DeviceLearner(Learner):
                          checkpoint_dir=checkpoint_dir, teacher_params=teacher_params,
                          devices=devices)
         self._rollout, self._updates_per_chunk = rollout, int(updates_per_chunk)
-        self._start_fn, self._chunk_fn = _compiled(network, config, rollout, self._updates_per_chunk,
-                                                   make_optimizer(config))
+        self._start_fn, self._chunk_fn = _compiled(network, config, rollout, self._updates_per_chunk)
+        self._settings = jax.device_put({name: jnp.float32(value) for name, value in agent_settings(config).items()},
+                                        self._replicated)
         self._key = jax.random.PRNGKey(seed)
         self._z_source = None if z_source is None else jax.device_put(z_source)
         self.games_played = 0
@@ -130,7 +152,7 @@ class DeviceLearner(Learner):
         carry, first = self._start_fn(state.params, state.version, opponents, self._teacher,
                                       k_start, races, self._z_source)
         new_state, _, metrics, results = self._chunk_fn(state, carry, opponents, self._teacher,
-                                                        k_chunk)
+                                                        k_chunk, self._settings)
         return self.chunk_done(state, new_state, metrics, jax.device_get(first + results))
 
     # -- a chunk in two halves: what a population program (learners.population) needs of it --

@@ -109,6 +109,49 @@ def test_agents_with_their_own_kl_weights_share_one_program(kuhn):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-6)
 
 
+def test_agents_of_different_roles_rates_and_kl_weights_share_one_program_per_structure(kuhn):
+    """One program per agent (`DeviceLearner.play_and_learn`, the CPU default): the learning
+    rate, entropy schedule and KL weight are inputs of the program, so the two exploiters (their
+    own learning rates and KL weights) run ONE compiled program and the main agent (another
+    epsilon, an annealed entropy) a second: 2 programs for 3 agents, where keying on the whole
+    configuration gave 3. Each agent's chunk equals its reference: the chunk built from its own
+    whole configuration as constants (`make_update_fn(network, its config, its optimiser)`),
+    from the same state and keys."""
+    import functools
+
+    from learners.device import compiled_programs, make_chunk_fn
+    from learners.update import make_optimizer, make_update_fn
+
+    base, game, network, rollout, params = kuhn
+    configs = [dataclasses.replace(c, loss=dataclasses.replace(c.loss, kl_teacher_weight=w))
+               for c, w in zip(agent_configs(base), (0.03, 0.1, 2.0))]
+    assert len({c.learning_rate for c in configs[1:]}) == 2 and configs[1].exploration == configs[2].exploration
+    example = example_unroll(game.spec, network, T, teacher=True)
+
+    def learners():
+        return [DeviceLearner(network, params[i], c, example, rollout, updates_per_chunk=K, seed=11 + i,
+                              teacher_params=params[(i + 2) % 4]) for i, c in enumerate(configs)]
+    agents, references = learners(), learners()
+    assert len({id(agent._chunk_fn) for agent in agents}) == 2 and compiled_programs() >= 2
+    assert agents[1]._chunk_fn is agents[2]._chunk_fn and agents[0]._chunk_fn is not agents[1]._chunk_fn
+    traces = []
+    for i, (agent, reference, config) in enumerate(zip(agents, references, configs)):
+        got = agent.play_and_learn(opponents_of(params, i))
+        traces.append(agent._chunk_fn._cache_size())
+        state, k_start, k_chunk = reference.chunk_inputs()
+        opponents = opponents_of(params, i)
+        start = jax.jit(functools.partial(rollout.start, exploration=config.exploration))
+        chunk = jax.jit(make_chunk_fn(make_update_fn(network, config, make_optimizer(config)), rollout, K,
+                                      config.exploration))
+        carry, first = start(state.params, state.version, opponents, reference.teacher, k_start, None, None)
+        new_state, _, _, results = chunk(state, carry, opponents, reference.teacher, k_chunk)
+        np.testing.assert_array_equal(got.wins, np.asarray(first.wins + results.wins))
+        for x, y in zip(jax.tree_util.tree_leaves(agent.params()[1]), jax.tree_util.tree_leaves(new_state.params)):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-6)
+    # the second exploiter reused the first's executable: no new trace
+    assert traces[2] == traces[1]
+
+
 def test_resetting_one_agent_changes_only_its_slice(kuhn):
     configs = agent_configs(kuhn[0])
     learners = make_learners(kuhn, configs)
