@@ -3,6 +3,7 @@
     from agents import make_network, act
     network = make_network(game.spec)          # UnitNetwork for SMAX races, else ReferenceNetwork
     action, state = act(network, params, rng, obs, state, first)   # what actors call (jittable)
+    policy = load_policy("agent.npz")          # an exported agent (experiments.export): agents/exported.py
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from typing import Any
 
 import jax
 
+from agents.exported import ExportedFileError, Policy, load_policy
 from agents.networks import NetworkConfig, ReferenceNetwork, exploring_log_probs, sample_actions
 from agents.unit_network import Action, UnitNetwork, UnitNetworkConfig
 
-__all__ = ["Action", "NetworkConfig", "ReferenceNetwork", "UnitNetwork", "UnitNetworkConfig",
-           "act", "head_names", "make_network"]
+__all__ = ["Action", "ExportedFileError", "NetworkConfig", "Policy", "ReferenceNetwork", "UnitNetwork",
+           "UnitNetworkConfig", "act", "head_names", "load_policy", "make_network"]
 
 SMALL_REFERENCE = dict(mlp_sizes=(64,), lstm_size=64)
 """Reference-network sizes for a laptop league (poker, matrix games)."""

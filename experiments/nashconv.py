@@ -28,11 +28,17 @@ With --run_dir (the game, network sizes and seed come from its config.json):
   fictitious play's average strategy). It moves less than the latest mixture, and on Leduc
   it is less exploitable (BENCHMARKS.md, "The average Nash mixture").
 
---params loads saved parameters through a loader hook, a function `load(path, game) -> policy_fn`
+--params=AGENT with no --loader measures an agent named as every command names one
+(`experiments.agent_ref`): an exported file (`python -m experiments.export`; the game, network
+and parameters come from the file alone) or RUN_DIR:PLAYER_ID, turned into an exact tabular
+policy as a run's players are (`poker_policy.network_policy`): the same reading as
+`--run_dir=RUN_DIR --player=PLAYER_ID`. A damaged or foreign file: a message and exit 2.
+
+--params with --loader loads saved parameters through a loader hook, a function `load(path, game) -> policy_fn`
 where `policy_fn(obs)` maps a batch of the pool's observations (`info_state` [N, dim], `acting`
 [N], `action_mask` {"action": [N, A]}) to action probabilities [N, A] (see
-`actors.games.poker.policy_from_callable`). The default loader reads a .npz of a tabular policy:
-one array of probabilities [A] per information-state string (the key).
+`actors.games.poker.policy_from_callable`). A .npz that is not an exported agent is read as a
+tabular policy: one array of probabilities [A] per information-state string (the key).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import importlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Mapping
 
 import numpy as np
@@ -69,6 +76,46 @@ def measure(game_name: str, params: str | None = None, loader: str | None = None
         load = getattr(importlib.import_module(module_name), fn_name)
         policy = poker.policy_from_callable(game, load(params, game))
     return poker.nash_conv(game, policy)
+
+
+def is_tabular_file(params: str) -> bool:
+    """Whether --params names a tabular policy's .npz (the default loader's), not an agent: an
+    npz (zip) archive that is not an exported agent (nor a damaged copy of one); anything else
+    is read as an agent, whose errors say what the file is not."""
+    from agents import exported
+
+    if not os.path.isfile(params):
+        return False
+    with open(params, "rb") as f:
+        zip_archive = f.read(4) == b"PK\x03\x04"
+    return zip_archive and not exported.looks_exported(params)
+
+
+def measure_agent(name: str, game_name: str | None = None):
+    """(game name, exact NashConv, the `agent_ref.Agent`) of an agent named as every command
+    names one: an exported file, read alone, or RUN_DIR:PLAYER_ID. AgentNameError (a
+    ValueError) if it names none, is not a poker agent, or is not of `game_name`."""
+    from actors.games import poker_policy, registry
+    from agents import exported
+    from experiments import agent_ref
+
+    agent = agent_ref.resolve(name)
+    try:
+        exact = registry.resolve(agent.game).capabilities.exact_evaluator
+    except registry.UnknownGame:
+        exact = False
+    if not exact:
+        raise agent_ref.AgentNameError(f"{name}: an agent of {agent.game!r}; NashConv needs a poker agent "
+                                       "(a game with an exact evaluator: kuhn_poker, leduc_poker)")
+    if game_name and game_name != agent.game:
+        raise agent_ref.AgentNameError(f"{name}: an agent of {agent.game}, not of --game={game_name} "
+                                       "(leave --game out: the agent says its game)")
+    game = poker.load_game(agent.game)
+    if exported.side_to_dict(agent.spec.side(agent.side)) != exported.side_to_dict(poker.make_spec(game).side(0)):
+        raise agent_ref.AgentNameError(f"{name}: its network observes another {agent.game} than this "
+                                       "version's (the observation or the actions differ)")
+    policy = poker_policy.network_policy(game, agent.network, agent.params)
+    return agent.game, poker.nash_conv(game, policy), agent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,9 +326,11 @@ def define_flags() -> None:
     flags.DEFINE_string("game", "leduc_poker", "OpenSpiel two-player zero-sum game, e.g. kuhn_poker "
                         "(without --run_dir).")
     flags.DEFINE_enum("policy", "uniform", ["uniform"], "Built-in policy to measure (without --params).")
-    flags.DEFINE_string("params", None, "Saved parameters to measure instead of --policy.")
-    flags.DEFINE_string("loader", None, "module:function loading --params into a policy callable; "
-                        "default: .npz tabular policy keyed by information-state string.")
+    flags.DEFINE_string("params", None, "What to measure instead of --policy: an agent (an exported file "
+                        "of experiments.export, or RUN_DIR:PLAYER_ID; its game comes with it), or a .npz "
+                        "tabular policy keyed by information-state string, or a file --loader reads.")
+    flags.DEFINE_string("loader", None, "module:function loading --params into a policy callable "
+                        "(default: an agent, or a .npz tabular policy).")
 
 
 class _BackendProbe(logging.Filter):
@@ -308,20 +357,39 @@ def main(argv):
         print_gaps(FLAGS.run_dir)
         return
     if FLAGS.run_dir:
-        result = (RunReader(FLAGS.run_dir).measure_player(FLAGS.player) if FLAGS.player
-                  else measure_run(FLAGS.run_dir, FLAGS.mixture, FLAGS.weights, FLAGS.agent))
+        try:
+            result = (RunReader(FLAGS.run_dir).measure_player(FLAGS.player) if FLAGS.player
+                      else measure_run(FLAGS.run_dir, FLAGS.mixture, FLAGS.weights, FLAGS.agent))
+        except (FileNotFoundError, ValueError) as e:   # no run, no such player, not poker
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         print(f"run_dir={FLAGS.run_dir} game={RunReader(FLAGS.run_dir).config.game} "
               f"mixture={result.mixture} weights={result.source} players={result.players}")
         for player, weight in sorted(result.weights.items(), key=lambda kv: -kv[1]):
             print(f"  {weight:.4f}  {player}")
         print(f"{result.nash_conv:.6f}")
         return
+    if FLAGS.params and not FLAGS.loader and not is_tabular_file(FLAGS.params):
+        from agents.exported import ExportedFileError
+        from experiments.agent_ref import AgentNameError
+
+        try:
+            game, value, agent = measure_agent(FLAGS.params, FLAGS.game if FLAGS["game"].present else None)
+        except (AgentNameError, ExportedFileError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        source = agent.source
+        print(f"game={game} agent={FLAGS.params} player={source.get('player_id', '?')} "
+              f"version={source.get('version', '?')} run_dir={source.get('run_dir', '?')}")
+        print(f"{value:.6f}")
+        return 0
     what = FLAGS.params or f"{FLAGS.policy} policy"
     value = measure(FLAGS.game, FLAGS.params, FLAGS.loader)
     print(f"game={FLAGS.game} policy={what}")
     print(f"{value:.6f}")
+    return 0
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    app.run(lambda argv: sys.exit(main(argv)))

@@ -1,0 +1,325 @@
+"""An exported agent: one self-contained, versioned file, and the policy it loads into.
+
+    policy = agents.load_policy("kuhn.agent.npz")       # no run directory, no game code needed
+    actions, state = policy.act(obs, key)                # a batch of the game's observations
+    probs, state = policy.probabilities(obs)             # {head: [B, num_values]}
+    jax.jit(policy.act, static_argnames="greedy")(obs, key, greedy=True)
+
+The file (written by `python -m experiments.export AGENT --out=F`) is an ordinary uncompressed
+npz archive (a zip; `numpy.load(F)` reads it, no pickle anywhere):
+
+- `header.json`: JSON, `{"format": "league-agent", "format_version": 1, ...}`: the network
+  (`network.class`: ReferenceNetwork or UnitNetwork, `network.config`: its config's fields),
+  the side it plays and the game's spec (`spec`: every observation field's shape and dtype,
+  every action head), the game (`game.name`, `game.module_path` for a game given as
+  `package.module:factory`), where it came from (`source`: run directory, player, parameter
+  version, role, parent, exported at), and `leaves`: each parameter's key path, shape and dtype;
+- `leaf_<i>.npy`: the parameters, in the order of `leaves`;
+- the archive's comment, `league-agent sha256=<hex>`: SHA-256 of every byte before the digest,
+  so any changed or missing byte is found before anything is used.
+
+`read` refuses a file that is not one of these, damaged, truncated, or of a newer format version
+with `ExportedFileError` (a ValueError naming the file and what is wrong); a file of an older
+version is upgraded on reading by `_UPGRADES` (version 1 is the first: none yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import zipfile
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import numpy as np
+
+from agents.specs import (
+    MASK_KEY,
+    ActionSpec,
+    ArraySpec,
+    DiscreteHead,
+    GameSpec,
+    ObservationSpec,
+    SideSpec,
+)
+from agents.storage import flatten, read_npz, unflatten, write_atomic
+
+FORMAT = "league-agent"
+VERSION = 1
+HEADER = "header.json"
+_DIGEST_PREFIX = b"league-agent sha256="
+_DIGEST_LEN = 64   # hex characters
+# format_version -> function(header) -> the header of the next version (none yet: version 1 is
+# the first). A reader of version N reads every older file through these, in order.
+_UPGRADES: dict[int, Any] = {}
+
+
+class ExportedFileError(ValueError):
+    """A file that is not a readable exported agent: the message names the file and what is
+    wrong with it (not an npz, no header, truncated, damaged, a newer format version)."""
+
+
+# -- descriptions (JSON) -----------------------------------------------------------------------
+
+def _array_spec(spec: ArraySpec) -> dict:
+    return {"shape": list(spec.shape), "dtype": np.dtype(spec.dtype).name}
+
+
+def _head(head: DiscreteHead) -> dict:
+    return {"num_values": int(head.num_values), "shape": list(head.shape), "dtype": np.dtype(head.dtype).name}
+
+
+def side_to_dict(side: SideSpec) -> dict:
+    return {"num_units": int(side.num_units),
+            "observation": {k: _array_spec(v) for k, v in side.observation.fields.items()},
+            "action": {k: _head(v) for k, v in side.action.heads.items()}}
+
+
+def side_from_dict(data: Mapping) -> SideSpec:
+    return SideSpec(
+        observation=ObservationSpec({k: ArraySpec(tuple(v["shape"]), v["dtype"])
+                                     for k, v in data["observation"].items()}),
+        action=ActionSpec({k: DiscreteHead(int(v["num_values"]), tuple(v["shape"]), v["dtype"])
+                           for k, v in data["action"].items()}),
+        num_units=int(data["num_units"]))
+
+
+def spec_to_dict(spec: GameSpec) -> dict:
+    """The game's structures as JSON: enough to rebuild the network and check observations."""
+    return {"name": spec.name, "max_steps": int(spec.max_steps),
+            "sides": [side_to_dict(s) for s in spec.sides],
+            "signal_fields": {k: _array_spec(v) for k, v in spec.signal_fields.items()}}
+
+
+def spec_from_dict(data: Mapping) -> GameSpec:
+    return GameSpec(name=data["name"], sides=tuple(side_from_dict(s) for s in data["sides"]),
+                    max_steps=int(data["max_steps"]),
+                    signal_fields={k: ArraySpec(tuple(v["shape"]), v["dtype"])
+                                   for k, v in data.get("signal_fields", {}).items()})
+
+
+def _networks():
+    from agents.networks import NetworkConfig, ReferenceNetwork
+    from agents.unit_network import UnitNetwork, UnitNetworkConfig
+
+    return {"ReferenceNetwork": (ReferenceNetwork, NetworkConfig), "UnitNetwork": (UnitNetwork, UnitNetworkConfig)}
+
+
+def network_to_dict(network) -> dict:
+    """{"class", "config"} of a network the project builds (`agents.make_network`)."""
+    name = type(network).__name__
+    if name not in _networks():
+        raise ValueError(f"cannot describe a {name}: the exported format knows {sorted(_networks())}")
+    return {"class": name, "config": json.loads(json.dumps(dataclasses.asdict(network.config)))}
+
+
+def network_from_dict(data: Mapping):
+    """The network a `network_to_dict` describes (lists back to tuples)."""
+    cls, config_cls = _networks()[data["class"]]
+    values = dict(data["config"])
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"the network's config has fields this version does not know: {unknown}")
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return cls(config_cls(**values))
+
+
+# -- the file ----------------------------------------------------------------------------------
+
+def to_bytes(params: Mapping, header: Mapping) -> bytes:
+    """The file's bytes: `header` (JSON-able: network, side, spec, game, source) with the format,
+    its version and the leaves' description added, the parameters, and the checksum."""
+    flat = flatten(jax.device_get(params))
+    arrays = [np.ascontiguousarray(a) for a in flat.values()]
+    if any(a.dtype == object for a in arrays):
+        raise ValueError("parameters must be numeric arrays")
+    full = {**header, "format": FORMAT, "format_version": VERSION,
+            "leaves": [{"path": list(p), "shape": list(a.shape), "dtype": a.dtype.name}
+                       for p, a in zip(flat, arrays)]}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr(HEADER, json.dumps(full, indent=1, sort_keys=True))
+        for i, array in enumerate(arrays):
+            leaf = io.BytesIO()
+            np.lib.format.write_array(leaf, array, allow_pickle=False)
+            archive.writestr(f"leaf_{i}.npy", leaf.getvalue())
+        archive.comment = _DIGEST_PREFIX + b"0" * _DIGEST_LEN
+    data = buffer.getvalue()[:-_DIGEST_LEN]
+    return data + hashlib.sha256(data).hexdigest().encode()
+
+
+def write(path: str, params: Mapping, header: Mapping) -> str:
+    """Writes the file atomically (a kill leaves no half of one); returns `path`."""
+    return write_atomic(path, to_bytes(params, header))
+
+
+def looks_exported(path: str) -> bool:
+    """Whether `path` is (or was meant to be: a truncated or damaged copy) an exported agent,
+    rather than some other npz: it names the header, or ends with the checksum."""
+    with open(path, "rb") as f:
+        data = f.read()
+    return HEADER.encode() in data[:4096] or data[-_DIGEST_LEN - len(_DIGEST_PREFIX):].startswith(_DIGEST_PREFIX)
+
+
+def _refuse(path: str, why: str) -> ExportedFileError:
+    return ExportedFileError(f"{path}: {why}")
+
+
+def read(path: str) -> tuple[dict, dict]:
+    """(header, params) of an exported file, its checksum verified, upgraded to this version;
+    ExportedFileError naming the file and the problem otherwise."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _refuse(path, f"cannot read it ({e.strerror or e})") from None
+    hint = "export an agent with: python -m experiments.export RUN_DIR:PLAYER_ID --out=FILE"
+    if not data.startswith(b"PK\x03\x04"):
+        return _raise(path, f"not an exported agent: not an npz (zip) archive (it begins {data[:8]!r}); {hint}")
+    tail = data[-_DIGEST_LEN - len(_DIGEST_PREFIX):]
+    if not tail.startswith(_DIGEST_PREFIX):
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                names = archive.namelist()
+        except (zipfile.BadZipFile, ValueError, OSError):
+            if HEADER.encode() in data[:4096]:
+                return _raise(path, f"truncated or damaged: an exported agent's archive, but not a whole "
+                              f"one ({len(data)} bytes, its end is missing or changed)")
+            return _raise(path, f"not an exported agent: a damaged or truncated zip archive; {hint}")
+        if HEADER not in names:
+            shown = ", ".join(names[:6]) + (" ..." if len(names) > 6 else "")
+            return _raise(path, f"not an exported agent: an npz without the header {HEADER} (members: "
+                          f"{shown or 'none'}); {hint}")
+        return _raise(path, "damaged: its checksum (the archive's comment) is missing or changed")
+    digest = tail[len(_DIGEST_PREFIX):]
+    if hashlib.sha256(data[:-_DIGEST_LEN]).hexdigest().encode() != digest:
+        return _raise(path, "damaged: its SHA-256 checksum does not match its contents (the file was "
+                      "changed or cut after it was written); export it again")
+    try:
+        arrays = read_npz(data)
+        header = json.loads(arrays.pop(HEADER))
+    except Exception as e:  # checksum good, contents not: written by something else
+        return _raise(path, f"not a readable exported agent ({type(e).__name__}: {e})")
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        got = header.get("format") if isinstance(header, dict) else type(header).__name__
+        return _raise(path, f"not an exported agent: its header's format is {got!r}, not {FORMAT!r}")
+    version = header.get("format_version")
+    if not isinstance(version, int) or version < 1:
+        return _raise(path, f"unknown format version {version!r} (this loader reads 1 to {VERSION})")
+    if version > VERSION:
+        return _raise(path, f"written in format version {version}, newer than this loader's {VERSION}: "
+                      "update the league package to load it")
+    while version < VERSION:  # an older file: upgraded step by step, or refused with the reason
+        upgrade = _UPGRADES.get(version)
+        if upgrade is None:
+            return _raise(path, f"format version {version} can no longer be read (this loader reads "
+                          f"{min([*_UPGRADES, VERSION])} to {VERSION}); export it again from its run")
+        header, version = upgrade(header), version + 1
+    try:
+        flat = {}
+        for i, leaf in enumerate(header["leaves"]):
+            array = arrays.pop(f"leaf_{i}")
+            if list(array.shape) != list(leaf["shape"]) or array.dtype.name != leaf["dtype"]:
+                raise ValueError(f"leaf {i} ({'/'.join(leaf['path'])}) is {array.dtype.name}{list(array.shape)}, "
+                                 f"the header says {leaf['dtype']}{leaf['shape']}")
+            flat[tuple(leaf["path"])] = array
+        if arrays:
+            raise ValueError(f"members the header does not list: {sorted(arrays)}")
+    except (KeyError, TypeError, ValueError) as e:
+        return _raise(path, f"its parameters do not match its header ({type(e).__name__}: {e})")
+    return header, unflatten(flat)
+
+
+def _raise(path: str, why: str):
+    raise _refuse(path, why)
+
+
+# -- the policy --------------------------------------------------------------------------------
+
+class Policy:
+    """An exported agent's network and parameters, acting on batches of the game's observations.
+
+    `obs` is the game's observation for a batch [B] (`spec.zero_observation((B,))` has its
+    structure: every field, and `obs["action_mask"][head]` the legal actions). Recurrent
+    networks carry a core `state` from step to step: `None` starts every game of the batch
+    afresh (`initial_state(B)`), and `first` [B] (bool) restarts the games where it is set.
+    Every method is a pure function of its arguments (the parameters are constants): jit them
+    (`jax.jit(policy.act, static_argnames="greedy")`)."""
+
+    def __init__(self, path: str, header: dict, params: dict):
+        self.path = path
+        self.header = header
+        self.game = header.get("game", {}).get("name", "")
+        self.side = int(header.get("side", 0))
+        self.game_spec = spec_from_dict(header["spec"])
+        self.spec = self.game_spec.side(self.side)
+        self.network = network_from_dict(header["network"])
+        self.params = jax.tree_util.tree_map(np.asarray, params)
+        example = self.spec.zero_observation()
+        want = jax.eval_shape(lambda: self.network.init(jax.random.PRNGKey(0), example, opponent_observation=example))
+        got_tree, want_tree = jax.tree_util.tree_structure(self.params), jax.tree_util.tree_structure(want)
+        if got_tree != want_tree or any(np.shape(a) != b.shape for a, b in
+                                        zip(jax.tree_util.tree_leaves(self.params), jax.tree_util.tree_leaves(want))):
+            raise _refuse(path, "its parameters do not fit the network its header describes")
+
+    @property
+    def source(self) -> dict:
+        """Where it came from: run directory, player, parameter version, exported at."""
+        return dict(self.header.get("source", {}))
+
+    def initial_state(self, batch: int):
+        return self.network.initial_state(batch)
+
+    def _prepare(self, obs, state, first):
+        if not isinstance(obs, Mapping) or MASK_KEY not in obs:
+            raise ValueError(f"obs must be a dict with the game's fields and {MASK_KEY!r}: "
+                             f"{sorted(self.spec.observation.fields)}")
+        batch = np.shape(obs[next(iter(self.spec.observation.fields))])[:1]
+        self.spec.check_observation(obs, batch)
+        if state is None:
+            state = self.initial_state(batch[0])
+        if first is None:
+            first = np.zeros(batch, bool)
+        return obs, state, first
+
+    def logits(self, obs, state=None, first=None):
+        """({head: logits [B, ...]} with illegal actions masked, new state)."""
+        obs, state, first = self._prepare(obs, state, first)
+        out, state = self.network.step(self.params, obs, state, first)
+        return out.logits, state
+
+    def probabilities(self, obs, state=None, first=None):
+        """({head: action probabilities [B, ..., num_values]}, new state)."""
+        logits, state = self.logits(obs, state, first)
+        return {h: jax.nn.softmax(x.astype(np.float32), axis=-1) for h, x in logits.items()}, state
+
+    def act(self, obs, key, state=None, first=None, greedy: bool = False):
+        """({head: action [B, ...] int32}: the game's action, new state); sampled with `key`,
+        or the most likely action with `greedy=True` (as the league's actors act)."""
+        from agents import act
+
+        obs, state, first = self._prepare(obs, state, first)
+        action, state = act(self.network, self.params, key, obs, state, first, greedy=greedy)
+        return action.game, state
+
+    def __repr__(self) -> str:
+        source = self.source
+        return (f"Policy({self.path!r}: {self.game or self.game_spec.name}, "
+                f"{source.get('player_id', '?')} version {source.get('version', '?')})")
+
+
+def load_policy(path: str) -> Policy:
+    """The policy of an exported agent file (module docstring); ExportedFileError if the file
+    cannot be used."""
+    header, params = read(path)
+    try:
+        return Policy(path, header, params)
+    except ExportedFileError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise _refuse(path, f"its header does not describe a network this version builds "
+                      f"({type(e).__name__}: {e})") from None

@@ -1,0 +1,108 @@
+"""Export an agent: one self-contained, versioned file that plays without its run.
+
+    python -m experiments.export runs/kuhn:any_main_agent_0 --out=kuhn.agent.npz
+    python -c "import agents; print(agents.load_policy('kuhn.agent.npz'))"
+    python -m experiments.nashconv --params=kuhn.agent.npz        # poker: its exact NashConv
+
+AGENT is any name of `experiments.agent_ref`: RUN_DIR:PLAYER_ID (a learning agent's latest
+parameters or a frozen snapshot) or an exported file (written again in this version's format).
+The file (agents/exported.py) holds the parameters, the network's description (class and
+config), the game's name and spec, and where the agent came from (run, player, parameter
+version, date); npz with a JSON header and a checksum, no pickle. A wrong name, a damaged file or
+a game not exportable yet: a message and exit 2, nothing written.
+
+Not yet: SMAX (a game with races) and the run's own agent (RUN_DIR:result, a Nash mixture on
+poker): issue 85.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import os
+import sys
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("out", None, "the file to write (e.g. kuhn.agent.npz); an existing one is replaced")
+
+
+class ExportError(ValueError):
+    """An agent that cannot be exported (yet)."""
+
+
+def header(agent) -> dict:
+    """The file's description of `agent` (`experiments.agent_ref.Agent`)."""
+    from actors.games import registry
+    from agents import exported
+
+    if agent.policy is not None:   # an exported file written again: its description as it was
+        return {k: v for k, v in agent.policy.header.items() if k not in ("format", "format_version", "leaves")}
+    if agent.config is not None and agent.config.game_info.capabilities.races:
+        raise ExportError(f"{agent.name}: {agent.game} is a game with races (SMAX); its export is not built "
+                          "yet (issue 85): its agents play through the run (benchmarks.builtin_opponent)")
+    try:
+        version = importlib.metadata.version("league")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    source = {**agent.source,
+              "exported_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+              "exported_by": f"league {version}"}
+    return {"network": exported.network_to_dict(agent.network), "side": agent.side,
+            "spec": exported.spec_to_dict(agent.spec),
+            "game": {"name": agent.game, "module_path": registry.module_path(agent.game)},
+            "source": source}
+
+
+def export(name: str, out: str) -> str:
+    """Writes the agent `name` names to `out`; returns a line saying what was written.
+    AgentNameError / ExportError (nothing written) otherwise."""
+    from agents import exported
+    from experiments import agent_ref
+
+    agent = agent_ref.resolve(name)
+    description = header(agent)
+    exported.write(out, agent.params, description)
+    try:
+        exported.load_policy(out)   # what was written reads back
+    except exported.ExportedFileError:
+        os.remove(out)
+        raise
+    source = description["source"]
+    who = f"{source.get('player_id', '?')} of {source.get('run_dir', '?')}, parameter version {source.get('version', '?')}"
+    return f"wrote {out} ({os.path.getsize(out):,} bytes): {description['game']['name']}, {who}"
+
+
+def cli(args: list[str], out: str | None) -> int:
+    """The command: 0 written, 2 (a message on stderr, nothing written) otherwise."""
+    from agents.exported import ExportedFileError
+    from experiments.agent_ref import AgentNameError, describe_forms
+
+    if len(args) != 1:
+        print(f"error: name one agent to export: {describe_forms()} (got {len(args)})", file=sys.stderr)
+        return 2
+    if not out:
+        print("error: --out=FILE is required (the exported agent's file)", file=sys.stderr)
+        return 2
+    try:
+        print(export(args[0], out))
+    except (AgentNameError, ExportError, ExportedFileError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def main(argv):
+    from experiments.nashconv import quiet_backend_probe
+
+    quiet_backend_probe()
+    return cli(argv[1:], FLAGS.out)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(lambda argv: sys.exit(main(argv)))
