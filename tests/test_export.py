@@ -1,0 +1,322 @@
+"""Exporting an agent (issue 85): `experiments.export AGENT --out=F` writes one file,
+`agents.load_policy(F)` plays it in a fresh process with no run directory, `experiments.nashconv
+--params=F` measures it from the file alone, and a wrong name or a damaged, truncated or foreign
+file is refused (exit 2, nothing written).
+
+Each check is against what the export does not compute itself: the run's own network and
+parameters (`player_params`, `build.make_network`) in this process, the run directory's NashConv
+(`nashconv.RunReader`), the file's bytes on disk."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+import agents
+from actors.games import poker, poker_policy
+from agents import exported
+from coordinator.history import LeagueHistory
+from coordinator.param_store import ParamStore, player_params
+from experiments import agent_ref, build, export, nashconv
+from experiments.config import RunConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAIN = "any_main_agent_0"
+SNAPSHOT = "any_main_agent_0#0"
+
+
+def make_run(run_dir, game="kuhn_poker", scale=3.0, **settings):
+    """A hand-made run directory: config.json, league.db's players, a learning main agent's
+    checkpoint and a frozen snapshot in params/ (parameters far from uniform: scaled up)."""
+    from learners import checkpoint
+
+    config = RunConfig.make(game=game, races=1, runner="inprocess", run_dir=str(run_dir),
+                            hidden_size=16, core_size=16, **settings)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(config.to_dict(), f)
+    spec = config.game_info.functions().spec
+    network = build.make_network(config, spec)
+    p_main, p_snap = [jax.tree_util.tree_map(lambda x: x * scale, build.initial_params(network, spec, i, 3))
+                      for i in (0, 1)]
+    history = LeagueHistory(str(run_dir))
+    history.add_player(MAIN, "main_agent", "any", None, 0, 1.0)
+    history.add_player(SNAPSHOT, "main_agent", "any", MAIN, 10, 2.0)
+    history.close()
+    ParamStore(str(run_dir)).save(SNAPSHOT, p_snap, 5)
+    checkpoint.save(checkpoint.path(str(run_dir), MAIN), checkpoint.Checkpoint(9, 0, 0, p_main, {}))
+    return config, network
+
+
+@pytest.fixture(scope="module")
+def kuhn_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("export") / "run"
+    make_run(run_dir)
+    return str(run_dir)
+
+
+def kuhn_batches(network):
+    """Two steps of observations, as the actor feeds them: every Kuhn deal's first decision for
+    side 0, then the decisions one step later for side 1 (with the history each came from)."""
+    walk = poker_policy.PolicyWalk(poker.load_game("kuhn_poker"), network)
+    first, second = walk.levels[0], walk.levels[1]
+    return first["obs"][0], second["obs"][1], second["parents"]
+
+
+def reference_probabilities(network, params, obs0, obs1, parents):
+    """The run's network with the run's parameters, stepped in this process."""
+    n = len(parents)
+    out0, state = network.step(params, obs0, network.initial_state(len(obs0["acting"])), np.ones(len(obs0["acting"]), bool))
+    state = jax.tree_util.tree_map(lambda x: x[parents], state)
+    out1, _ = network.step(params, obs1, state, np.zeros(n, bool))
+    return [np.asarray(jax.nn.softmax(o.logits["action"], axis=-1)) for o in (out0, out1)]
+
+
+FRESH = """
+import functools, sys
+import jax, numpy as np
+import agents
+policy = agents.load_policy(sys.argv[1])
+d = np.load(sys.argv[2], allow_pickle=False)
+def obs(i):
+    return {"info_state": d[f"info_state{i}"], "acting": d[f"acting{i}"], "action_mask": {"action": d[f"mask{i}"]}}
+p0, state = policy.probabilities(obs(0))
+state = jax.tree_util.tree_map(lambda x: x[d["parents"]], state)
+p1, _ = policy.probabilities(obs(1), state, np.zeros(len(d["parents"]), bool))
+greedy, _ = jax.jit(functools.partial(policy.act, greedy=True))(obs(1), jax.random.PRNGKey(0), state)
+sampled, _ = jax.jit(policy.act)(obs(1), jax.random.PRNGKey(1), state)
+np.savez(sys.argv[3], p0=p0["action"], p1=p1["action"], greedy=greedy["action"], sampled=sampled["action"])
+print("game", policy.game, "player", policy.source["player_id"], "version", policy.source["version"])
+"""
+
+
+def fresh_process_probabilities(tmp_path, file, obs0, obs1, parents):
+    """The exported file played by `agents.load_policy` in a new Python process that imports
+    neither the run's config nor its game (only numpy, jax, agents)."""
+    batches = tmp_path / "obs.npz"
+    np.savez(batches, parents=parents, **{f"{k}{i}": v for i, o in enumerate((obs0, obs1))
+                                          for k, v in (("info_state", o["info_state"]), ("acting", o["acting"]),
+                                                       ("mask", o["action_mask"]["action"]))})
+    out = tmp_path / "fresh.npz"
+    done = subprocess.run([sys.executable, "-c", FRESH, str(file), str(batches), str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                          env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout, dict(np.load(out))
+
+
+def check_round_trip(tmp_path, run_dir, player, file):
+    """Exports `player` of `run_dir` to `file`; a fresh process's probabilities and actions
+    equal the run's network's with the run's parameters; returns the run's parameters."""
+    assert export.cli([f"{run_dir}:{player}"], str(file)) == 0
+    config = agent_ref.run_config(run_dir)
+    network = build.make_network(config, config.game_info.functions().spec)
+    version, params = player_params(run_dir, player)
+    obs0, obs1, parents = kuhn_batches(network)
+    want0, want1 = reference_probabilities(network, params, obs0, obs1, parents)
+    stdout, got = fresh_process_probabilities(tmp_path, file, obs0, obs1, parents)
+    assert f"player {player} version {version}" in stdout
+    np.testing.assert_allclose(got["p0"], want0, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["p1"], want1, rtol=0, atol=1e-6)
+    assert np.abs(want1 - want0[parents]).max() > 1e-3   # the second step's probabilities differ
+    np.testing.assert_array_equal(got["greedy"], want1.argmax(-1))
+    legal = obs1["action_mask"]["action"]
+    assert legal[np.arange(len(parents)), got["sampled"]].all()
+    return params
+
+
+def test_an_exported_agent_plays_in_a_fresh_process_as_in_its_run(kuhn_run, tmp_path):
+    file = tmp_path / "main.agent.npz"
+    params = check_round_trip(tmp_path, kuhn_run, MAIN, file)
+    header, read = exported.read(str(file))
+    assert header["format"] == "league-agent" and header["format_version"] == exported.VERSION
+    assert header["game"]["name"] == "kuhn_poker"
+    assert header["source"]["run_dir"] == os.path.abspath(kuhn_run) and header["source"]["version"] == 9
+    assert header["source"]["role"] == "main_agent" and header["source"]["exported_at"]
+    for a, b in zip(jax.tree_util.tree_leaves(read), jax.tree_util.tree_leaves(params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # Any numpy reads it: an npz with a JSON header, no pickle.
+    with np.load(file, allow_pickle=False) as npz:
+        assert json.loads(npz["header.json"])["format"] == "league-agent"
+    # A frozen snapshot exports as well, and an exported file names an agent as a run's player does.
+    snap = tmp_path / "snapshot.agent.npz"
+    assert export.cli([f"{kuhn_run}:{SNAPSHOT}"], str(snap)) == 0
+    assert exported.read(str(snap))[0]["source"]["version"] == 5
+    again = tmp_path / "again.agent.npz"
+    assert export.cli([str(file)], str(again)) == 0
+    assert exported.read(str(again))[0]["source"] == header["source"]
+
+
+def test_nashconv_of_an_exported_file_is_the_runs_reading(kuhn_run, tmp_path, capsys):
+    file = tmp_path / "main.agent.npz"
+    assert export.cli([f"{kuhn_run}:{MAIN}"], str(file)) == 0
+    run = nashconv.RunReader(kuhn_run)
+    want = run.measure_player(MAIN).nash_conv
+    game, got, _ = nashconv.measure_agent(str(file))
+    assert game == "kuhn_poker" and got == pytest.approx(want, abs=1e-6)
+    assert abs(want - run.measure_player(SNAPSHOT).nash_conv) > 1e-3   # another player reads otherwise
+    # The command, from the file alone: no --game, no --loader, no run directory.
+    os.rename(os.path.join(kuhn_run, "config.json"), os.path.join(kuhn_run, "config.json.away"))
+    try:
+        done = subprocess.run([sys.executable, "-m", "experiments.nashconv", f"--params={file}"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+    finally:
+        os.rename(os.path.join(kuhn_run, "config.json.away"), os.path.join(kuhn_run, "config.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "game=kuhn_poker" in done.stdout
+    assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(want, abs=1e-6)
+
+
+def damaged_copies(file, tmp_path):
+    data = file.read_bytes()
+    truncated = tmp_path / "truncated.npz"
+    truncated.write_bytes(data[: len(data) // 2])
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0x01
+    flipped_file = tmp_path / "flipped.npz"
+    flipped_file.write_bytes(bytes(flipped))
+    png = tmp_path / "picture.png"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(200))
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, weights=np.ones(3))
+    return {truncated: "truncated", flipped_file: "checksum does not match", png: "not an npz",
+            plain: "without the header"}
+
+
+def test_a_damaged_truncated_or_foreign_file_is_refused(kuhn_run, tmp_path, capsys):
+    file = tmp_path / "main.agent.npz"
+    assert export.cli([f"{kuhn_run}:{MAIN}"], str(file)) == 0
+    for bad, why in damaged_copies(file, tmp_path).items():
+        before = hashlib.sha256(bad.read_bytes()).hexdigest()
+        with pytest.raises(agents.ExportedFileError, match=why) as e:
+            agents.load_policy(str(bad))
+        assert str(bad) in str(e.value) and isinstance(e.value, ValueError)
+        out = tmp_path / "out.npz"
+        capsys.readouterr()
+        assert export.cli([str(bad)], str(out)) == 2
+        err = capsys.readouterr().err
+        assert why in err and str(bad) in err, err
+        assert not out.exists() and hashlib.sha256(bad.read_bytes()).hexdigest() == before
+        assert not [p for p in os.listdir(tmp_path) if ".tmp." in p]
+    # Any byte changed anywhere (the zip's own fields too, which its CRCs do not cover).
+    data = file.read_bytes()
+    for position in [*range(0, len(data), max(1, len(data) // 150)), len(data) - 1]:
+        changed = bytearray(data)
+        changed[position] ^= 0x20
+        (tmp_path / "changed.npz").write_bytes(bytes(changed))
+        with pytest.raises(agents.ExportedFileError):
+            exported.read(str(tmp_path / "changed.npz"))
+    # The programs: exit 2 and the reason, nothing written.
+    flipped = tmp_path / "flipped.npz"
+    for command in (["experiments.export", str(flipped), f"--out={tmp_path / 'out.npz'}"],
+                    ["experiments.nashconv", f"--params={flipped}"]):
+        done = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 2 and "checksum does not match" in done.stderr, done.stderr[-3000:]
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "out.npz").exists()
+
+
+def test_format_versions_newer_refused_older_upgraded(kuhn_run, tmp_path, monkeypatch):
+    _, params = player_params(kuhn_run, MAIN)
+    agent = agent_ref.resolve(f"{kuhn_run}:{MAIN}")
+    description = export.header(agent)
+    newer = tmp_path / "newer.npz"
+    monkeypatch.setattr(exported, "VERSION", exported.VERSION + 1)
+    exported.write(str(newer), params, description)
+    monkeypatch.undo()
+    with pytest.raises(agents.ExportedFileError, match=f"format version {exported.VERSION + 1}, newer than"):
+        agents.load_policy(str(newer))
+    # A file of this version, read by a later version: through its upgrade, or refused saying why.
+    current = tmp_path / "current.npz"
+    exported.write(str(current), params, description)
+    monkeypatch.setattr(exported, "VERSION", exported.VERSION + 1)
+    with pytest.raises(agents.ExportedFileError, match=f"format version {exported.VERSION - 1} can no longer"):
+        exported.read(str(current))
+    upgraded = []
+    monkeypatch.setattr(exported, "_UPGRADES", {exported.VERSION - 1: lambda h: upgraded.append(h) or h})
+    header, _ = exported.read(str(current))
+    assert upgraded and header["source"] == description["source"]
+
+
+def test_a_wrong_name_exits_2_and_lists_the_players(kuhn_run, tmp_path, capsys):
+    out = tmp_path / "out.npz"
+    cases = {f"{kuhn_run}:nobody": ["has no player 'nobody'", MAIN, SNAPSHOT],
+             f"{tmp_path / 'missing'}:{MAIN}": ["no such run directory"],
+             f"{tmp_path}:{MAIN}": ["not a league run directory"],
+             str(tmp_path / "missing.npz"): ["no such file"],
+             kuhn_run: ["is a directory", f"{kuhn_run}:any_main_agent_0"],
+             f"{kuhn_run}:result": ["not named yet", MAIN]}
+    for name, words in cases.items():
+        capsys.readouterr()
+        assert export.cli([name], str(out)) == 2, name
+        err = capsys.readouterr().err
+        assert all(w in err for w in words), err
+        with pytest.raises(agent_ref.AgentNameError):
+            agent_ref.resolve(name)
+    assert export.cli([f"{kuhn_run}:{MAIN}"], None) == 2
+    assert not out.exists()
+    done = subprocess.run([sys.executable, "-m", "experiments.export", f"{kuhn_run}:nobody", f"--out={out}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and MAIN in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not out.exists()
+
+
+def test_a_game_given_by_module_exports_and_plays_without_its_code(tmp_path, monkeypatch):
+    """examples/nim.py (`--game=nim:make`): the file plays where nim cannot be imported."""
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "examples"))
+    run_dir = tmp_path / "run"
+    config, network = make_run(run_dir, game="nim:make")
+    file = tmp_path / "nim.agent.npz"
+    assert export.cli([f"{run_dir}:{MAIN}"], str(file)) == 0
+    header, _ = exported.read(str(file))
+    assert header["game"]["name"] == "nim:make"
+    assert header["game"]["module_path"] == os.path.join(ROOT, "examples", "nim.py")
+    _, params = player_params(str(run_dir), MAIN)
+    stones = np.arange(1, 16)
+    obs = {"stones": np.eye(16, dtype=np.float32)[stones], "acting": np.ones(15, bool),
+           "action_mask": {"take": np.arange(1, 4)[None, :] <= stones[:, None]}}
+    out, _ = network.step(params, obs, network.initial_state(15), np.ones(15, bool))
+    want = np.asarray(jax.nn.softmax(out.logits["take"], axis=-1))
+    script = ("import sys, numpy as np, agents\n"
+              "assert 'nim' not in sys.modules\n"
+              "p = agents.load_policy(sys.argv[1]); d = np.load(sys.argv[2])\n"
+              "obs = {'stones': d['stones'], 'acting': d['acting'], 'action_mask': {'take': d['take']}}\n"
+              "np.save(sys.argv[3], np.asarray(p.probabilities(obs)[0]['take']))\n"
+              "try:\n    import nim\nexcept ImportError:\n    print('no nim here')\n")
+    np.savez(tmp_path / "obs.npz", stones=obs["stones"], acting=obs["acting"], take=obs["action_mask"]["take"])
+    done = subprocess.run([sys.executable, "-c", script, str(file), str(tmp_path / "obs.npz"),
+                           str(tmp_path / "p.npy")], capture_output=True, text=True, timeout=300,
+                          cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0 and "no nim here" in done.stdout, done.stderr[-3000:]
+    got = np.load(tmp_path / "p.npy")
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    assert (got[:2, 2:] == 0).all()   # the illegal moves (more stones than are left) are masked
+    # Another game's agent has no NashConv.
+    with pytest.raises(agent_ref.AgentNameError, match="needs a poker agent"):
+        nashconv.measure_agent(str(file))
+
+
+@pytest.mark.system
+def test_a_short_kuhn_league_s_main_agent_round_trips(tmp_path):
+    """A real league's main agent (its learner checkpoint after a short run), exported and
+    played in a fresh process; its NashConv from the file is the run directory's."""
+    run_dir = tmp_path / "run"
+    league = subprocess.run(
+        [sys.executable, "-m", "experiments.league", "--game=kuhn_poker", "--runner=inprocess",
+         f"--run_dir={run_dir}", "--minutes=0.3", "--dashboard_port=-1", "--hidden_size=16", "--core_size=16",
+         "--device.population=true", "--progress_every_seconds=5"],
+        cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert league.returncode == 0, league.stdout[-2000:] + league.stderr[-2000:]
+    file = tmp_path / "main.agent.npz"
+    check_round_trip(tmp_path, str(run_dir), MAIN, file)
+    done = subprocess.run([sys.executable, "-m", "experiments.nashconv", f"--params={file}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = nashconv.RunReader(str(run_dir)).measure_player(MAIN).nash_conv
+    assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(want, abs=1e-6)
