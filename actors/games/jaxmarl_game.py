@@ -1,6 +1,7 @@
 """A JaxMARL `MultiAgentEnv` of two agents or two teams as a game of the functional protocol
 (`GameFunctions`, actors/games/base.py): `--game=jaxmarl/<env_id>`, or your own environment
-through a factory (`package.module:factory` returning `jaxmarl_game.adapt(MyEnv(), "mine")`).
+through a factory (`package.module:factory` returning `MyEnv()`, adapted by the registry and named
+by the path, or `jaxmarl_game.adapt(MyEnv(), "mine", teams=...)` for teams of its own).
 
     game("SMAX", scenario=map_name_to_scenario("3m"))   # jaxmarl's registry, then adapt
     adapt(env, "mine", teams=(["red_0"], ["blue_0"]))     # any MultiAgentEnv instance
@@ -57,9 +58,7 @@ id jaxmarl does not register, or one that cannot be adapted, naming the ids that
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
-import hashlib
 import importlib
 import importlib.util
 import io
@@ -73,6 +72,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxmarl.environments.multi_agent_env import MultiAgentEnv
 
+from actors.games import fingerprint
 from actors.games.base import Capabilities, Game, UnknownGame
 from agents.specs import (
     MASK_KEY,
@@ -184,42 +184,6 @@ def _strong(tree):
         return jnp.asarray(x, x.dtype)
 
     return jax.tree.map(cast, tree)
-
-
-def _canonical(x, depth: int = 0) -> str:
-    """A text that tells envs of different settings apart (for `config`)."""
-    if depth > 6:
-        return type(x).__qualname__
-    if x is None or isinstance(x, (str, bool, int, float, complex)):
-        return repr(x)
-    if isinstance(x, (np.ndarray, np.generic, jax.Array)):
-        try:
-            a = np.asarray(x)
-            return f"array{a.shape}{a.dtype}:{hashlib.sha256(a.tobytes()).hexdigest()[:16]}"
-        except Exception:  # a typed PRNG key: its shape alone
-            return f"array{jnp.shape(x)}"
-    if isinstance(x, Mapping):
-        items = sorted(f"{_canonical(k, depth + 1)}:{_canonical(v, depth + 1)}" for k, v in x.items())
-        return f"{type(x).__qualname__}{{{','.join(items)}}}"
-    if isinstance(x, (list, tuple, set, frozenset)):
-        parts = [_canonical(v, depth + 1) for v in x]
-        if isinstance(x, (set, frozenset)):
-            parts.sort()
-        return f"{type(x).__qualname__}[{','.join(parts)}]"
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        fields = {f.name: getattr(x, f.name) for f in dataclasses.fields(x)}
-        return f"{type(x).__qualname__}{_canonical(fields, depth + 1)}"
-    if callable(x) and hasattr(x, "__qualname__"):  # functions, methods, classes: by name
-        return f"{getattr(x, '__module__', '')}.{x.__qualname__}"
-    if hasattr(x, "__dict__"):
-        return f"{type(x).__qualname__}{_canonical(vars(x), depth + 1)}"
-    return f"{type(x).__qualname__}:{x!r}"
-
-
-def fingerprint(env) -> str:
-    """A digest of every attribute of `env` (its settings), so that two envs of one class and
-    one name but different settings have different configs."""
-    return hashlib.sha256(_canonical(vars(env)).encode()).hexdigest()
 
 
 def _num_actions(env, agent) -> int:
@@ -403,8 +367,8 @@ def registered_ids() -> tuple[str, ...]:
 def ids_message() -> str:
     return (f"the jaxmarl ids of two agents or two equal teams: {', '.join(TWO_SIDED)}; with one reward "
             f"shared by both sides (every game a draw): {', '.join(SHARED_REWARD)}. Any other "
-            f"MultiAgentEnv: a factory (--game=package.module:factory) returning "
-            f"actors.games.jaxmarl_game.adapt(env, name, teams=(...))")
+            f"MultiAgentEnv: a factory (--game=package.module:factory) returning the env, or "
+            f"actors.games.jaxmarl_game.adapt(env, name, teams=(...)) for teams of its own")
 
 
 def make_env(env_id: str, **env_kwargs) -> MultiAgentEnv:

@@ -1,5 +1,7 @@
 """Any two-player pgx game (https://github.com/sotetsuk/pgx, pinned at 2.6.0) as a game of the
-functional protocol (`GameFunctions`, actors/games/base.py): `--game=pgx/<env_id>`.
+functional protocol (`GameFunctions`, actors/games/base.py): `--game=pgx/<env_id>`, or an
+instance a factory returns (`--game=package.module:factory` with `factory()` returning
+`pgx.make("tic_tac_toe")` or any two-player `pgx.Env`; `adapt(env, name)`, named by its path).
 
 Sides are pgx's player ids: side i is player i. pgx draws who moves first in `env.init`, so
 either side may open. Each side observes
@@ -33,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import pgx
 
+from actors.games import fingerprint
 from actors.games.base import Capabilities, Game, UnknownGame
 from agents.specs import (
     MASK_KEY,
@@ -110,23 +113,28 @@ def _observe(env: pgx.Env, state, player):
 
 
 class PgxFunctions:
-    """Pure, jittable reset/step of ONE game of pgx's `env_id` (module docstring)."""
+    """Pure, jittable reset/step of ONE game of pgx's `env_id`, or of the pgx.Env instance
+    `env_id` (spec named `name`, else `pgx/<its id>`; module docstring)."""
 
-    def __init__(self, env_id: str, max_steps: int | None = None):
-        self.env_id = env_id
-        self.env = pgx.make(env_id)
+    def __init__(self, env_id: str | pgx.Env, max_steps: int | None = None, name: str | None = None):
+        given = not isinstance(env_id, str)
+        self.env = env_id if given else pgx.make(env_id)
+        self.env_id = env_id = str(self.env.id) if given else env_id
         if self.env.num_players != 2:
             raise ValueError(f"pgx env {env_id!r} has {self.env.num_players} players, not 2")
         default = MAX_STEPS.get(env_id, DEFAULT_MAX_STEPS)
         self.max_steps = int(max_steps or default)
         # Equal configs share compiled programs (functional.compiled); a bound of its own is
-        # another program.
+        # another program, and an instance given is named by its class and settings.
         self.config = ("pgx", env_id) if self.max_steps == default else ("pgx", env_id, self.max_steps)
+        if given:
+            self.config = (*self.config, type(self.env).__module__, type(self.env).__qualname__,
+                           fingerprint(self.env))
         self.num_actions = int(self.env.num_actions)
         fields = {"observation": ArraySpec(self.env.observation_shape, np.float32),
                   "acting": ArraySpec((), np.bool_)}
         side = SideSpec(ObservationSpec(fields), ActionSpec({ACTION_HEAD: DiscreteHead(self.num_actions)}))
-        self.spec = GameSpec(f"pgx/{env_id}", (side, side), self.max_steps,
+        self.spec = GameSpec(name or f"pgx/{env_id}", (side, side), self.max_steps,
                              {"payoff": ArraySpec((2,), np.float32)})
 
     def observe(self, s):
@@ -183,3 +191,10 @@ def game(env_id: str) -> Game:
                           f"games: {', '.join(two_player_envs())}")
     return Game(f"pgx/{env_id}", functions=lambda: functions(env_id),
                 capabilities=Capabilities(turn_based=True))
+
+
+def adapt(env: pgx.Env, name: str, max_steps: int | None = None) -> Game:
+    """The `Game` of a two-player pgx.Env instance, named `name` (what `--game=package.module:factory`
+    makes of a factory returning one); ValueError if it has not two players."""
+    fns = PgxFunctions(env, max_steps, name)
+    return Game(name, functions=lambda: fns, capabilities=Capabilities(turn_based=True))

@@ -1,8 +1,9 @@
 """Every game the league can play, by one name (`--game=...`):
 
     NAME                      a built-in: smax_races, kuhn_poker, leduc_poker, matrix_<rps|disc|blotto|random>
-    package.module:factory    your own game: `factory()` returns a `Game` or `GameFunctions`
-                              (actors/games/base.py; docs/games.md)
+    package.module:factory    your own game: `factory()` returns a `Game`, a `GameFunctions`
+                              (actors/games/base.py; docs/games.md), a JaxMARL `MultiAgentEnv`
+                              or a pgx `Env` (instances, adapted; named by the module path)
     pgx/<env_id>              a two-player pgx game (pgx/tic_tac_toe, pgx/connect_four, pgx/othello, ...)
     jaxmarl/<env_id>          a two-agent (or two-team) JaxMARL MultiAgentEnv
     openspiel/<name>          a two-player zero-sum OpenSpiel game (with parameters:
@@ -10,8 +11,12 @@
     an installed package's    registered in the entry-point group `league.games` (name = a
     entry point               factory, as package.module:factory)
 
-`resolve(name)` returns the `Game`, or raises `UnknownGame` naming these forms. Registrations
-are data: nothing here imports a game until it is built (SMAX pulls in jaxmarl, ~5 s).
+`resolve(name)` returns the `Game`, or raises `UnknownGame` naming these forms; `describe(name)`
+says which adapter wrapped an environment a factory returned (None where none did). Each process
+resolves the name itself (a runner ships the string, never the object), so an adapted
+environment plays on every runner. Registrations are data: nothing here imports a game until it
+is built (SMAX pulls in jaxmarl, ~5 s), and an environment is recognised by its classes' names,
+so neither jaxmarl nor pgx is imported to tell what a factory returned.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import sys
 
 from actors.games.base import Capabilities, Game, GameFunctions, UnknownGame
 
-__all__ = ["UnknownGame", "module_path", "names", "resolve"]
+__all__ = ["UnknownGame", "describe", "module_path", "names", "resolve"]
 
 ENTRY_POINT_GROUP = "league.games"
 
@@ -233,8 +238,39 @@ def _entry_points() -> dict:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
+# The environments of other libraries a factory may return, by the defining module and name of a
+# base class (read from the instance's MRO: nothing is imported), with the module that adapts one
+# (its `adapt(env, name)` returns the `Game`) and the fix for one that cannot be adapted.
+ADAPTERS = {
+    ("jaxmarl.environments.multi_agent_env", "MultiAgentEnv"): (
+        "a JaxMARL MultiAgentEnv", "actors.games.jaxmarl_game",
+        "two agents or two equal teams with Discrete actions; for other teams return "
+        "actors.games.jaxmarl_game.adapt(env, name, teams=(...)) from the factory"),
+    ("pgx.core", "Env"): (
+        "a pgx Env", "actors.games.pgx_game", "pgx's two-player games"),
+}
+
+ACCEPTED = ("an actors.games.Game, an object of the GameFunctions protocol (spec, config, reset, step), "
+            "a JaxMARL MultiAgentEnv instance of two agents or two teams (adapted by "
+            "actors.games.jaxmarl_game) or a pgx Env instance of a two-player game (adapted by "
+            "actors.games.pgx_game); docs/games.md")
+
+_ADAPTED: dict[str, str] = {}   # name -> what `describe` says, for the games an adapter wrapped
+
+
+def _adapter(made):
+    """ADAPTERS' entry for `made` (an instance of a class derived from one it names), or None."""
+    for cls in type(made).__mro__:
+        entry = ADAPTERS.get((cls.__module__, cls.__qualname__))
+        if entry is not None:
+            return entry
+    return None
+
+
 def _from_factory(name: str, factory) -> Game:
-    """The Game a user's factory returns (a Game, or GameFunctions wrapped in one)."""
+    """The Game a user's factory returns: a Game; GameFunctions wrapped in one; a JaxMARL or pgx
+    environment adapted (named `name`)."""
+    _ADAPTED.pop(name, None)
     try:
         made = factory()
     except Exception as e:
@@ -243,9 +279,27 @@ def _from_factory(name: str, factory) -> Game:
         return made
     if isinstance(made, GameFunctions):
         return Game(name, functions=lambda: made)
-    raise UnknownGame(f"--game={name}: the factory returned a {type(made).__name__}; it must return an "
-                      "actors.games.Game or an object of the GameFunctions protocol (spec, config, "
-                      "reset, step; docs/games.md)")
+    entry = _adapter(made)
+    if entry is None:
+        raise UnknownGame(f"--game={name}: the factory returned a {type(made).__name__}; it must return "
+                          f"{ACCEPTED}")
+    what, adapter, fix = entry
+    try:
+        game = importlib.import_module(adapter).adapt(made, name)
+    except (ValueError, TypeError) as e:   # UnknownGame is a ValueError
+        raise UnknownGame(f"--game={name}: the factory returned {what} ({type(made).__qualname__}) that "
+                          f"{adapter} cannot adapt: {e}. It adapts {fix}") from e
+    _ADAPTED[name] = f"{what}, adapted by {adapter}"
+    return game
+
+
+def describe(name: str) -> str | None:
+    """One line for the first screen of a run whose factory returned an environment that an
+    adapter wrapped ("game mymod:make: a JaxMARL MultiAgentEnv, adapted by
+    actors.games.jaxmarl_game"); None for every other game. UnknownGame as `resolve`."""
+    resolve(name)
+    what = _ADAPTED.get(name)
+    return f"game {name}: {what}" if what else None
 
 
 def _module_factory(name: str) -> Game:
