@@ -47,6 +47,7 @@ def main(argv) -> int:
         print(f"error: --batch_size and --steps must be >= 1, got {FLAGS.batch_size} and {FLAGS.steps}",
               file=sys.stderr)
         return 2
+    from actors.games import registry
     from actors.games.registry import UnknownGame, resolve
 
     try:
@@ -59,6 +60,8 @@ def main(argv) -> int:
 
     enable_compilation_cache()   # a second check of the same game loads its programs
     print(f"check_game: {name} ({FLAGS.batch_size} games, {FLAGS.steps} steps, seed {FLAGS.seed})", flush=True)
+    if adapted := registry.describe(name):
+        print(adapted, flush=True)
     checks = run_checks(game, FLAGS.batch_size, FLAGS.steps, FLAGS.seed,
                         report=lambda check: print(format_check(check), flush=True))
     print(summary(name, checks), flush=True)

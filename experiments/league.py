@@ -23,6 +23,7 @@ import sys
 
 from absl import app, flags
 
+from actors.games import registry
 from coordinator.history import DB_NAME, HistoryError, check_file
 from experiments import distributed_league, run_lock
 from experiments.config import (
@@ -241,6 +242,8 @@ def main(argv) -> int:
     print(f"{'resuming' if resuming else 'starting'} a league: game={config.game} races={config.race_names} "
           f"runner={config.runner} run_dir={config.run_dir}", flush=True)
     print(start, flush=True)
+    if adapted := registry.describe(config.game):   # an environment a factory returned, adapted
+        print(adapted, flush=True)
     print(device_line, flush=True)
     print(z_line, flush=True)
     print(experience_line, flush=True)

@@ -205,6 +205,13 @@ class LearnerGroup(_Learners):
         self._server.stop()
 
 
+def chunk_order(units: list, chunks: list[int]) -> list:
+    """A round's chunks in the order they are dispatched: every unit's first chunk, then the
+    second chunk of those with two or more, and so on (a unit with `chunks[i]` chunks appears
+    that many times)."""
+    return [unit for k in range(max(chunks, default=0)) for unit, n in zip(units, chunks) if n > k]
+
+
 class DeviceLearnerGroup(_Learners):
     """Learners for `agent_ids` that play their own games on their device (the device path,
     Podracer's Anakin: `learners.device.DeviceLearner` over `actors.rollout.DeviceRollout`).
@@ -292,6 +299,7 @@ class DeviceLearnerGroup(_Learners):
         self._frozen = Recent(self.BANK_SIZE)   # player id -> device params
         self._learning: dict[str, tuple[float, Any]] = {}  # agent id -> (fetched at, device params)
         self._stop = threading.Event()
+        self._closed = False
         self.games = 0
         self.errors: list[str] = []
         # agent -> its last chunks' (wins, draws, losses) against the heuristic
@@ -498,6 +506,8 @@ class DeviceLearnerGroup(_Learners):
     def record_chunk(self, agent_id: str, results, slots, dist) -> int:
         """The chunk's results: the scripted slots' win rates and curriculum, the league games
         reported to the coordinator in one batch; returns the games reported."""
+        if self._closed:   # a chunk that ended after the final checkpoints: not learnt, not counted
+            return 0
         keys = ("wins", "draws", "losses", "score", "length")
         sums: dict[tuple[str, str], dict] = {}
         scripted, forced = self.heuristic_slots[agent_id], self.forced_slots[agent_id]
@@ -540,37 +550,60 @@ class DeviceLearnerGroup(_Learners):
 
     def _round(self) -> None:
         """A round: each agent's chunks (`chunks_per_round`: main agents
-        `device.main_agent_chunks`, exploiters one) in a row, `device.threads` agents at a time
-        (JAX runs them side by side: one jitted program alone does not keep this machine's
-        cores busy), the agents with the most chunks first."""
-        from concurrent.futures import ThreadPoolExecutor
+        `device.main_agent_chunks`, exploiters one), interleaved: every agent's first chunk is
+        dispatched before any agent's second (`chunk_order`), so on a new league no agent waits
+        for another's whole share, and its first chunk (its program's compile) comes early.
+        `device.threads` chunks run at a time (JAX runs them side by side: one jitted program
+        alone does not keep this machine's cores busy), never two of one agent at once."""
+        from concurrent.futures import ThreadPoolExecutor, wait
 
+        threads = self._thread_count()
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._thread_count(), thread_name_prefix=f"{self.name}-chunk")
+            self._pool = ThreadPoolExecutor(threads, thread_name_prefix=f"{self.name}-chunk")
+        units = [*self.populations, *self._alone]
+        pending = chunk_order(units, [self.chunks_per_round[self._agents_of(u)[0]] for u in units])
+        busy: set = set()
+        turn = threading.Condition()
 
-        def chunks(unit):
-            agents = self._population_agents[id(unit)] if not isinstance(unit, str) else [unit]
-            self._playing.update(agents)
-            try:
-                for _ in range(self.chunks_per_round[agents[0]]):
-                    if self._stop.is_set():
-                        return
+        def next_unit():
+            with turn:
+                while pending and not self._stop.is_set():
+                    unit = next((u for u in pending if u not in busy), None)
+                    if unit is not None:
+                        pending.remove(unit)   # its earliest chunk in the order
+                        busy.add(unit)
+                        self._playing.update(self._agents_of(unit))
+                        return unit
+                    turn.wait(0.1)
+                return None
+
+        def worker():
+            while (unit := next_unit()) is not None:
+                try:
                     if isinstance(unit, str):
                         self.play_chunk(unit)
                     else:
                         self.play_population_chunk(unit)
-            finally:
-                self._playing.difference_update(agents)
+                finally:
+                    with turn:
+                        busy.discard(unit)
+                        self._playing.difference_update(self._agents_of(unit))
+                        turn.notify_all()
 
-        units = [*self.populations, *self._alone]
-        # the units with the most chunks first (stable: ties keep their order)
-        units.sort(key=lambda u: -self.chunks_per_round[u if isinstance(u, str) else self._population_agents[id(u)][0]])
         self._in_round = True
         try:
-            for future in [self._pool.submit(chunks, u) for u in units]:
+            futures = [self._pool.submit(worker) for _ in range(threads)]
+            while wait(futures, timeout=0.25).not_done:
+                if self._stop.is_set():   # stopping: the chunks in flight end on their own (`close`)
+                    return
+            for future in futures:
                 future.result()
         finally:
             self._in_round = False
+
+    def _agents_of(self, unit) -> list[str]:
+        """The agents of a unit of a round: one agent, or a population program's."""
+        return [unit] if isinstance(unit, str) else self._population_agents[id(unit)]
 
     def _thread_count(self) -> int:
         """Chunks run at once: `device.threads`, else one per core (at most one per agent)."""
@@ -611,9 +644,13 @@ class DeviceLearnerGroup(_Learners):
         return out
 
     def close(self) -> None:
+        """Final checkpoints without waiting for the chunks in flight (a first chunk may be
+        compiling for minutes): each learner drops a chunk that ends after its checkpoint
+        (`DeviceLearner.close`), and its games are not reported."""
         self._stop.set()
+        self._closed = True
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
         for learner in self.learners.values():
             learner.close()
 

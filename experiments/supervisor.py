@@ -67,6 +67,32 @@ def stop_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
+def program_lines(metrics: dict, told: set) -> list[str]:
+    """What the device learners' programs are doing, once each (`told` keeps what was said):
+    which agents share which compiled program (the learners' metric `program`) while their
+    first chunks compile, then each program's first chunk's wall time (`first_chunk_seconds`:
+    compiling it, or loading it from the persistent cache, and its first K updates)."""
+    programs: dict[float, list[str]] = {}
+    for agent, m in metrics.items():
+        if m and "program" in m:
+            programs.setdefault(m["program"], []).append(agent)
+    lines = []
+    numbers = {p: i for i, p in enumerate(sorted(programs, key=lambda p: sorted(programs[p])), 1)}
+    if programs and "programs" not in told:
+        told.add("programs")
+        lines.append(f"learner programs: {len(programs)} for {sum(map(len, programs.values()))} agents ("
+                     + "; ".join(f"{numbers[p]}: {', '.join(agents)}" for p, agents in
+                                 sorted(programs.items(), key=lambda item: numbers[item[0]]))
+                     + "), each compiled (or loaded from the cache) by its first chunk")
+    for p, agents in sorted(programs.items(), key=lambda item: numbers[item[0]]):
+        times = [metrics[a]["first_chunk_seconds"] for a in agents if "first_chunk_seconds" in metrics[a]]
+        if times and p not in told:
+            told.add(p)
+            lines.append(f"learner program {numbers[p]} of {len(programs)} ({len(agents)} agents) ready: its first "
+                         f"chunk took {max(times):.0f} s (compile or cache load, then its first updates)")
+    return lines
+
+
 class Supervisor:
     """The driver's loop: print what the program's control loop (`Coordinator.run`) did, check
     the nodes, print progress, stop."""
@@ -86,6 +112,7 @@ class Supervisor:
         # fast game makes several a second).
         self.changes: collections.Counter = collections.Counter()
         self.players_at_start: int | None = None   # the league's size at the first progress line
+        self.programs_told: set = set()   # what `program_lines` has said already
 
     def report(self, fresh: bool = False) -> dict:
         """Prints the progress line from the coordinator's summary and the learners' metrics
@@ -142,6 +169,8 @@ class Supervisor:
             + (f"  waiting on {', '.join(summary['waiting'])} (hung?)" if summary.get("waiting") else ""),
             file=self.out, flush=True,
         )
+        for line in program_lines(metrics, self.programs_told):
+            print(line, file=self.out, flush=True)
         return {"summary": summary, "learners": metrics}
 
     def done(self, metrics: dict | None) -> str | None:

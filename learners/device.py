@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
+import zlib
 from typing import Any
 
 import jax
@@ -95,8 +97,14 @@ def _compiled(network, config: LearnerConfig, rollout, num_updates: int):
                     state, carry, opponents, teacher, key)
 
             start = functools.partial(rollout.start, exploration=config.exploration)
-            _COMPILED[key] = (jax.jit(start), jax.jit(chunk))
+            _COMPILED[key] = (jax.jit(start), jax.jit(chunk), program_id(key))
         return _COMPILED[key]
+
+
+def program_id(key) -> int:
+    """A program's number, the same in every process for the same key (a progress line groups
+    the agents that share a program by it)."""
+    return zlib.crc32(repr(key).encode()) % 2 ** 24
 
 
 def compiled_programs() -> int:
@@ -126,7 +134,12 @@ class DeviceLearner(Learner):
                          checkpoint_dir=checkpoint_dir, teacher_params=teacher_params,
                          devices=devices)
         self._rollout, self._updates_per_chunk = rollout, int(updates_per_chunk)
-        self._start_fn, self._chunk_fn = _compiled(network, config, rollout, self._updates_per_chunk)
+        self._start_fn, self._chunk_fn, self.program_id = _compiled(network, config, rollout,
+                                                                    self._updates_per_chunk)
+        # wall seconds of this process's first chunk of the agent (its program's compile, or its
+        # load from the persistent cache, and K updates): None before it
+        self.first_chunk_seconds: float | None = None
+        self._closed = False
         self._settings = jax.device_put({name: jnp.float32(value) for name, value in agent_settings(config).items()},
                                         self._replicated)
         self._key = jax.random.PRNGKey(seed)
@@ -147,13 +160,17 @@ class DeviceLearner(Learner):
         with races): K updates, each on an unroll of the B games. Returns the chunk's results
         per opponent slot (`actors.rollout.Results` of numpy arrays). An exploiter reset made
         while the chunk ran wins: the chunk's parameters are dropped, its games still count."""
+        started = time.perf_counter()
         state, k_start, k_chunk = self.chunk_inputs()
         opponents, races = jax.device_put((opponents, races), self._replicated)
         carry, first = self._start_fn(state.params, state.version, opponents, self._teacher,
                                       k_start, races, self._z_source)
         new_state, _, metrics, results = self._chunk_fn(state, carry, opponents, self._teacher,
                                                         k_chunk, self._settings)
-        return self.chunk_done(state, new_state, metrics, jax.device_get(first + results))
+        results = jax.device_get(first + results)
+        if self.first_chunk_seconds is None:
+            self.first_chunk_seconds = time.perf_counter() - started
+        return self.chunk_done(state, new_state, metrics, results)
 
     # -- a chunk in two halves: what a population program (learners.population) needs of it --
 
@@ -170,6 +187,8 @@ class DeviceLearner(Learner):
         checkpoint. Returns `results` (numpy)."""
         k = self._updates_per_chunk
         with self._lock:
+            if self._closed:   # a chunk that finished after the final checkpoint: dropped
+                return results
             if self._state is state:
                 self._state = new_state
                 self._history.append(metrics)
@@ -205,5 +224,15 @@ class DeviceLearner(Learner):
         """`Learner.metrics`, with sample reuse 1 (each played step is learnt on once) and the
         games played."""
         out = super().metrics(server_info)
-        out.update(sample_reuse=1.0, sample_reuse_recent=1.0, games_played=self.games_played)
+        out.update(sample_reuse=1.0, sample_reuse_recent=1.0, games_played=self.games_played,
+                   program=float(self.program_id))
+        if self.first_chunk_seconds is not None:
+            out["first_chunk_seconds"] = self.first_chunk_seconds
         return out
+
+    def close(self) -> None:
+        """The final checkpoint; a chunk still running when it is written is dropped when it
+        ends (stopping does not wait for it)."""
+        with self._lock:
+            self._closed = True
+        super().close()

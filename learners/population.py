@@ -26,6 +26,7 @@ league's, on this process (`tests/test_distributed.py`).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,7 +36,7 @@ import numpy as np
 
 from agents import network_key
 from learners import distributed
-from learners.device import DeviceLearner, make_chunk_fn
+from learners.device import DeviceLearner, make_chunk_fn, program_id
 from learners.update import (
     AGENT_SETTINGS,
     agent_settings,
@@ -83,7 +84,7 @@ def _compiled(learner: DeviceLearner, exploration):
                                      exploration=epsilon)
 
             chunk = _make_population_chunk(update, rollout, learner.updates_per_chunk, exploration)
-            _COMPILED[key] = (jax.jit(jax.vmap(start)), jax.jit(jax.vmap(chunk)))
+            _COMPILED[key] = (jax.jit(jax.vmap(start)), jax.jit(jax.vmap(chunk)), program_id(("population", key)))
         return _COMPILED[key]
 
 
@@ -120,7 +121,9 @@ class Population:
         # unit network) take no exploration, and the program is the agents' own.
         epsilons = {s["exploration"] for s in settings}
         exploration = float(epsilons.pop()) if len(epsilons) == 1 else None
-        self._start, self._chunk = _compiled(self.learners[0], exploration)
+        self._start, self._chunk, program = _compiled(self.learners[0], exploration)
+        for learner in self.learners:   # what each agent's metrics name as its program
+            learner.program_id = program
         self._teachers = stack([learner.teacher for learner in self.learners])
         self._z_sources = stack([learner.z_source for learner in self.learners])
 
@@ -128,7 +131,7 @@ class Population:
         """One chunk of every agent against its `opponents` (`actors.rollout.Opponents`, one per
         agent; `races` one [B, 2] per agent for games with races), as one program. Returns each
         agent's results (`actors.rollout.Results`, numpy), as `DeviceLearner.play_and_learn`."""
-        n = len(self.learners)
+        n, started = len(self.learners), time.perf_counter()
         if len(opponents) != n or (races is not None and len(races) != n):
             raise ValueError(f"a population of {n} agents needs opponents (and races) for each")
         inputs = [learner.chunk_inputs() for learner in self.learners]
@@ -145,6 +148,9 @@ class Population:
         else:
             new_states, metrics, first, results = self.program(*args)
         results = jax.device_get(first + results)
+        for learner in self.learners:
+            if learner.first_chunk_seconds is None:
+                learner.first_chunk_seconds = time.perf_counter() - started
         out = []
         for learner, (state, _, _), new_state, m, r in zip(
                 self.learners, inputs, unstack(new_states, n), unstack(metrics, n),

@@ -760,3 +760,96 @@ def test_main_agent_chunks_give_main_agents_that_many_chunks_a_round(tmp_path, p
         RunConfig.make(game="kuhn_poker", main_agent_chunks=0)
     with pytest.raises(ConfigError, match="main_agent_chunks acts on the device path only"):
         experience_path(RunConfig.make(game="kuhn_poker", experience="replay", main_agent_chunks=2))
+
+
+def test_a_new_leagues_first_round_reaches_every_agent_before_any_second_chunk(tmp_path):
+    """Every agent's first chunk is dispatched before any agent's second (`chunk_order`), though
+    main agents take 3 chunks a round: on a new league no exploiter waits for the main agents'
+    whole share. The agents of one structure share a program (`program`: one for Kuhn's main
+    agent and its exploiters), and each agent's first chunk's time is reported; the progress
+    line's program lines say so once each."""
+    from experiments.nodes import DeviceLearnerGroup
+    from experiments.program import agent_indices
+    from experiments.supervisor import program_lines
+    from league.players import learning_agents
+
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
+                            learner_batch_size=8, run_dir=str(tmp_path / "run"), main_agent_chunks=3,
+                            **{"device.updates_per_chunk": 2, "device.threads": 2})
+    coordinator = Coordinator(config.league, config.run_dir, seed=0)
+    indices = agent_indices(config)
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
+    coordinator.connect_learners(group, list(indices))
+    roles = {p.player_id: p.role for p in learning_agents(config.league)}
+    started = []
+    play_chunk = group.play_chunk
+
+    def watched(agent_id):
+        started.append(agent_id)
+        return play_chunk(agent_id)
+
+    group.play_chunk = watched
+    try:
+        before = group.metrics()
+        assert not any("first_chunk_seconds" in m for m in before.values())
+        group._round()
+        n = len(indices)
+        assert sorted(started[:n]) == sorted(indices), started   # every agent once, then the seconds
+        assert len(started) == n + 2 * sum(r == "main_agent" for r in roles.values())
+        assert set(started[n:]) == {a for a, r in roles.items() if r == "main_agent"}
+        metrics = group.metrics()
+        programs = {m["program"] for m in metrics.values()}
+        # Kuhn's roles differ only in settings (learning rate, entropy): one program for all
+        assert len(programs) == 1 and all(m["first_chunk_seconds"] > 0 for m in metrics.values())
+        told: set = set()
+        lines = program_lines(metrics, told)
+        assert lines[0].startswith(f"learner programs: 1 for {n} agents") and len(lines) == 2
+        assert "ready: its first chunk took" in lines[1] and program_lines(metrics, told) == []
+    finally:
+        group.close()
+        coordinator.close()
+
+
+def test_closing_a_learner_group_does_not_wait_for_its_chunks_in_flight(tmp_path):
+    """Stopping mid-chunk: `close` writes the checkpoints at once; a chunk that ends after them
+    is dropped (the checkpointed version stays the learner's) and its games are not reported."""
+    import threading
+
+    from experiments.nodes import DeviceLearnerGroup
+    from experiments.program import agent_indices
+
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=16, core_size=16,
+                            learner_batch_size=8, run_dir=str(tmp_path / "run"),
+                            **{"device.updates_per_chunk": 2, "device.threads": 2})
+    coordinator = Coordinator(config.league, config.run_dir, seed=0)
+    indices = agent_indices(config)
+    group = DeviceLearnerGroup(config, list(indices), indices, coordinator)
+    coordinator.connect_learners(group, list(indices))
+    group._round()   # compiled, every agent at version 2
+    release, inside = threading.Event(), threading.Event()
+    learner = group.learners[next(iter(indices))]
+    chunk_done = learner.chunk_done
+
+    def slow(*args):
+        inside.set()
+        release.wait(60)
+        return chunk_done(*args)
+
+    learner.chunk_done = slow
+    runner = threading.Thread(target=group.run, daemon=True)
+    runner.start()
+    try:
+        assert inside.wait(60)
+        t0 = time.time()
+        group.stop()
+        runner.join(10)
+        group.close()
+        assert not runner.is_alive() and time.time() - t0 < 5
+        version, games = learner.version(), coordinator.history.game_count()
+        release.set()
+        time.sleep(1.0)
+        assert learner.version() == version == 2
+        assert coordinator.history.game_count() == games
+    finally:
+        release.set()
+        coordinator.close()
