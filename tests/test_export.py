@@ -267,36 +267,51 @@ def test_a_wrong_name_exits_2_and_lists_the_players(kuhn_run, tmp_path, capsys):
     assert not out.exists()
 
 
-def test_a_game_given_by_module_exports_and_plays_without_its_code(tmp_path, monkeypatch):
-    """examples/nim.py (`--game=nim:make`): the file plays where nim cannot be imported."""
+GAME_OBS = """
+import sys, numpy as np, agents
+policy = agents.load_policy(sys.argv[1])
+d = np.load(sys.argv[2], allow_pickle=False)
+obs = {k: d[k] for k in d.files if not k.startswith("mask.")}
+obs["action_mask"] = {k[5:]: d[k] for k in d.files if k.startswith("mask.")}
+probs, _ = policy.probabilities(obs)
+np.savez(sys.argv[3], **probs)
+print("modules:", " ".join(sorted(m for m in sys.modules if m in ("nim", "pgx", "actors", "experiments"))))
+"""
+
+
+@pytest.mark.parametrize("game", ["nim:make", "pgx/tic_tac_toe"])
+def test_a_game_of_ones_own_or_pgx_exports_and_plays_without_its_code(game, tmp_path, monkeypatch):
+    """examples/nim.py (`--game=nim:make`) and a pgx game: the file plays, in a process that
+    imports neither the game nor the league's game code, as the run's network does on the
+    game's own observations."""
     monkeypatch.syspath_prepend(os.path.join(ROOT, "examples"))
     run_dir = tmp_path / "run"
-    config, network = make_run(run_dir, game="nim:make")
-    file = tmp_path / "nim.agent.npz"
+    config, network = make_run(run_dir, game=game)
+    file = tmp_path / "agent.npz"
     assert export.cli([f"{run_dir}:{MAIN}"], str(file)) == 0
     header, _ = exported.read(str(file))
-    assert header["game"]["name"] == "nim:make"
-    assert header["game"]["module_path"] == os.path.join(ROOT, "examples", "nim.py")
+    assert header["game"]["name"] == game
+    if game == "nim:make":
+        assert header["game"]["module_path"] == os.path.join(ROOT, "examples", "nim.py")
+    functions = config.game_info.functions()
+    _, (obs, _) = jax.vmap(functions.reset)(jax.random.split(jax.random.PRNGKey(0), 16))
+    obs = jax.tree_util.tree_map(np.asarray, obs)
     _, params = player_params(str(run_dir), MAIN)
-    stones = np.arange(1, 16)
-    obs = {"stones": np.eye(16, dtype=np.float32)[stones], "acting": np.ones(15, bool),
-           "action_mask": {"take": np.arange(1, 4)[None, :] <= stones[:, None]}}
-    out, _ = network.step(params, obs, network.initial_state(15), np.ones(15, bool))
-    want = np.asarray(jax.nn.softmax(out.logits["take"], axis=-1))
-    script = ("import sys, numpy as np, agents\n"
-              "assert 'nim' not in sys.modules\n"
-              "p = agents.load_policy(sys.argv[1]); d = np.load(sys.argv[2])\n"
-              "obs = {'stones': d['stones'], 'acting': d['acting'], 'action_mask': {'take': d['take']}}\n"
-              "np.save(sys.argv[3], np.asarray(p.probabilities(obs)[0]['take']))\n"
-              "try:\n    import nim\nexcept ImportError:\n    print('no nim here')\n")
-    np.savez(tmp_path / "obs.npz", stones=obs["stones"], acting=obs["acting"], take=obs["action_mask"]["take"])
-    done = subprocess.run([sys.executable, "-c", script, str(file), str(tmp_path / "obs.npz"),
-                           str(tmp_path / "p.npy")], capture_output=True, text=True, timeout=300,
+    out, _ = network.step(params, obs, network.initial_state(16), np.ones(16, bool))
+    want = {h: np.asarray(jax.nn.softmax(x, axis=-1)) for h, x in out.logits.items()}
+    np.savez(tmp_path / "obs.npz", **{k: v for k, v in obs.items() if k != "action_mask"},
+             **{f"mask.{h}": m for h, m in obs["action_mask"].items()})
+    done = subprocess.run([sys.executable, "-c", GAME_OBS, str(file), str(tmp_path / "obs.npz"),
+                           str(tmp_path / "p.npz")], capture_output=True, text=True, timeout=300,
                           cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": ROOT})
-    assert done.returncode == 0 and "no nim here" in done.stdout, done.stderr[-3000:]
-    got = np.load(tmp_path / "p.npy")
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    assert (got[:2, 2:] == 0).all()   # the illegal moves (more stones than are left) are masked
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "modules:", done.stdout   # no game code was imported
+    got = dict(np.load(tmp_path / "p.npz"))
+    assert set(got) == set(want)
+    for h in want:
+        np.testing.assert_allclose(got[h], want[h], rtol=0, atol=1e-6)
+        legal = obs["action_mask"][h]
+        assert (got[h][~legal] == 0).all() and np.abs(got[h][legal] - 1 / legal.sum(-1).max()).max() > 1e-3
     # Another game's agent has no NashConv.
     with pytest.raises(agent_ref.AgentNameError, match="needs a poker agent"):
         nashconv.measure_agent(str(file))
