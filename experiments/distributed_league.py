@@ -7,7 +7,7 @@ each population chunk of process 0's learner groups runs over every process's de
 agent axis sharded over `jax.devices()`. Only the in-process runner: the learner groups must
 live in process 0's JAX runtime.
 
-The recipe a population gives the followers (`DeviceLearnerGroup._make_populations`) is the resolved run
+The recipe a population gives the followers (`experiments.nodes.make_populations`) is the resolved run
 configuration, the group's agents and the population's index: a follower builds the same
 `DeviceLearnerGroup` (no coordinator, a scratch run directory: it writes nothing of the run's)
 and takes that population's program.

@@ -41,7 +41,6 @@ from experiments.build import (
     make_network,
 )
 from experiments.config import RunConfig
-from league import curriculum
 from league.players import WithdrawnPlayer, draw_past_withdrawn, learning_agents
 from league.results import GameResult
 
@@ -212,6 +211,47 @@ def chunk_order(units: list, chunks: list[int]) -> list:
     return [unit for k in range(max(chunks, default=0)) for unit, n in zip(units, chunks) if n > k]
 
 
+class OpponentBank:
+    """Opponents' parameters on the device for a learner group's chunks: a co-located learner's
+    current ones; another group's learning agent's from the coordinator, refreshed every
+    `refresh_seconds`; a frozen player's from the coordinator once (`SIZE` kept, the least
+    recently used leave first: a frozen player never changes)."""
+
+    SIZE = 256
+
+    def __init__(self, learners: Mapping[str, Any], coordinator, refresh_seconds: float):
+        from agents.storage import Recent
+
+        self._learners, self._coordinator, self._refresh = learners, coordinator, refresh_seconds
+        self._frozen = Recent(self.SIZE)   # player id -> device params
+        self._learning: dict[str, tuple[float, Any]] = {}  # agent id -> (fetched at, device params)
+        self._lock = threading.Lock()   # chunks draw on threads
+
+    def params(self, player_id: str, learning: bool):
+        """The player's parameters on the device; WithdrawnPlayer for a frozen player whose
+        file is damaged (the coordinator has withdrawn it)."""
+        import jax
+
+        if player_id in self._learners:
+            return self._learners[player_id].current_params()
+        with self._lock:
+            if learning:
+                fetched = self._learning.get(player_id)
+                if fetched is None or time.monotonic() - fetched[0] >= self._refresh:
+                    _, params = self._coordinator.learner_params(player_id)
+                    fetched = (time.monotonic(), jax.device_put(params))
+                    self._learning[player_id] = fetched
+                return fetched[1]
+            params = self._frozen.get(player_id)
+            if params is None:
+                got = self._coordinator.frozen_params(player_id)
+                if got is None:
+                    raise WithdrawnPlayer(player_id)
+                params = jax.device_put(got[1])
+                self._frozen.put(player_id, params)
+            return params
+
+
 class DeviceLearnerGroup(_Learners):
     """Learners for `agent_ids` that play their own games on their device (the device path,
     Podracer's Anakin: `learners.device.DeviceLearner` over `actors.rollout.DeviceRollout`).
@@ -223,28 +263,23 @@ class DeviceLearnerGroup(_Learners):
     (frozen players cached by id; learning opponents refreshed every
     `actor.param_refresh_seconds`; the agent itself for self-play), K updates in one jitted
     call, then the chunk's results in one `Coordinator.report` batch (one `GameResult` per
-    opponent and branch). With `device.heuristic_slots` S (SMAX), a main agent's first S slots
-    play jaxmarl's scripted heuristic (enemy race at random per game) instead: those games are
-    not league games (no payoff); their win rate is the learner metric `heuristic_win_rate`.
-    With `device.heuristic_forced_slots` F, the first F of them each play one forced cell (an
-    enemy race, the agent's army, the heuristic's: `forced_cells`) for all their games, its
-    win rate the metric `heuristic_forced_win_rate`; with `device.heuristic_forced_handicap`
-    the heuristic's army in a cell starts without some of its units, a level per cell moved by
-    the agent's results there (`league.curriculum`; the mean handicap: the metric
-    `heuristic_forced_handicap`).
-    With `device.main_agent_chunks` N, a round gives each main agent N chunks in a row and
-    each exploiter one."""
+    opponent and branch). With `device.heuristic_slots` S, a main agent's first S slots play
+    the game's scripted opponent (enemy race at random per game) instead: those games are not
+    league games (no payoff); their win rate is the learner metric `heuristic_win_rate`. With
+    `device.heuristic_forced_slots` F, the first F of them each play a task that the scripted
+    opponent's `curriculum` draws for all their games (`curricula`: the group passes the tasks
+    along as opaque options, adds their rows to the races array and gives their results back;
+    SMAX's forced cells and handicaps: `actors.games.smax_races.curriculum`).
+    A round gives each main agent `device.main_agent_chunks` chunks and each exploiter one,
+    interleaved (`chunk_order`)."""
 
     HEURISTIC = "heuristic"  # the opponent named in a chunk's slots played by the scripted AI
-
-    BANK_SIZE = 256  # frozen players kept on the device (least recently used leave first)
 
     def __init__(self, config: RunConfig, agent_ids: list[str], agent_indices: Mapping[str, int],
                  coordinator, name: str = "learners"):
         from actors import rewards
         from actors.actor import example_unroll, value_shape
         from actors.rollout import DeviceRollout, ZSource
-        from agents.storage import Recent
         from learners import checkpoint, distributed
         from learners.device import DeviceLearner
 
@@ -258,7 +293,6 @@ class DeviceLearnerGroup(_Learners):
         main = {p.player_id for p in learning_agents(config.league) if p.role == "main_agent"}
         self.heuristic_slots = {a: config.device.heuristic_slots if a in main else 0 for a in agent_ids}
         self.forced_slots = {a: config.device.heuristic_forced_slots if a in main else 0 for a in agent_ids}
-        self.handicap = config.device.heuristic_forced_handicap
         self._fns = probe.fns
         self.chunks_per_round = {a: config.device.main_agent_chunks if a in main else 1 for a in agent_ids}
 
@@ -296,91 +330,28 @@ class DeviceLearnerGroup(_Learners):
         self._rng = np.random.default_rng(config.seed * 7919 + min(agent_indices[a] for a in agent_ids))
         self._lock = threading.Lock()  # the bank and the random draws: chunks run on threads
         self._pool = None
-        self._frozen = Recent(self.BANK_SIZE)   # player id -> device params
-        self._learning: dict[str, tuple[float, Any]] = {}  # agent id -> (fetched at, device params)
+        self.bank = OpponentBank(self.learners, coordinator, config.actor.param_refresh_seconds)
         self._stop = threading.Event()
         self._closed = False
         self.games = 0
         self.errors: list[str] = []
         # agent -> its last chunks' (wins, draws, losses) against the heuristic
         self._heuristic_results = {a: deque(maxlen=16) for a in agent_ids if self.heuristic_slots[a]}
-        self._forced_results = {a: deque(maxlen=16) for a in agent_ids if self.forced_slots[a]}
-        # agent -> forced cell -> its last chunks' (wins + draws / 2, games)
-        self._cells: dict[str, dict[tuple[int, int, int], deque]] = {a: {} for a in agent_ids}
-        # --device.heuristic_forced_handicap: agent -> forced cell -> its handicap level (0 before
-        # any: the full army), and the mean fraction of the heuristic's army removed per chunk
-        self._levels: dict[str, dict[tuple[int, int, int], int]] = {a: {} for a in agent_ids}
-        self._forced_handicaps = {a: deque(maxlen=16) for a in agent_ids if self.forced_slots[a] and self.handicap}
+        # agent -> its forced slots' tasks (the scripted opponent's `curriculum`: SMAX's cells)
+        game_races = config.game_info.capabilities.races
+        self.curricula = {a: config.game_info.capabilities.scripted_opponent().curriculum(
+            probe.fns.config, [game_races.index(r) for r in config.race_names], self.forced_slots[a],
+            config.device, self._rng, self._lock) for a in agent_ids if self.forced_slots[a]}
         self._in_round, self._playing = False, set()  # agents whose chunks run now
-        self.populations, self._population_agents, self._alone = self._make_populations()
+        self.populations, self._population_agents, self._alone = make_populations(self)
         # population -> its last chunks' (host seconds, program seconds)
         self._host_time = {id(p): deque(maxlen=16) for p in self.populations}
-
-    def _make_populations(self):
-        """With `device.population`, the agents that share a population key and their chunks per
-        round as one program each (`learners.population.Population`); the rest play alone.
-        Returns (populations, {id(population): its agents}, agents alone)."""
-        from learners import distributed
-        from learners.population import Population, population_key
-
-        if not self.config.device.population:
-            return [], {}, list(self.agent_ids)
-        groups: dict = {}
-        for agent in self.agent_ids:
-            key = (population_key(self.learners[agent]), self.chunks_per_round[agent])
-            groups.setdefault(key, []).append(agent)
-        populations, members, alone = [], {}, []
-        parts = self.config.device.population_parts or self._thread_count()
-        split = [part for agents in groups.values()
-                 for part in np.array_split(np.array(agents, object), max(1, min(parts, len(agents) // 2)))]
-        for agents in (list(part) for part in split):
-            if len(agents) == 1:
-                alone.extend(agents)
-                continue
-            # several processes (--distributed.*): what the others build to run it with this one
-            # (`experiments.distributed_league.population_program` builds it from these)
-            recipe = None if not distributed.multiprocess() else (
-                "experiments.distributed_league:population_program", self.config.to_dict(),
-                list(self.agent_ids), dict(self._agent_indices), self.name, len(populations))
-            population = Population([self.learners[a] for a in agents], recipe)
-            populations.append(population)
-            members[id(population)] = agents
-        return populations, members, alone
-
-    # -- opponents ------------------------------------------------------------------------
-
-    def _opponent_params(self, player_id: str, learning: bool):
-
-        if player_id in self.learners:
-            return self.learners[player_id].current_params()
-        with self._lock:
-            return self._cached_params(player_id, learning)
-
-    def _cached_params(self, player_id: str, learning: bool):
-        import jax
-
-        if learning:
-            fetched = self._learning.get(player_id)
-            if fetched is None or time.monotonic() - fetched[0] >= self.config.actor.param_refresh_seconds:
-                _, params = self._coordinator.learner_params(player_id)
-                fetched = (time.monotonic(), jax.device_put(params))
-                self._learning[player_id] = fetched
-            return fetched[1]
-        params = self._frozen.get(player_id)
-        if params is None:
-            got = self._coordinator.frozen_params(player_id)
-            if got is None:
-                raise WithdrawnPlayer(player_id)
-            params = jax.device_put(got[1])
-            self._frozen.put(player_id, params)
-        return params
 
     def draw_opponents(self, agent_id: str):
         """(Opponents, races [B, 2] or None, slots: [(opponent, branch)], the match
         distribution) of the agent's next chunk, drawn from its match distribution; with forced
-        slots the races are [B, 2, 2] (the races, then the armies: `SmaxRacesFunctions.reset`),
-        [B, 3, 2] with handicaps (then the units each side starts without), and a forced slot
-        is (`HEURISTIC`, its cell)."""
+        slots (`curricula`) the races array gains the rows of their tasks ([B, 1 + R, 2]:
+        the curriculum's `task_rows`) and a forced slot is (`HEURISTIC`, its task)."""
         import jax
         import jax.numpy as jnp
 
@@ -398,14 +369,15 @@ class DeviceLearnerGroup(_Learners):
             learning = set(dist["learning"])
             own = self.learners[agent_id].current_params()
             # a damaged frozen player raises WithdrawnPlayer here, now out of the distribution
-            return dist, slots, [own if opp == agent_id else self._opponent_params(opp, opp in learning)
+            return dist, slots, [own if opp == agent_id else self.bank.params(opp, opp in learning)
                                  for opp, _ in slots]
         dist, slots, params = draw_past_withdrawn(draw, agent_id)
-        # the scripted slots come first (the forced ones first of them, named by their cell);
+        # the scripted slots come first (the forced ones first of them, named by their task);
         # their parameters are not used
-        forced = (self.forced_cells(agent_id, game_races.index(dist["home_race"]))
-                  if self.forced_slots[agent_id] else [])
-        slots = ([(self.HEURISTIC, cell) for cell in forced]
+        curriculum = self.curricula.get(agent_id)
+        forced = (curriculum.draw(self.network, self.learners[agent_id].current_params(),
+                                  game_races.index(dist["home_race"])) if curriculum else [])
+        slots = ([(self.HEURISTIC, task) for task in forced]
                  + [(self.HEURISTIC, self.HEURISTIC)] * (scripted - len(forced)) + slots)
         params = [params[0]] * scripted + params
         bank = jax.tree_util.tree_map(lambda *xs: jnp.stack(xs), *params)
@@ -417,69 +389,14 @@ class DeviceLearnerGroup(_Learners):
             with self._lock:
                 enemies = self._rng.choice([game_races.index(r) for r in self.config.race_names],
                                            size=(scripted - len(forced)) * per_game)
-            forced_races = [race for race, _, _ in forced]
+            forced_races = [task[0] for task in forced]   # a task's first entry: the enemy race
             races = np.stack([np.full(m * per_game, home),
                               np.concatenate([np.repeat(forced_races, per_game).astype(int), enemies,
                                               np.repeat(away, per_game)])], 1)
-            if forced:   # [B, 2, 2]: the races and the armies (-1: the side's own pick)
-                armies = np.full((m * per_game, 2), -1)
-                armies[:len(forced) * per_game] = np.repeat([cell[1:] for cell in forced], per_game, 0)
-                rows = [races, armies]
-                if self.handicap:   # [B, 3, 2]: and the units the heuristic's army starts without
-                    handicaps = np.zeros((m * per_game, 2), int)
-                    handicaps[:len(forced) * per_game, 1] = np.repeat(
-                        [self.cell_handicap(agent_id, cell) for cell in forced], per_game)
-                    rows.append(handicaps)
-                races = np.stack(rows, 1)
+            if forced:
+                races = np.stack([races, *curriculum.task_rows(forced, per_game, m * per_game)], 1)
             races = jnp.asarray(races.astype(np.int32))
         return Opponents(bank, use_self), races, slots, dist
-
-    def forced_cells(self, agent_id: str, home: int) -> list[tuple[int, int, int]]:
-        """The agent's forced cells for its next chunk (`device.heuristic_forced_slots` of
-        them): (enemy race, the agent's army, the heuristic's army), indices into the game's races and
-        the races' menus, drawn with replacement from every cell of the run's races by
-        `league.pfsp.weighted_pfsp_probabilities`: squared PFSP over the cells' win rates (the
-        last 4 chunks that played the cell, wins plus half the draws; 0.5 before any) times
-        the agent's probability of picking the cell's army in that matchup
-        (the scripted opponent's `pick_probabilities`, its current parameters): the cells that
-        count most toward its result against the heuristic's uniform pick and that it wins least."""
-        from league.pfsp import weighted_pfsp_probabilities
-
-        game_races = self.config.game_info.capabilities.races
-        enemies = [game_races.index(r) for r in self.config.race_names]
-        picks = self._scripted().pick_probabilities(self.network, self.learners[agent_id].current_params(),
-                                   [[home, enemy] for enemy in enemies], self._fns.config)
-        k = picks.shape[1]
-        cells = [(enemy, own, army) for enemy in enemies for own in range(k) for army in range(k)]
-        shares = [picks[enemies.index(enemy), own] for enemy, own, _ in cells]
-        with self._lock:
-            rates = [self.cell_win_rate(agent_id, cell) for cell in cells]
-            probs = weighted_pfsp_probabilities(rates, shares)
-            drawn = self._rng.choice(len(cells), size=self.forced_slots[agent_id], p=probs)
-        return [cells[i] for i in drawn]
-
-    def cell_handicap(self, agent_id: str, cell: tuple[int, int, int]) -> int:
-        """Units the heuristic's army starts without in the agent's forced cell: its handicap
-        level (`league.curriculum`) over the army's size; 0 without `heuristic_forced_handicap`."""
-        if not self.handicap:
-            return 0
-        return curriculum.handicap_units(self._levels[agent_id].get(cell, 0), self._army_size(cell))
-
-    def _army_size(self, cell: tuple[int, int, int]) -> int:
-        """Units in the heuristic's army of a forced cell (enemy race, own army, its army)."""
-        race, _, army = cell
-        return self._scripted().army_units(self._fns.config, race, army)
-
-    def _scripted(self):
-        """The game's scripted opponent (`actors.games.base.ScriptedOpponent`)."""
-        return self.config.game_info.capabilities.scripted_opponent()
-
-    def cell_win_rate(self, agent_id: str, cell: tuple[int, int, int]) -> float:
-        """The agent's win rate in a forced cell over the last chunks that played it (wins plus
-        half the draws; at the cell's handicaps, with `heuristic_forced_handicap`); 0.5 before any."""
-        played = self._cells[agent_id].get(cell)
-        score, games = np.sum(list(played), 0) if played else (0.0, 0)
-        return float(score / games) if games else 0.5
 
     def play_chunk(self, agent_id: str) -> int:
         """One chunk of the agent (see the class docstring); returns the games reported."""
@@ -504,8 +421,9 @@ class DeviceLearnerGroup(_Learners):
         return games
 
     def record_chunk(self, agent_id: str, results, slots, dist) -> int:
-        """The chunk's results: the scripted slots' win rates and curriculum, the league games
-        reported to the coordinator in one batch; returns the games reported."""
+        """The chunk's results: the scripted slots' win rates, the forced slots' to their
+        curriculum, the league games reported to the coordinator in one batch; returns the
+        games reported."""
         if self._closed:   # a chunk that ended after the final checkpoints: not learnt, not counted
             return 0
         keys = ("wins", "draws", "losses", "score", "length")
@@ -516,21 +434,8 @@ class DeviceLearnerGroup(_Learners):
             return [int(getattr(results, k)[part].sum()) for k in ("wins", "draws", "losses")]
 
         if forced:
-            self._forced_results[agent_id].append(outcomes(slice(0, forced)))
-            played: dict[tuple[int, int, int], np.ndarray] = {}   # cell -> this chunk's (score, games)
-            for m, (_, cell) in enumerate(slots[:forced]):
-                wins, draws, losses = outcomes(slice(m, m + 1))
-                played[cell] = played.get(cell, 0) + np.array([wins + 0.5 * draws, wins + draws + losses])
-            with self._lock:
-                if self.handicap:   # the share of the army removed, before the levels move
-                    self._forced_handicaps[agent_id].append(float(np.mean(
-                        [self.cell_handicap(agent_id, cell) / self._army_size(cell) for cell in played])))
-                for cell, (score, games) in played.items():
-                    if games:
-                        self._cells[agent_id].setdefault(cell, deque(maxlen=4)).append((score, games))
-                        if self.handicap:
-                            self._levels[agent_id][cell] = curriculum.next_level(
-                                self._levels[agent_id].get(cell, 0), score, int(games))
+            self.curricula[agent_id].record([task for _, task in slots[:forced]],
+                                            [outcomes(slice(m, m + 1)) for m in range(forced)])
         if scripted > forced:
             self._heuristic_results[agent_id].append(outcomes(slice(forced, scripted)))
         for m, (opp, branch) in enumerate(slots[scripted:], scripted):  # same opponent and branch: added up
@@ -611,30 +516,22 @@ class DeviceLearnerGroup(_Learners):
 
     def metrics(self) -> dict[str, dict[str, float]]:
         """Each learner's metrics; with heuristic slots, `heuristic_win_rate` (wins and half the
-        draws, the agent's last 16 chunks against the heuristic, its own pick against the
-        heuristic's uniform one), `heuristic_draw_rate` (a side that cannot win draws out the
-        clock: SMAX zerg, session 28) and `heuristic_games`; with forced slots
-        `heuristic_forced_win_rate`, `_draw_rate` and `_games` (their games, last 16 chunks),
-        with handicaps `heuristic_forced_handicap` (the mean fraction of the heuristic's army
-        removed in them);
-        `waiting_for_turn` 1 while a round runs other agents' chunks and none of this one's
-        (the coordinator's stall watch does not count that time); in a population program,
-        `host_share`: the share of its last 16 chunks' wall time spent on the host (drawing
-        opponents, reporting results) rather than in the program."""
+        draws, the agent's last 16 chunks against the heuristic), `heuristic_draw_rate` (a side
+        that cannot win draws out the clock) and `heuristic_games`; with forced slots their
+        curriculum's (`curricula`); `waiting_for_turn` 1 while a round runs other agents' chunks
+        and none of this one's (the coordinator's stall watch does not count that time); in a
+        population program, `host_share`: the share of its last 16 chunks' wall time spent on
+        the host (drawing opponents, reporting results) rather than in the program."""
         out = {agent: learner.metrics() for agent, learner in self.learners.items()}
         for agent, m in out.items():
             m["waiting_for_turn"] = float(self._in_round and agent not in self._playing)
-        for prefix, results in (("heuristic", self._heuristic_results),
-                                ("heuristic_forced", self._forced_results)):
-            for agent, chunks in results.items():
-                wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
-                if games := wins + draws + losses:
-                    out[agent].update({f"{prefix}_win_rate": (wins + 0.5 * draws) / games,
-                                       f"{prefix}_draw_rate": draws / games,
-                                       f"{prefix}_games": float(games)})
-        for agent, fractions in self._forced_handicaps.items():
-            if fractions:
-                out[agent]["heuristic_forced_handicap"] = float(np.mean(fractions))
+        for agent, chunks in self._heuristic_results.items():
+            wins, draws, losses = np.sum(list(chunks), 0) if chunks else (0, 0, 0)
+            if games := wins + draws + losses:
+                out[agent].update(heuristic_win_rate=(wins + 0.5 * draws) / games,
+                                  heuristic_draw_rate=draws / games, heuristic_games=float(games))
+        for agent, tasks in self.curricula.items():
+            out[agent].update(tasks.metrics())
         for population in self.populations:
             times = list(self._host_time[id(population)])
             if times:
@@ -653,6 +550,40 @@ class DeviceLearnerGroup(_Learners):
             self._pool.shutdown(wait=False, cancel_futures=True)
         for learner in self.learners.values():
             learner.close()
+
+
+def make_populations(group: DeviceLearnerGroup):
+    """With `device.population`, a learner group's agents that share a population key and their
+    chunks per round as one program each (`learners.population.Population`, split into
+    `device.population_parts`); the rest play alone. Returns (populations, {id(population): its
+    agents}, agents alone)."""
+    from learners import distributed
+    from learners.population import Population, population_key
+
+    config = group.config
+    if not config.device.population:
+        return [], {}, list(group.agent_ids)
+    groups: dict = {}
+    for agent in group.agent_ids:
+        key = (population_key(group.learners[agent]), group.chunks_per_round[agent])
+        groups.setdefault(key, []).append(agent)
+    populations, members, alone = [], {}, []
+    parts = config.device.population_parts or group._thread_count()
+    split = [part for agents in groups.values()
+             for part in np.array_split(np.array(agents, object), max(1, min(parts, len(agents) // 2)))]
+    for agents in (list(part) for part in split):
+        if len(agents) == 1:
+            alone.extend(agents)
+            continue
+        # several processes (--distributed.*): what the others build to run it with this one
+        # (`experiments.distributed_league.population_program` builds it from these)
+        recipe = None if not distributed.multiprocess() else (
+            "experiments.distributed_league:population_program", config.to_dict(),
+            list(group.agent_ids), dict(group._agent_indices), group.name, len(populations))
+        population = Population([group.learners[a] for a in agents], recipe)
+        populations.append(population)
+        members[id(population)] = agents
+    return populations, members, alone
 
 
 class ActorGroup:

@@ -285,9 +285,9 @@ def test_forced_slots_play_the_cells_pfsp_draws_and_learn_their_win_rates(tmp_pa
         assert len(cells) > 1   # no cell played yet: drawn by the agent's picks alone
         hard = (1, 2, 0)
         for c in [(e, o, a) for e in (0, 1) for o in range(3) for a in range(3)]:
-            group._cells[main][c] = deque([(0.0 if c == hard else 5.0, 5)])
+            group.curricula[main].cells[c] = deque([(0.0 if c == hard else 5.0, 5)])
         assert {group.draw_opponents(main)[2][0][1] for _ in range(8)} == {hard}
-        group._cells[main].clear()
+        group.curricula[main].cells.clear()
 
         outcomes = []   # each chunk's (wins, draws, losses) in the forced slot and in the other
         play_and_learn = group.learners[main].play_and_learn
@@ -317,9 +317,9 @@ def test_forced_slots_play_the_cells_pfsp_draws_and_learn_their_win_rates(tmp_pa
         for (enemy, own, army), (w, d, lost) in zip(drawn, [o[0] for o in outcomes]):
             score, games = per_cell.get((enemy, own, army), (0.0, 0))
             per_cell[(enemy, own, army)] = (score + w + 0.5 * d, games + w + d + lost)
-        assert set(group._cells[main]) == set(per_cell)
+        assert set(group.curricula[main].cells) == set(per_cell)
         for c, (score, games) in per_cell.items():
-            assert group.cell_win_rate(main, c) == pytest.approx(score / games)
+            assert group.curricula[main].win_rate(c) == pytest.approx(score / games)
     finally:
         group.close()
         coordinator.close()
@@ -340,8 +340,8 @@ def test_forced_cells_start_from_a_handicap_their_results_move(tmp_path):
         hard = (0, 1, 1)    # against terran: the agent's second army, the heuristic's second
         size = group._fns.config.menu[0][1].size
         for c in [(e, o, a) for e in (0, 1) for o in range(3) for a in range(3)]:
-            group._cells[main][c] = deque([(0.0 if c == hard else 5.0, 5)])   # the one cell drawn
-        group._levels[main][hard] = 7
+            group.curricula[main].cells[c] = deque([(0.0 if c == hard else 5.0, 5)])   # the one cell drawn
+        group.curricula[main].levels[hard] = 7
         assert handicap_units(7, size) > 0
         seen, levels, fractions = [], [], []
         play_and_learn = group.learners[main].play_and_learn
@@ -350,7 +350,7 @@ def test_forced_cells_start_from_a_handicap_their_results_move(tmp_path):
 
         def recorded(opponents, races):
             seen.append(np.asarray(races))
-            levels.append(group._levels[main][hard])
+            levels.append(group.curricula[main].levels[hard])
             results = play_and_learn(opponents, races)
             fields = {k: np.array(getattr(results, k)) for k in ("wins", "draws", "losses")}
             for k, v in zip(fields, next(scripted)):
@@ -361,7 +361,7 @@ def test_forced_cells_start_from_a_handicap_their_results_move(tmp_path):
         for _ in range(3):
             group.play_chunk(main)
             fractions.append(handicap_units(levels[-1], size) / size)
-        assert levels + [group._levels[main][hard]] == [7, 8, 7, 7]
+        assert levels + [group.curricula[main].levels[hard]] == [7, 8, 7, 7]
         for races, level in zip(seen, levels):
             assert races.shape == (8, 3, 2)
             np.testing.assert_array_equal(races[:2, 1], [[1, 1]] * 2)                 # the hard cell

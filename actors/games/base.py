@@ -143,9 +143,12 @@ class ScriptedOpponent(Protocol):
     Forced armies (`--device.heuristic_forced_slots`, games whose sides pick an army from a
     menu first) also need:
 
-        pick_probabilities(network, params, races [P, 2], config) -> [P, K]: the player's
-                                          army pick in each race pairing (K armies per race)
-        army_units(config, race, army) -> int: the units of one of a race's K armies
+        curriculum(config, races, slots, settings, rng, lock) -> one main agent's forced slots'
+                                          tasks, passed along by the learner group as opaque
+                                          options: draw(network, params, home) -> tasks,
+                                          task_rows(tasks, per_game, games) -> the rows the
+                                          races array gains, record(tasks, outcomes),
+                                          metrics() -> dict
     """
 
     def side(self, fns, side: int, batch: int) -> tuple[Callable, Any]: ...

@@ -162,3 +162,14 @@ play = play_balanced
 def army_units(config: game.SmaxRacesConfig, race: int, army: int) -> int:
     """Units in army `army` (a menu index) of race `race` (an index into `game.RACES`)."""
     return config.menu[race][army].size
+
+
+def curriculum(config: game.SmaxRacesConfig, races: list[int], slots: int, settings, rng, lock):
+    """One main agent's forced-army curriculum (`curriculum.ForcedCells`: which cells its
+    `slots` forced slots play, their armies and handicaps, their results), for the learner
+    group; `settings`: the run's device settings (`heuristic_forced_handicap`)."""
+    import sys
+
+    from actors.games.smax_races.curriculum import ForcedCells
+
+    return ForcedCells(sys.modules[__name__], config, races, slots, settings.heuristic_forced_handicap, rng, lock)
