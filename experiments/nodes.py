@@ -706,14 +706,32 @@ class EvaluatorNode:
         self.heuristic_measurements = 0
 
     def run(self) -> None:
+        """Evaluates until `stop()`, on a thread of its own: `run` returns within a second of
+        the stop, without waiting for the evaluation in flight (its first program may be
+        compiling for a minute); an error of the evaluation is raised here."""
         self._stop.clear()
-        while not self._stop.is_set():
-            self.heuristic_next()
+        error: list[BaseException] = []
+
+        def loop():
             try:
-                if not (self.exact_next() or self.evaluate_next()):
-                    time.sleep(1.0)
-            except WithdrawnPlayer:
-                continue  # a damaged frozen player, withdrawn now: the next pair is without it
+                while not self._stop.is_set():
+                    self.heuristic_next()
+                    try:
+                        if not (self.exact_next() or self.evaluate_next()):
+                            self._stop.wait(1.0)
+                    except WithdrawnPlayer:
+                        continue  # a damaged frozen player, withdrawn now: the next pair is without it
+            except Exception as e:   # after a stop: the run is ending, its nodes closing
+                if not self._stop.is_set():
+                    error.append(e)
+
+        worker = threading.Thread(target=loop, daemon=True, name=f"{self.evaluator_id}-loop")
+        worker.start()
+        while worker.is_alive() and not self._stop.wait(0.5):
+            pass
+        worker.join(timeout=1.0)
+        if error:
+            raise error[0]
 
     def heuristic_next(self) -> int:
         """SMAX, evaluator_0: once `heuristic_every_seconds` have passed since the last time

@@ -212,3 +212,47 @@ def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path
     assert coordinator.average_nash_weights() == pytest.approx({p: w for p, w in want.items() if w > 0})
     mixed = poker_policy.mix_policies(game, [a, b], [want["any_main_agent_0#0"], want["any_main_agent_0#1"]])
     assert node.measure_exploitability()["nash_average"] == pytest.approx(poker.nash_conv(game, mixed), abs=1e-9)
+
+
+def test_the_evaluator_node_stops_without_waiting_for_its_evaluation_in_flight(tmp_path):
+    """`stop()` while an evaluation is still running (its first program compiling, here held):
+    `run` returns within a couple of seconds; an error of the evaluation while running is
+    raised by `run` (the supervisor names the node)."""
+    import threading
+    import time
+
+    from coordinator.coordinator import Coordinator
+    from experiments.config import RunConfig
+    from experiments.nodes import EvaluatorNode
+
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", hidden_size=8, core_size=8,
+                            run_dir=str(tmp_path))
+    coordinator = Coordinator(config.league, config.run_dir)
+    node = EvaluatorNode(config, coordinator, {})
+    inside, release = threading.Event(), threading.Event()
+
+    def held():
+        inside.set()
+        release.wait(60)
+        return 0
+
+    node.evaluate_next = held
+    node.exact_next = lambda: 0
+    runner = threading.Thread(target=node.run, daemon=True)
+    try:
+        runner.start()
+        assert inside.wait(30)
+        t0 = time.time()
+        node.stop()
+        runner.join(10)
+        assert not runner.is_alive() and time.time() - t0 < 3
+    finally:
+        release.set()
+
+    def broken():
+        raise RuntimeError("the evaluation failed")
+
+    node.evaluate_next = broken
+    with pytest.raises(RuntimeError, match="the evaluation failed"):
+        node.run()
+    coordinator.close()
