@@ -39,6 +39,7 @@ from learners import distributed
 from learners.device import DeviceLearner, make_chunk_fn, program_id
 from learners.update import (
     AGENT_SETTINGS,
+    TrainingState,
     agent_settings,
     make_optimizer,
     make_update_fn,
@@ -101,6 +102,25 @@ def unstack(tree, n: int) -> list:
     return [jax.tree_util.tree_unflatten(treedef, [leaf[i] for leaf in leaves]) for i in range(n)]
 
 
+class AgentSlice:
+    """One agent's training state as a view of the population's states on the agent axis
+    (`learners.update.TrainingState`'s fields, each sliced on the device the first time it is
+    read): the state stays stacked between chunks, and an agent's parameters leave the stack only
+    when someone reads them (a snapshot, a checkpoint, an opponent)."""
+
+    def __init__(self, stacked, index: int):
+        self._stacked, self._index, self._fields = stacked, index, {}
+
+    def __getattr__(self, name: str):
+        if name not in TrainingState._fields:
+            raise AttributeError(name)
+        if name not in self._fields:
+            whole = getattr(self._stacked, name)
+            self._fields[name] = None if whole is None else jax.tree_util.tree_map(
+                lambda x: x[self._index], whole)
+        return self._fields[name]
+
+
 class Population:
     """The chunks of `learners` (`DeviceLearner`s with one `population_key`) as one program."""
 
@@ -124,6 +144,7 @@ class Population:
         self._start, self._chunk, program = _compiled(self.learners[0], exploration)
         for learner in self.learners:   # what each agent's metrics name as its program
             learner.program_id = program
+        self._stacked, self._views = None, []   # the last chunk's states and each agent's view of its slice
         self._teachers = stack([learner.teacher for learner in self.learners])
         self._z_sources = stack([learner.z_source for learner in self.learners])
 
@@ -135,7 +156,7 @@ class Population:
         if len(opponents) != n or (races is not None and len(races) != n):
             raise ValueError(f"a population of {n} agents needs opponents (and races) for each")
         inputs = [learner.chunk_inputs() for learner in self.learners]
-        states = stack([state for state, _, _ in inputs])
+        states = self._states_of([state for state, _, _ in inputs])
         k_start = jnp.stack([k for _, k, _ in inputs])
         k_chunk = jnp.stack([k for _, _, k in inputs])
         opponents = stack(list(opponents))
@@ -147,16 +168,31 @@ class Population:
             new_states = jax.device_put(new_states, self.learners[0]._replicated)
         else:
             new_states, metrics, first, results = self.program(*args)
-        results = jax.device_get(first + results)
+        # the states stay on the device, stacked; each agent's is a view of its slice
+        self._stacked = new_states
+        self._views = [AgentSlice(new_states, i) for i in range(n)]
+        metrics, results = jax.device_get((metrics, first + results))
         for learner in self.learners:
             if learner.first_chunk_seconds is None:
                 learner.first_chunk_seconds = time.perf_counter() - started
         out = []
-        for learner, (state, _, _), new_state, m, r in zip(
-                self.learners, inputs, unstack(new_states, n), unstack(metrics, n),
-                unstack(results, n)):
-            out.append(learner.chunk_done(state, new_state, m, r))
+        for learner, (state, _, _), view, m, r in zip(
+                self.learners, inputs, self._views, unstack(metrics, n), unstack(results, n)):
+            out.append(learner.chunk_done(state, view, m, r))
         return out
+
+    def _states_of(self, states: list) -> Any:
+        """The agents' states on the agent axis for the next chunk: the last chunk's stacked
+        states, kept on the device, where each agent's state is still its view of them; an
+        agent whose state was replaced since (a reset, a reset that won over the chunk) is
+        written into its slice (`.at[i].set`). Stacked anew the first time."""
+        if self._stacked is None:
+            return stack(states)
+        stacked = self._stacked
+        for i, (state, view) in enumerate(zip(states, self._views)):
+            if state is not view:
+                stacked = jax.tree_util.tree_map(lambda whole, part, i=i: whole.at[i].set(part), stacked, state)
+        return stacked
 
     def program(self, states, opponents, teachers, k_start, k_chunk, races, z_sources, settings):
         """The chunk of every agent (inputs stacked on the agent axis): (new states, metrics,

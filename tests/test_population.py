@@ -173,6 +173,50 @@ def test_resetting_one_agent_changes_only_its_slice(kuhn):
     assert learners[1].params()[0] == before[1][0] + 1 + K
 
 
+def test_the_device_resident_population_equals_each_agents_own_chunks_across_a_reset_and_a_snapshot(kuhn):
+    """The population's states stay stacked on the device between chunks (each agent's state a
+    view of its slice): over four chunks, with a snapshot read after the first and agent 1 reset
+    after the second, every agent's parameters equal those of the same agent playing alone with
+    the same keys and the same reset (compared leaf by leaf, not by versions); a chunk with no
+    reset before it takes the last chunk's stacked states as they are (no stacking), and after
+    the reset the next chunk starts agent 1 from the reset parameters."""
+    configs = agent_configs(kuhn[0])
+    params = kuhn[4]
+    alone, together = make_learners(kuhn, configs), make_learners(kuhn, configs)
+    population = Population(together)
+    fed, made = [], []   # each chunk's states in, and its new states out
+    program = population.program
+
+    def spied(states, *args):
+        fed.append(states)
+        made.append(program(states, *args))
+        return made[-1]
+
+    population.program = spied
+    for chunk in range(4):
+        for i, learner in enumerate(alone):
+            learner.play_and_learn(opponents_of(params, i))
+        population.play_and_learn([opponents_of(params, i) for i in range(3)])
+        if chunk == 0:   # a snapshot: a slice read, the same parameters as alone
+            a, b = alone[2].snapshot(), together[2].snapshot()
+            assert a[0] == b[0] == K
+            for x, y in zip(jax.tree_util.tree_leaves(a[1]), jax.tree_util.tree_leaves(b[1])):
+                np.testing.assert_allclose(x, y, rtol=2e-4, atol=2e-6)
+        if chunk == 1:
+            alone[1].reset(params[3])
+            together[1].reset(params[3])
+        for i in range(3):
+            for x, y in zip(jax.tree_util.tree_leaves(alone[i].params()[1]),
+                            jax.tree_util.tree_leaves(together[i].params()[1])):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=2e-4, atol=2e-6)
+    # chunks 1 and 3 took the last chunk's new states as they were; chunk 2 those with agent
+    # 1's slice written
+    assert fed[1] is made[0][0] and fed[3] is made[2][0] and fed[2] is not made[1][0]
+    for x, y in zip(jax.tree_util.tree_leaves(fed[2].params), jax.tree_util.tree_leaves(params[3])):
+        np.testing.assert_array_equal(np.asarray(x)[1], np.asarray(y))
+    assert together[1].params()[0] == 2 * K + 1 + 2 * K
+
+
 def test_learners_of_different_structure_are_refused(kuhn):
     base, game, network, rollout, params = kuhn
     configs = agent_configs(base)
