@@ -5,22 +5,37 @@
     probs, state = policy.probabilities(obs)             # {head: [B, num_values]}
     jax.jit(policy.act, static_argnames="greedy")(obs, key, greedy=True)
 
+    mixture = agents.load_policy("kuhn.result.npz")     # a run's Nash mixture (RUN_DIR:result)
+    actions, state = mixture.act(obs, key)               # each game plays one member, drawn at its start
+    state.member                                         # [B]: which member plays each game
+
 The file (written by `python -m experiments.export AGENT --out=F`) is an ordinary uncompressed
 npz archive (a zip; `numpy.load(F)` reads it, no pickle anywhere):
 
-- `header.json`: JSON, `{"format": "league-agent", "format_version": 1, ...}`: the network
+- `header.json`: JSON, `{"format": "league-agent", "format_version": 2, ...}`: the network
   (`network.class`: ReferenceNetwork or UnitNetwork, `network.config`: its config's fields),
   the side it plays and the game's spec (`spec`: every observation field's shape and dtype,
   every action head), the game (`game.name`, `game.module_path` for a game given as
   `package.module:factory`), where it came from (`source`: run directory, player, parameter
   version, role, parent, exported at), and `leaves`: each parameter's key path, shape and dtype;
 - `leaf_<i>.npy`: the parameters, in the order of `leaves`;
+- a mixture of agents (a run's Nash mixture; version 2) has `mixture` in its header instead: a
+  list of members, each `{"weight", "source" (its player, version, role), "leaves"}`, all
+  playing the header's network; member k's parameters are `member<k>_leaf_<i>.npy`, and the
+  header's own `leaves` is empty;
 - the archive's comment, `league-agent sha256=<hex>`: SHA-256 of every byte before the digest,
   so any changed or missing byte is found before anything is used.
 
 `read` refuses a file that is not one of these, damaged, truncated, or of a newer format version
 with `ExportedFileError` (a ValueError naming the file and what is wrong); a file of an older
-version is upgraded on reading by `_UPGRADES` (version 1 is the first: none yet).
+version is upgraded on reading by `_UPGRADES`: version 1 (one agent, no `mixture`) reads as it is.
+A version 1 loader refuses a version 2 file as newer ("update the league package").
+
+A mixture's policy plays one member per game (as the league's Nash mixture does): `act` draws
+each game's member from the weights with its `key` where a game starts (`first`, or no member
+yet), and the member is carried in the state (`MixtureState(member [B], core)`);
+`probabilities` and `logits` are those of each game's member in the state given (required).
+
 """
 
 from __future__ import annotations
@@ -31,9 +46,10 @@ import io
 import json
 import zipfile
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from agents.specs import (
@@ -48,13 +64,15 @@ from agents.specs import (
 from agents.storage import flatten, read_npz, unflatten, write_atomic
 
 FORMAT = "league-agent"
-VERSION = 1
+VERSION = 2
 HEADER = "header.json"
 _DIGEST_PREFIX = b"league-agent sha256="
 _DIGEST_LEN = 64   # hex characters
-# format_version -> function(header) -> the header of the next version (none yet: version 1 is
-# the first). A reader of version N reads every older file through these, in order.
-_UPGRADES: dict[int, Any] = {}
+# format_version -> function(header) -> the header of the next version. A reader of version N
+# reads every older file through these, in order. 1 -> 2: version 2 added the optional `mixture`;
+# a version 1 header is a version 2 header of one agent.
+_UPGRADES: dict[int, Any] = {1: lambda header: header}
+MIXTURE = "mixture"
 
 
 class ExportedFileError(ValueError):
@@ -130,23 +148,40 @@ def network_from_dict(data: Mapping):
 
 # -- the file ----------------------------------------------------------------------------------
 
-def to_bytes(params: Mapping, header: Mapping) -> bytes:
-    """The file's bytes: `header` (JSON-able: network, side, spec, game, source) with the format,
-    its version and the leaves' description added, the parameters, and the checksum."""
+def _leaves(params: Mapping) -> tuple[list[dict], list[np.ndarray]]:
     flat = flatten(jax.device_get(params))
     arrays = [np.ascontiguousarray(a) for a in flat.values()]
     if any(a.dtype == object for a in arrays):
         raise ValueError("parameters must be numeric arrays")
-    full = {**header, "format": FORMAT, "format_version": VERSION,
-            "leaves": [{"path": list(p), "shape": list(a.shape), "dtype": a.dtype.name}
-                       for p, a in zip(flat, arrays)]}
+    return ([{"path": list(p), "shape": list(a.shape), "dtype": a.dtype.name} for p, a in zip(flat, arrays)],
+            arrays)
+
+
+def to_bytes(params, header: Mapping) -> bytes:
+    """The file's bytes: `header` (JSON-able: network, side, spec, game, source) with the format,
+    its version and the leaves' description added, the parameters, and the checksum. A mixture
+    (`header["mixture"]`: [{"weight", "source"}]) gives `params` as a list, one per member."""
+    full = {**header, "format": FORMAT, "format_version": VERSION}
+    files = {}
+    if header.get(MIXTURE):
+        members = list(header[MIXTURE])
+        if not isinstance(params, list | tuple) or len(params) != len(members):
+            raise ValueError(f"a mixture of {len(members)} members needs a list of as many parameter sets")
+        full[MIXTURE], full["leaves"] = [], []
+        for k, (member, member_params) in enumerate(zip(members, params)):
+            leaves, arrays = _leaves(member_params)
+            full[MIXTURE].append({**member, "leaves": leaves})
+            files.update({f"member{k}_leaf_{i}": a for i, a in enumerate(arrays)})
+    else:
+        full["leaves"], arrays = _leaves(params)
+        files.update({f"leaf_{i}": a for i, a in enumerate(arrays)})
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
         archive.writestr(HEADER, json.dumps(full, indent=1, sort_keys=True))
-        for i, array in enumerate(arrays):
+        for name, array in files.items():
             leaf = io.BytesIO()
             np.lib.format.write_array(leaf, array, allow_pickle=False)
-            archive.writestr(f"leaf_{i}.npy", leaf.getvalue())
+            archive.writestr(f"{name}.npy", leaf.getvalue())
         archive.comment = _DIGEST_PREFIX + b"0" * _DIGEST_LEN
     data = buffer.getvalue()[:-_DIGEST_LEN]
     return data + hashlib.sha256(data).hexdigest().encode()
@@ -220,18 +255,78 @@ def read(path: str) -> tuple[dict, dict]:
                           f"{min([*_UPGRADES, VERSION])} to {VERSION}); export it again from its run")
         header, version = upgrade(header), version + 1
     try:
-        flat = {}
-        for i, leaf in enumerate(header["leaves"]):
-            array = arrays.pop(f"leaf_{i}")
-            if list(array.shape) != list(leaf["shape"]) or array.dtype.name != leaf["dtype"]:
-                raise ValueError(f"leaf {i} ({'/'.join(leaf['path'])}) is {array.dtype.name}{list(array.shape)}, "
-                                 f"the header says {leaf['dtype']}{leaf['shape']}")
-            flat[tuple(leaf["path"])] = array
+        if header.get(MIXTURE):
+            members = header[MIXTURE]
+            weights = [m["weight"] for m in members]
+            if not all(isinstance(w, int | float) and np.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+                raise ValueError(f"the mixture's weights {weights} are not non-negative numbers summing above 0")
+            params = [_unflatten_leaves(arrays, m["leaves"], f"member{k}_") for k, m in enumerate(members)]
+        else:
+            params = _unflatten_leaves(arrays, header["leaves"], "")
         if arrays:
             raise ValueError(f"members the header does not list: {sorted(arrays)}")
     except (KeyError, TypeError, ValueError) as e:
         return _raise(path, f"its parameters do not match its header ({type(e).__name__}: {e})")
-    return header, unflatten(flat)
+    return header, params
+
+
+def _unflatten_leaves(arrays: dict, leaves: list, prefix: str) -> dict:
+    """The parameters `leaves` describe, taken out of `arrays` (`<prefix>leaf_<i>`)."""
+    flat = {}
+    for i, leaf in enumerate(leaves):
+        array = arrays.pop(f"{prefix}leaf_{i}")
+        if list(array.shape) != list(leaf["shape"]) or array.dtype.name != leaf["dtype"]:
+            raise ValueError(f"{prefix}leaf {i} ({'/'.join(leaf['path'])}) is {array.dtype.name}{list(array.shape)}, "
+                             f"the header says {leaf['dtype']}{leaf['shape']}")
+        flat[tuple(leaf["path"])] = array
+    return unflatten(flat)
+
+
+def is_mixture(header: Mapping) -> bool:
+    """Whether an exported file's header is a mixture of agents."""
+    return bool(header.get(MIXTURE))
+
+
+# -- a mixture of agents -----------------------------------------------------------------------
+
+class MixtureState(NamedTuple):
+    """A mixture's state for a batch: `member` [B] int32, the member playing each game (-1: none
+    drawn yet), and `core`, the members' network's core state."""
+
+    member: Any
+    core: Any
+
+
+def stack_members(params: list):
+    """The members' parameters stacked on a leading axis [M, ...] (one network plays them all)."""
+    return jax.tree_util.tree_map(lambda *x: jnp.stack([jnp.asarray(a) for a in x]), *params)
+
+
+def mixture_initial_state(network, batch: int) -> MixtureState:
+    """No member drawn yet (`mixture_policy` draws at the first step) and fresh core states."""
+    return MixtureState(jnp.full(batch, -1, jnp.int32), network.initial_state(batch))
+
+
+def mixture_policy(network, stacked, weights, greedy: bool = False):
+    """`act(key, obs, state, first) -> (Action, MixtureState)` of a mixture (as
+    `actors.rollout.network_policy` is of one agent): where a game starts (`first`, or no member
+    yet) its member is drawn from `weights` (normalised) with `key`; every member steps on the
+    batch and each game takes its own member's action and core state. Jittable."""
+    from agents import act
+
+    log_weights = jnp.log(jnp.asarray(weights, jnp.float32) / jnp.sum(jnp.asarray(weights, jnp.float32)))
+
+    def act_fn(key, obs, state: MixtureState, first):
+        member_key, act_key = jax.random.split(key)
+        batch = state.member.shape[0]
+        drawn = jax.random.categorical(member_key, log_weights, shape=(batch,)).astype(jnp.int32)
+        member = jnp.where(jnp.asarray(first, bool) | (state.member < 0), drawn, state.member)
+        actions, core = jax.vmap(lambda p: act(network, p, act_key, obs, state.core, first, greedy))(stacked)
+        own = jnp.arange(batch)
+        pick = lambda x: x[member, own]   # noqa: E731
+        return jax.tree_util.tree_map(pick, actions), MixtureState(member, jax.tree_util.tree_map(pick, core))
+
+    return act_fn
 
 
 def _raise(path: str, why: str):
@@ -258,21 +353,46 @@ class Policy:
         self.game_spec = spec_from_dict(header["spec"])
         self.spec = self.game_spec.side(self.side)
         self.network = network_from_dict(header["network"])
-        self.params = jax.tree_util.tree_map(np.asarray, params)
         example = self.spec.zero_observation()
         want = jax.eval_shape(lambda: self.network.init(jax.random.PRNGKey(0), example, opponent_observation=example))
-        got_tree, want_tree = jax.tree_util.tree_structure(self.params), jax.tree_util.tree_structure(want)
-        if got_tree != want_tree or any(np.shape(a) != b.shape for a, b in
-                                        zip(jax.tree_util.tree_leaves(self.params), jax.tree_util.tree_leaves(want))):
-            raise _refuse(path, "its parameters do not fit the network its header describes")
+        # A mixture: its members' parameters (`member_params`), normalised weights, sources;
+        # `params` holds them stacked [M, ...]. One agent: weights None.
+        self.weights = self.members = None
+        self.member_params = params if is_mixture(header) else [params]
+        self.member_params = [jax.tree_util.tree_map(np.asarray, p) for p in self.member_params]
+        for member in self.member_params:
+            got_tree, want_tree = jax.tree_util.tree_structure(member), jax.tree_util.tree_structure(want)
+            if got_tree != want_tree or any(np.shape(a) != b.shape for a, b in
+                                            zip(jax.tree_util.tree_leaves(member), jax.tree_util.tree_leaves(want))):
+                raise _refuse(path, "its parameters do not fit the network its header describes")
+        if is_mixture(header):
+            weights = np.asarray([m["weight"] for m in header[MIXTURE]], np.float64)
+            self.weights = weights / weights.sum()
+            self.members = [dict(m.get("source", {})) for m in header[MIXTURE]]
+            self.params = jax.tree_util.tree_map(lambda *x: np.stack(x), *self.member_params)
+        else:
+            self.params = self.member_params[0]
+
+    @property
+    def mixture(self) -> bool:
+        """Whether it is a mixture of agents (one member plays each game)."""
+        return self.weights is not None
 
     @property
     def source(self) -> dict:
         """Where it came from: run directory, player, parameter version, exported at."""
         return dict(self.header.get("source", {}))
 
-    def initial_state(self, batch: int):
-        return self.network.initial_state(batch)
+    def initial_state(self, batch: int, key=None):
+        """The state of `batch` fresh games: the network's core state; a mixture's
+        `MixtureState`, its members drawn with `key` (None: drawn by the first `act`)."""
+        if not self.mixture:
+            return self.network.initial_state(batch)
+        state = mixture_initial_state(self.network, batch)
+        if key is not None:
+            log_weights = jnp.log(jnp.asarray(self.weights, jnp.float32))
+            state = state._replace(member=jax.random.categorical(key, log_weights, shape=(batch,)).astype(jnp.int32))
+        return state
 
     def _prepare(self, obs, state, first):
         if not isinstance(obs, Mapping) or MASK_KEY not in obs:
@@ -287,7 +407,19 @@ class Policy:
         return obs, state, first
 
     def logits(self, obs, state=None, first=None):
-        """({head: logits [B, ...]} with illegal actions masked, new state)."""
+        """({head: logits [B, ...]} with illegal actions masked, new state). A mixture's: each
+        game's member's, the members named by `state` (`act`'s, or `initial_state(B, key)`)."""
+        if self.mixture:
+            if state is None:
+                raise ValueError("a mixture's logits are its members': pass the state act returned or "
+                                 "initial_state(batch, key), which names each game's member")
+            obs, state, first = self._prepare(obs, state, first)
+            outs, core = jax.vmap(lambda p: self.network.step(p, obs, state.core, first))(self.params)
+            own = jnp.arange(state.member.shape[0])
+            member = jnp.maximum(state.member, 0)
+            pick = lambda x: x[member, own]   # noqa: E731
+            return ({h: pick(x) for h, x in outs.logits.items()},
+                    MixtureState(state.member, jax.tree_util.tree_map(pick, core)))
         obs, state, first = self._prepare(obs, state, first)
         out, state = self.network.step(self.params, obs, state, first)
         return out.logits, state
@@ -303,11 +435,17 @@ class Policy:
         from agents import act
 
         obs, state, first = self._prepare(obs, state, first)
+        if self.mixture:
+            action, state = mixture_policy(self.network, self.params, self.weights, greedy)(key, obs, state, first)
+            return action.game, state
         action, state = act(self.network, self.params, key, obs, state, first, greedy=greedy)
         return action.game, state
 
     def __repr__(self) -> str:
         source = self.source
+        if self.mixture:
+            return (f"Policy({self.path!r}: {self.game or self.game_spec.name}, a mixture of "
+                    f"{len(self.members)} of {source.get('run_dir', '?')})")
         return (f"Policy({self.path!r}: {self.game or self.game_spec.name}, "
                 f"{source.get('player_id', '?')} version {source.get('version', '?')})")
 

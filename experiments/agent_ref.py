@@ -4,7 +4,11 @@
                           learner checkpoint, else its newest snapshot) or a frozen player
                           (`params/<player_id>.npz`); e.g. runs/kuhn:any_main_agent_0
     FILE                  an exported agent (`python -m experiments.export`, agents/exported.py)
-    RUN_DIR:result        the run's own agent: not yet (issue 85, item 2)
+    RUN_DIR:result        the run's own agent. A game with an exact meta-game (poker): the league's
+                          Nash mixture, the latest weights league.db holds (as `nashconv.
+                          RunReader.league_nash` reads them, what `experiments.nashconv --mixture=nash` measures): its
+                          members (player ids, their parameters as RUN_DIR:PLAYER_ID reads them)
+                          and weights. Other games: not yet (issue 85, item 2)
 
 `resolve(name)` returns an `Agent` (network, parameters, game, where it came from) or raises
 `AgentNameError` (a ValueError) saying what is wrong: no such file or run directory, no such
@@ -20,6 +24,7 @@ from typing import Any
 
 RESULT = "result"
 FORMS = ("RUN_DIR:PLAYER_ID (a player of a league run: runs/kuhn:any_main_agent_0)",
+         "RUN_DIR:result (the run's agent: on poker its Nash mixture)",
          "the path of an exported agent (python -m experiments.export AGENT --out=FILE)")
 
 
@@ -40,6 +45,10 @@ class Agent:
     source: dict = dataclasses.field(default_factory=dict)   # run_dir, player_id, version, role, ...
     config: Any = None            # the run's RunConfig (None for an exported file)
     policy: Any = None            # agents.exported.Policy (an exported file)
+    # A mixture (one member plays each game): `params` is a list, one per member, all played by
+    # `network`; `weights` theirs (summing to 1), `members` their sources (player_id, version, ...).
+    weights: list | None = None
+    members: list | None = None
 
 
 def describe_forms() -> str:
@@ -78,6 +87,9 @@ def _from_file(name: str) -> Agent:
     except ExportedFileError as e:
         raise AgentNameError(str(e)) from None
     source = {**policy.source, "file": os.path.abspath(name)}
+    if policy.mixture:
+        return Agent(name, policy.network, policy.member_params, policy.game, policy.game_spec, policy.side,
+                     source, None, policy, [float(w) for w in policy.weights], policy.members)
     return Agent(name, policy.network, policy.params, policy.game, policy.game_spec, policy.side,
                  source, None, policy)
 
@@ -130,19 +142,65 @@ def _from_run(name: str, run_dir: str, player_id: str) -> Agent:
     config = run_config(run_dir)
     rows = players(run_dir)
     if player_id == RESULT:
-        raise AgentNameError(f"{name}: the run's own agent (RUN_DIR:result) is not named yet (issue 85, "
-                             f"item 2); name one of its players: {player_list(rows)}")
+        return _result(name, run_dir, config, rows)
     row = next((p for p in rows if p["player_id"] == player_id), None)
     if row is None:
         raise AgentNameError(f"{name}: {run_dir} has no player {player_id!r}; it has {player_list(rows)}")
+    version, params, source = _player(name, run_dir, row)
+    spec = config.game_info.functions().spec
+    network = build.make_network(config, spec)
+    return Agent(name, network, params, config.game, spec, 0, source, config)
+
+
+def _player(name: str, run_dir: str, row: dict):
+    """(version, params, source) of the player league.db's `row` describes."""
     from coordinator.param_store import player_params
 
+    player_id = row["player_id"]
     try:
         version, params = player_params(run_dir, player_id)
     except (KeyError, ValueError, OSError) as e:
-        raise AgentNameError(f"{name}: cannot read the player's parameters ({e})") from None
-    spec = config.game_info.functions().spec
-    network = build.make_network(config, spec)
+        raise AgentNameError(f"{name}: cannot read the parameters of {player_id} ({e})") from None
     source = {"run_dir": os.path.abspath(run_dir), "player_id": player_id, "version": int(version),
               "role": row["role"], "race": row["race"], "parent": row["parent"], "step": row["step"]}
-    return Agent(name, network, params, config.game, spec, 0, source, config)
+    return version, params, source
+
+
+def _result(name: str, run_dir: str, config, rows: list[dict]) -> Agent:
+    """RUN_DIR:result: the league's latest Nash mixture where the game has an exact meta-game
+    (its members sorted by player id, as `nashconv.RunReader.measure` mixes them)."""
+    from experiments import build
+
+    if not config.game_info.capabilities.exact_evaluator:
+        raise AgentNameError(f"{name}: the run's own agent (RUN_DIR:result) of a {config.game} run is not "
+                             f"named yet (issue 85, item 2); name one of its players: {player_list(rows)}")
+    from coordinator.history_reader import HistoryReader
+
+    history = HistoryReader(run_dir)   # as nashconv.RunReader.league_nash reads it
+    try:
+        latest = history.latest_nash()
+    finally:
+        history.close()
+    if latest is None:
+        raise AgentNameError(f"{name}: the run's agent (its Nash mixture) is not named yet: league.db has no "
+                             "Nash weights yet (the coordinator publishes them every meta_game_every_seconds; "
+                             f"let the league run longer); name one of its players: {player_list(rows)}")
+    when, weights = latest
+    weights = {p: w for p, w in weights.items() if w > 0}
+    where = f"league.db nash table at t={when:.0f}"
+    by_id = {p["player_id"]: p for p in rows}
+    missing = sorted(set(weights) - set(by_id))
+    if missing:
+        raise AgentNameError(f"{name}: the Nash mixture names players league.db does not list: {missing}")
+    ids = sorted(weights)
+    members, params = [], []
+    for player_id in ids:
+        _, member_params, source = _player(name, run_dir, by_id[player_id])
+        members.append(source)
+        params.append(member_params)
+    spec = config.game_info.functions().spec
+    network = build.make_network(config, spec)
+    total = sum(weights[p] for p in ids)
+    source = {"run_dir": os.path.abspath(run_dir), "player_id": RESULT, "mixture": "nash", "weights_from": where}
+    return Agent(name, network, params, config.game, spec, 0, source, config,
+                 weights=[weights[p] / total for p in ids], members=members)

@@ -11,8 +11,11 @@ config), the game's name and spec, and where the agent came from (run, player, p
 version, date); npz with a JSON header and a checksum, no pickle. A wrong name, a damaged file or
 a game not exportable yet: a message and exit 2, nothing written.
 
-Not yet: SMAX (a game with races) and the run's own agent (RUN_DIR:result, a Nash mixture on
-poker): issue 85.
+RUN_DIR:result on poker writes the run's agent, the league's Nash mixture: the header lists its
+members (player, version, role) with their weights and each member's parameters.
+
+Not yet: SMAX (a game with races), and RUN_DIR:result of a game without an exact meta-game:
+issue 85.
 """
 
 from __future__ import annotations
@@ -41,7 +44,11 @@ def header(agent) -> dict:
     from agents import exported
 
     if agent.policy is not None:   # an exported file written again: its description as it was
-        return {k: v for k, v in agent.policy.header.items() if k not in ("format", "format_version", "leaves")}
+        described = {k: v for k, v in agent.policy.header.items() if k not in ("format", "format_version", "leaves")}
+        if exported.MIXTURE in described:
+            described[exported.MIXTURE] = [{k: v for k, v in m.items() if k != "leaves"}
+                                           for m in described[exported.MIXTURE]]
+        return described
     if agent.config is not None and agent.config.game_info.capabilities.races:
         raise ExportError(f"{agent.name}: {agent.game} is a game with races (SMAX); its export is not built "
                           "yet (issue 85): its agents play through the run (benchmarks.builtin_opponent)")
@@ -52,10 +59,14 @@ def header(agent) -> dict:
     source = {**agent.source,
               "exported_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
               "exported_by": f"league {version}"}
-    return {"network": exported.network_to_dict(agent.network), "side": agent.side,
-            "spec": exported.spec_to_dict(agent.spec),
-            "game": {"name": agent.game, "module_path": registry.module_path(agent.game)},
-            "source": source}
+    out = {"network": exported.network_to_dict(agent.network), "side": agent.side,
+           "spec": exported.spec_to_dict(agent.spec),
+           "game": {"name": agent.game, "module_path": registry.module_path(agent.game)},
+           "source": source}
+    if agent.weights:   # a mixture (RUN_DIR:result on poker): its members and their weights
+        out[exported.MIXTURE] = [{"weight": float(w), "source": member}
+                                 for w, member in zip(agent.weights, agent.members)]
+    return out
 
 
 def export(name: str, out: str) -> str:
@@ -74,6 +85,9 @@ def export(name: str, out: str) -> str:
         raise
     source = description["source"]
     who = f"{source.get('player_id', '?')} of {source.get('run_dir', '?')}, parameter version {source.get('version', '?')}"
+    if description.get(exported.MIXTURE):
+        who = (f"the Nash mixture of {source.get('run_dir', '?')}: " + ", ".join(
+            f"{m['weight']:.3f} {m['source'].get('player_id', '?')}" for m in description[exported.MIXTURE]))
     return f"wrote {out} ({os.path.getsize(out):,} bytes): {description['game']['name']}, {who}"
 
 

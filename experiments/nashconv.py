@@ -32,7 +32,10 @@ With --run_dir (the game, network sizes and seed come from its config.json):
 (`experiments.agent_ref`): an exported file (`python -m experiments.export`; the game, network
 and parameters come from the file alone) or RUN_DIR:PLAYER_ID, turned into an exact tabular
 policy as a run's players are (`poker_policy.network_policy`): the same reading as
-`--run_dir=RUN_DIR --player=PLAYER_ID`. A damaged or foreign file: a message and exit 2.
+`--run_dir=RUN_DIR --player=PLAYER_ID`. A mixture (RUN_DIR:result, the league's Nash mixture,
+or its exported file) is mixed as `--mixture=nash` mixes it (`poker_policy.mix_policies` of its
+members' tables with its weights): the same reading as `--run_dir=RUN_DIR --mixture=nash`.
+A damaged or foreign file: a message and exit 2.
 
 --params with --loader loads saved parameters through a loader hook, a function `load(path, game) -> policy_fn`
 where `policy_fn(obs)` maps a batch of the pool's observations (`info_state` [N, dim], `acting`
@@ -114,7 +117,12 @@ def measure_agent(name: str, game_name: str | None = None):
     if exported.side_to_dict(agent.spec.side(agent.side)) != exported.side_to_dict(poker.make_spec(game).side(0)):
         raise agent_ref.AgentNameError(f"{name}: its network observes another {agent.game} than this "
                                        "version's (the observation or the actions differ)")
-    policy = poker_policy.network_policy(game, agent.network, agent.params)
+    if agent.weights:   # a mixture (RUN_DIR:result, or its file): mixed as RunReader.measure mixes it
+        walk = poker_policy.PolicyWalk(game, agent.network)
+        tables = [poker_policy.network_policy(game, agent.network, p, walk=walk) for p in agent.params]
+        policy = poker_policy.mix_policies(game, tables, agent.weights)
+    else:
+        policy = poker_policy.network_policy(game, agent.network, agent.params)
     return agent.game, poker.nash_conv(game, policy), agent
 
 
@@ -381,6 +389,8 @@ def main(argv):
         source = agent.source
         print(f"game={game} agent={FLAGS.params} player={source.get('player_id', '?')} "
               f"version={source.get('version', '?')} run_dir={source.get('run_dir', '?')}")
+        for weight, member in zip(agent.weights or [], agent.members or []):
+            print(f"  {weight:.4f}  {member.get('player_id', '?')} version {member.get('version', '?')}")
         print(f"{value:.6f}")
         return 0
     what = FLAGS.params or f"{FLAGS.policy} policy"

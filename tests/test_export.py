@@ -335,3 +335,103 @@ def test_a_short_kuhn_league_s_main_agent_round_trips(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     want = nashconv.RunReader(str(run_dir)).measure_player(MAIN).nash_conv
     assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(want, abs=1e-6)
+
+
+THIRD = "any_main_agent_0#1"
+
+
+def make_nash_run(run_dir, weights):
+    """`make_run` with a third player (another frozen snapshot) and the league's Nash weights
+    over the players in league.db (an older publication first: the latest one counts)."""
+    config, network = make_run(run_dir)
+    spec = config.game_info.functions().spec
+    params = jax.tree_util.tree_map(lambda x: x * 5.0, build.initial_params(network, spec, 2, 9))
+    history = LeagueHistory(str(run_dir))
+    history.add_player(THIRD, "main_agent", "any", MAIN, 20, 3.0)
+    history.add_nash({MAIN: 1.0}, when=100.0)
+    history.add_nash(weights, when=200.0)
+    history.close()
+    ParamStore(str(run_dir)).save(THIRD, params, 7)
+    return config, network
+
+
+def test_the_runs_agent_is_its_nash_mixture_exported_with_its_members(tmp_path, capsys):
+    """RUN_DIR:result of a Kuhn run: the league's latest Nash mixture; its file lists the members
+    and weights, its NashConv from the file is the run's `--mixture=nash` reading (which a
+    dropped member or other weights miss), and its policy plays one member per game."""
+    run_dir = tmp_path / "run"
+    weights = {MAIN: 0.2, SNAPSHOT: 0.5, THIRD: 0.3}
+    make_nash_run(run_dir, weights)
+    file = tmp_path / "result.agent.npz"
+    assert export.cli([f"{run_dir}:result"], str(file)) == 0
+    header, params = exported.read(str(file))
+    assert header["format_version"] == exported.VERSION and header["source"]["player_id"] == "result"
+    members = [(m["source"]["player_id"], m["weight"], m["source"]["version"]) for m in header["mixture"]]
+    assert members == [(MAIN, 0.2, 9), (SNAPSHOT, 0.5, 5), (THIRD, 0.3, 7)]
+    for (player, _, _), got in zip(members, params, strict=True):
+        want = player_params(str(run_dir), player)[1]
+        for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+            np.testing.assert_array_equal(a, b)
+    run = nashconv.RunReader(str(run_dir))
+    reading = run.measure("nash")
+    assert reading.weights == weights
+    game, got, agent = nashconv.measure_agent(str(file))
+    assert game == "kuhn_poker" and agent.weights == pytest.approx([0.2, 0.5, 0.3])
+    assert got == pytest.approx(reading.nash_conv, abs=1e-6)
+    # What a dropped member or swapped weights would read: another value.
+    kuhn = poker.load_game("kuhn_poker")
+    tables = {p: run.policy(p) for p in weights}
+    for other in ({MAIN: 0.2, SNAPSHOT: 0.5}, {MAIN: 0.5, SNAPSHOT: 0.2, THIRD: 0.3}, {THIRD: 1.0}):
+        ids = sorted(other)
+        value = poker.nash_conv(kuhn, poker_policy.mix_policies(kuhn, [tables[p] for p in ids], [other[p] for p in ids]))
+        assert abs(value - reading.nash_conv) > 1e-3, other
+    # The command, from the file alone.
+    capsys.readouterr()
+    done = subprocess.run([sys.executable, "-m", "experiments.nashconv", f"--params={file}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.strip().splitlines()[-1]) == pytest.approx(reading.nash_conv, abs=1e-6)
+    assert THIRD in done.stdout
+    # The policy: one member per game, drawn by the weights, kept for the game's later steps.
+    policy = agents.load_policy(str(file))
+    assert policy.mixture and policy.weights == pytest.approx([0.2, 0.5, 0.3])
+    network = policy.network
+    obs0, obs1, parents = kuhn_batches(network)
+    b = len(obs0["acting"])
+    reps = 400
+    big0 = jax.tree_util.tree_map(lambda x: np.concatenate([x] * reps), obs0)
+    _, state = policy.act(big0, jax.random.PRNGKey(3), first=np.ones(b * reps, bool))
+    counts = np.bincount(np.asarray(state.member), minlength=3) / (b * reps)
+    np.testing.assert_allclose(counts, [0.2, 0.5, 0.3], atol=0.03)
+    state0 = jax.tree_util.tree_map(lambda x: x[:b], state)
+    state1 = jax.tree_util.tree_map(lambda x: np.asarray(x)[parents], state0)
+    probs1, after = policy.probabilities(obs1, state1, np.zeros(len(parents), bool))
+    _, kept = policy.act(obs1, jax.random.PRNGKey(4), state1, np.zeros(len(parents), bool))
+    np.testing.assert_array_equal(kept.member, state1.member)
+    for k, (player, _, _) in enumerate(members):
+        rows = np.flatnonzero(np.asarray(state1.member) == k)
+        want = reference_probabilities(network, player_params(str(run_dir), player)[1], obs0, obs1, parents)[1]
+        np.testing.assert_allclose(np.asarray(probs1["action"])[rows], want[rows], rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="members'"):
+        policy.probabilities(obs0)
+    # A version 1 file (one agent) still loads.
+    old = tmp_path / "v1.npz"
+    single = agent_ref.resolve(f"{run_dir}:{MAIN}")
+    description = export.header(single)
+    original = exported.VERSION
+    exported.VERSION = 1
+    try:
+        exported.write(str(old), single.params, description)
+    finally:
+        exported.VERSION = original
+    assert exported.read(str(old))[0]["format_version"] == 1
+    assert agents.load_policy(str(old)).source["player_id"] == MAIN
+
+
+def test_the_result_of_a_run_without_nash_weights_or_exact_meta_game_is_not_named_yet(kuhn_run, tmp_path):
+    with pytest.raises(agent_ref.AgentNameError, match="no Nash weights yet"):
+        agent_ref.resolve(f"{kuhn_run}:result")
+    run_dir = tmp_path / "nim"
+    make_run(run_dir, game="matrix_rps")
+    with pytest.raises(agent_ref.AgentNameError, match="not named yet"):
+        agent_ref.resolve(f"{run_dir}:result")

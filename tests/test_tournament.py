@@ -76,6 +76,7 @@ def kuhn_run(tmp_path_factory):
     params = jax.tree_util.tree_map(lambda x: x * 4.0, build.initial_params(network, spec, 7, 5))
     history = LeagueHistory(str(run_dir))
     history.add_player(EXPLOITER, "main_exploiter", "any", None, 0, 1.0)
+    history.add_nash({MAIN: 0.3, SNAPSHOT: 0.7})   # RUN_DIR:result, the league's Nash mixture
     history.close()
     checkpoint.save(checkpoint.path(str(run_dir), EXPLOITER), checkpoint.Checkpoint(4, 0, 0, params, {}))
     return str(run_dir)
@@ -102,7 +103,8 @@ def exact_values(game, a, b):
 def test_a_kuhn_tournament_scores_the_exact_expected_payoffs(kuhn_run, tmp_path):
     main_file = tmp_path / "main.agent.npz"
     assert export.cli([f"{kuhn_run}:{MAIN}"], str(main_file)) == 0
-    names = [f"{kuhn_run}:{MAIN}", f"{kuhn_run}:{EXPLOITER}", str(main_file), f"{kuhn_run}:{SNAPSHOT}"]
+    names = [f"{kuhn_run}:{MAIN}", f"{kuhn_run}:{EXPLOITER}", str(main_file), f"{kuhn_run}:{SNAPSHOT}",
+             f"{kuhn_run}:result"]
     result = tournament.play_tournament(names, games=2000, seed=1, bootstrap=50, log=None)
     score, se = np.array(result["payoff"]["score"], dtype=float), np.array(result["payoff"]["standard_error"], dtype=float)
     chips, chips_se = (np.array(result["payoff"][k], dtype=float) for k in ("chips", "chips_standard_error"))
@@ -111,7 +113,12 @@ def test_a_kuhn_tournament_scores_the_exact_expected_payoffs(kuhn_run, tmp_path)
     policies = []
     for name in names:
         agent = agent_ref.resolve(name)
-        policies.append(poker_policy.network_policy(game, agent.network, agent.params))
+        if agent.weights:   # the Nash mixture: one member per game, as a behaviour policy
+            assert [m["player_id"] for m in agent.members] == [MAIN, SNAPSHOT] and agent.weights == [0.3, 0.7]
+            tables = [poker_policy.network_policy(game, agent.network, p) for p in agent.params]
+            policies.append(poker_policy.mix_policies(game, tables, agent.weights))
+        else:
+            policies.append(poker_policy.network_policy(game, agent.network, agent.params))
     for i in range(k):
         assert np.isnan(score[i, i])
         for j in range(k):
@@ -130,6 +137,7 @@ def test_a_kuhn_tournament_scores_the_exact_expected_payoffs(kuhn_run, tmp_path)
     assert len(elo) == k and (low <= elo).all() and (elo <= high).all() and (high - low > 0).all()
     assert [a["name"] for a in result["agents"]] == names
     assert result["agents"][2]["source"]["file"] == str(main_file)
+    assert [(m["player_id"], m["weight"]) for m in result["agents"][4]["members"]] == [(MAIN, 0.3), (SNAPSHOT, 0.7)]
 
 
 def test_the_command_writes_its_table_or_exits_2_writing_nothing(kuhn_run, tmp_path, capsys):
