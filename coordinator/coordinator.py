@@ -318,6 +318,7 @@ class Coordinator:
                 "games_per_second": self._games_since_start / max(self._clock() - self._started, 1e-9),
                 "main_win_rate_vs_league": self.league.win_rates_vs_frozen(MAIN_AGENT),
                 "main_win_rate_vs_builtin": self.evaluations.builtin_win_rates(),
+                "exploitability": self.evaluations.exploitability(),
                 "waiting": self.waiting(),
             }
 

@@ -23,6 +23,7 @@ class Evaluations:
         # main agent -> [its first, its latest] win rate against the game's scripted opponent,
         # over the opponent's races (the rows already in league.db count: a resumed run)
         self._builtin: dict[str, list[float]] = {}
+        self._exploitability: dict[str, float] = {}
         times = sorted({row["time"] for row in heuristic_rows})
         for when in times:
             self._add_builtin([row for row in heuristic_rows if row["time"] == when])
@@ -67,6 +68,14 @@ class Evaluations:
     def record_exploitability(self, values: Mapping[str, float]) -> None:
         """Exact NashConv of the Nash mixture ("nash") and of main agents."""
         self.history.add_exploitability(values, self._clock())
+        with self._lock:
+            self._exploitability = dict(values)
+
+    def exploitability(self) -> dict[str, float]:
+        """The latest exact NashConv readings ({subject: value}: "nash", "nash_average", each
+        main agent) since the coordinator started; {} before any."""
+        with self._lock:
+            return dict(self._exploitability)
 
     def record_exploiter_gaps(self, player_id: str, gaps: Sequence[Mapping]) -> int:
         """The frozen exploiter snapshot `player_id`'s gaps to a best response against its

@@ -67,6 +67,18 @@ def stop_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
+def result_agent(exploitability: dict) -> str:
+    """The run's agent where the game has an exact meta-game (`RUN_DIR:result`: the league's
+    Nash mixture) with its latest exact NashConv, beside the main agents' alone; "" before the
+    evaluator's first reading."""
+    if "nash" not in exploitability:
+        return ""
+    mains = {k: v for k, v in exploitability.items() if k not in ("nash", "nash_average")}
+    alone = "  ".join(f"{a.split('_main_agent')[0]} {v:.3f}" for a, v in sorted(mains.items()))
+    return (f"  the run's agent (RUN_DIR:result, the Nash mixture): NashConv {exploitability['nash']:.4f}"
+            + (f" (main agents alone: {alone})" if alone else ""))
+
+
 def program_lines(metrics: dict, told: set) -> list[str]:
     """What the device learners' programs are doing, once each (`told` keeps what was said):
     which agents share which compiled program (the learners' metric `program`) while their
@@ -164,6 +176,7 @@ class Supervisor:
             + f")  games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates}  "
             f"main agents' win rate vs league: {vs or '-'}"
             + (f"  vs built-in AI (evaluator, first -> latest): {builtin}" if builtin else "")
+            + result_agent(summary.get("exploitability", {}))
             + (f"  vs heuristic (training games): {scripted}" if scripted else "")
             + (self.note() if self.note else "")
             + (f"  waiting on {', '.join(summary['waiting'])} (hung?)" if summary.get("waiting") else ""),

@@ -256,3 +256,24 @@ def test_the_evaluator_node_stops_without_waiting_for_its_evaluation_in_flight(t
     with pytest.raises(RuntimeError, match="the evaluation failed"):
         node.run()
     coordinator.close()
+
+
+def test_the_progress_line_names_the_runs_agent_with_its_latest_nashconv(tmp_path):
+    """Poker: the progress line names the run's agent (`RUN_DIR:result`, the Nash mixture) with
+    the evaluator's latest exact NashConv of it beside the main agents' alone; nothing before
+    the first reading."""
+    from coordinator.coordinator import Coordinator
+    from experiments.config import RunConfig
+    from experiments.supervisor import result_agent
+
+    config = RunConfig.make(game="kuhn_poker", runner="inprocess", run_dir=str(tmp_path))
+    coordinator = Coordinator(config.league, config.run_dir)
+    try:
+        assert result_agent(coordinator.summary()["exploitability"]) == ""
+        coordinator.record_exploitability({"nash": 0.0123, "nash_average": 0.02, "any_main_agent_0": 0.33})
+        coordinator.record_exploitability({"nash": 0.0045, "nash_average": 0.01, "any_main_agent_0": 0.25})
+        line = result_agent(coordinator.summary()["exploitability"])
+        assert "the run's agent (RUN_DIR:result, the Nash mixture): NashConv 0.0045" in line
+        assert "main agents alone: any 0.250" in line and "0.01" not in line
+    finally:
+        coordinator.close()
