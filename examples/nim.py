@@ -77,6 +77,23 @@ class Nim:
         return new, self.observe(new), rewards, done, outcome, {}
 
 
+class NimText:
+    """Nim drawn as text for a person playing it (`Capabilities.text`, `python -m experiments.play`)."""
+
+    def describe(self, s: State, side: int) -> str:
+        stones = int(s.stones)
+        return f"{stones} stones left: {'o' * stones}  (take 1 to {MOST}; who takes the last stone wins)"
+
+    def action_name(self, s: State, side: int, head: str, value: int) -> str:
+        return f"take {int(value) + 1}"
+
+    def end(self, s: State, actions, side: int) -> str:
+        mover = int(s.player)
+        took = min(int(actions[mover]["take"]) + 1, int(s.stones))
+        who = "you" if mover == side else "opponent"
+        return f"{who} took {took}, the last stone{'s' if took > 1 else ''}: no stones left, {who} won"
+
+
 def make() -> Game:
     """`--game=nim:make`: the game, its capabilities and its settings."""
-    return Game("nim", functions=Nim, capabilities=Capabilities(turn_based=True))
+    return Game("nim", functions=Nim, capabilities=Capabilities(turn_based=True, text=lambda fns: NimText()))

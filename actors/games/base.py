@@ -219,6 +219,9 @@ class Capabilities:
     requires: the Python modules the game imports (checked before a launch that cannot
         offer them, e.g. the Launchpad environment without jaxmarl).
     defaults: the game's measured settings, {flag path: value}, applied under the flags given.
+    text: (functions) -> the game drawn as text for a person playing it (`experiments.play`):
+        describe(state, side), action_name(state, side, head, value), end(state, actions, side)
+        -> str; None: the observation's numbers and the actions by index.
 
     The factories are called where the feature runs, so declaring a game imports nothing.
     """
@@ -233,6 +236,7 @@ class Capabilities:
     reward: str = "outcome"
     requires: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    text: Callable[[Any], Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -256,3 +256,76 @@ class JaxPokerGame:
         actions = tuple({k: jnp.asarray(v) for k, v in a.items()} for a in actions)
         self.state, obs, rewards, done, outcome, signals = self._step(self.state, actions)
         return TimeStep(obs, rewards, done, outcome, signals)
+
+
+# -- the game as text, for a person playing it (Capabilities.text; experiments.play) -----------
+
+ACTION_NAMES = {"kuhn_poker": ("Pass", "Bet"), "leduc_poker": ("Fold", "Call", "Raise")}
+"""OpenSpiel's `action_to_string` of each action (tests/test_play.py checks them)."""
+RANKS = "JQK"
+
+
+class PokerText:
+    """Kuhn or Leduc drawn as text for the OpenSpiel player that `side` plays: its card, the
+    board card (Leduc, from the second round), the pot, the betting so far; `end` shows both
+    cards. Works on one game's `PokerState` (numpy or JAX arrays)."""
+
+    def __init__(self, fns: PokerFunctions):
+        self.fns = fns
+        self.names = ACTION_NAMES[fns.config.game]
+
+    def card(self, c) -> str:
+        return RANKS[int(c) // 2] if self.fns.config.leduc else RANKS[int(c)]
+
+    def action_name(self, state, side, head, value) -> str:
+        return self.names[int(value)]
+
+    def _moves(self, s) -> list[list[tuple[int, str]]]:
+        """Per round so far, the moves played: (OpenSpiel player, action name); player 0 opens
+        each round and the players alternate."""
+        betting = np.asarray(s.betting).reshape(self.fns.rounds, self.fns.slots, 2)
+        names = self.names[1:] if self.fns.config.leduc else self.names   # Leduc's bits: call, raise
+        last = min(int(np.asarray(s.round)), self.fns.rounds - 1)
+        return [[(m % 2, names[int(np.argmax(slot))]) for m, slot in enumerate(betting[r]) if slot.any()]
+                for r in range(last + 1)]
+
+    def _lines(self, s, side: int, rounds, shown: bool) -> str:
+        me = int(np.asarray(s.seat)) ^ side
+        cards, contrib = np.asarray(s.cards), np.asarray(s.contrib)
+        who = {me: "you", 1 - me: "opponent"}
+        opens = "each round" if self.fns.config.leduc else "the betting"
+        lines = [f"{self.fns.config.game}: you are player {me} (player 0 opens {opens})",
+                 f"  your card: {self.card(cards[me])}    opponent's card: "
+                 f"{self.card(cards[1 - me]) if shown else '?'}"]
+        if self.fns.config.leduc:
+            board = self.card(cards[2]) if len(rounds) > 1 else "not dealt yet"
+            lines.append(f"  board card: {board}")
+        lines.append(f"  pot: {int(contrib.sum())} (you put in {int(contrib[me])}, opponent {int(contrib[1 - me])})")
+        for r, moves in enumerate(rounds):
+            label = "betting" if not self.fns.config.leduc else f"round {r + 1} betting"
+            lines.append(f"  {label}: " + (", ".join(f"{who[p]} {name}" for p, name in moves) or "none yet"))
+        return "\n".join(lines)
+
+    def describe(self, state, side) -> str:
+        return self._lines(state, side, self._moves(state), shown=False)
+
+    def end(self, state, actions, side) -> str:
+        """Both cards, the whole betting with the last move (`actions` played from `state`, the
+        game's last state), and how it ended."""
+        s = jax.tree.map(np.asarray, state)
+        player, me = int(s.player), int(s.seat) ^ side
+        action = int(np.asarray(actions[player ^ int(s.seat)][ACTION_HEAD]))
+        rounds = self._moves(s)
+        rounds[-1].append((player, self.names[action]))
+        new, _, returns = self.fns.advance(jax.tree.map(jnp.asarray, state), action)
+        new, returns = jax.tree.map(np.asarray, new), np.asarray(returns)
+        folded = int(self.fns.kinds[int(s.contrib[player] < s.contrib[1 - player]), action]) == FOLD
+        how = (f"{'you' if player == me else 'opponent'} folded" if folded
+               else "showdown, " + ("a split pot" if returns[me] == 0 else
+                                    f"{'you' if returns[me] > 0 else 'opponent'} won"))
+        return f"{self._lines(new, side, rounds, shown=True)}\n  {how}"
+
+
+def text(fns: PokerFunctions) -> PokerText:
+    """`Capabilities.text` of Kuhn and Leduc."""
+    return PokerText(fns)

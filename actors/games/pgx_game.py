@@ -156,14 +156,19 @@ class PgxFunctions:
         s = self.env.init(init_key)
         return PgxState(s, key, jnp.zeros((), jnp.int32)), self.observe(s)
 
-    def step(self, state: PgxState, actions):
-        """One move of one game, auto-resetting; returns (state, obs pair, rewards[2], done,
-        outcome, signals)."""
+    def move(self, state: PgxState, actions):
+        """(the pgx state after the acting side's move, before any reset; the keys left: the
+        next state's, the next game's)."""
         s = state.game
         move = jnp.where(s.current_player == 0, actions[0][ACTION_HEAD], actions[1][ACTION_HEAD])
         move = jnp.clip(move, 0, self.num_actions - 1).astype(jnp.int32)
         key, step_key, init_key = jax.random.split(state.key, 3)
-        s = self.env.step(s, move, step_key)
+        return self.env.step(s, move, step_key), key, init_key
+
+    def step(self, state: PgxState, actions):
+        """One move of one game, auto-resetting; returns (state, obs pair, rewards[2], done,
+        outcome, signals)."""
+        s, key, init_key = self.move(state, actions)
         steps = state.steps + 1
         done = s.terminated | s.truncated | (steps >= self.max_steps)
         # A truncated game is a draw: only a terminated one pays.
@@ -173,6 +178,53 @@ class PgxFunctions:
         s = jax.tree.map(lambda a, b: jnp.where(done, a, b), fresh, s)
         new = PgxState(s, key, jnp.where(done, 0, steps).astype(jnp.int32))
         return new, self.observe(s), rewards, done, outcome, {"payoff": rewards}
+
+
+class PgxText:
+    """A pgx game drawn as text for a person playing side `side` (`Capabilities.text`): a board
+    of cells from the first two planes of the side's own observation (its stones X, the
+    opponent's O: tic_tac_toe, connect_four, othello, hex), its moves by cell or column; pgx
+    draws the others as SVG only (their moves are named by index)."""
+
+    def __init__(self, fns: PgxFunctions):
+        self.fns = fns
+        shape = tuple(fns.env.observation_shape)
+        self.board = shape[:2] if len(shape) == 3 and shape[2] in (2, 4) else None
+
+    def draw(self, pgx_state, side: int) -> str:
+        if self.board is None:
+            return f"{self.fns.env_id}: pgx draws this game as SVG only (its observation {self.fns.env.observation_shape})"
+        planes = np.asarray(_observe(self.fns.env, pgx_state, side))
+        rows, cols = self.board
+        lines = [f"{self.fns.env_id}: X you, O opponent", "     " + " ".join(f"{c + 1:>2}" for c in range(cols))]
+        for r in range(rows):
+            cells = ["X" if planes[r, c, 0] else "O" if planes[r, c, 1] else "." for c in range(cols)]
+            lines.append(f"  {r + 1:>2} " + " ".join(f"{x:>2}" for x in cells))
+        return "\n".join(lines)
+
+    def describe(self, state: PgxState, side: int) -> str:
+        return self.draw(state.game, side)
+
+    def action_name(self, state: PgxState, side: int, head: str, value: int) -> str:
+        value = int(value)
+        if self.board is not None:
+            rows, cols = self.board
+            if self.fns.num_actions == cols:
+                return f"column {value + 1}"
+            if value < rows * cols and self.fns.num_actions in (rows * cols, rows * cols + 1):
+                return f"row {value // cols + 1} column {value % cols + 1}"
+            if value == rows * cols:
+                return "swap" if self.fns.env_id == "hex" else "pass"
+        return f"action {value}"
+
+    def end(self, state: PgxState, actions, side: int) -> str:
+        after, _, _ = self.fns.move(state, jax.tree.map(jnp.asarray, actions))
+        return self.draw(after, side)
+
+
+def text(fns: PgxFunctions) -> PgxText:
+    """`Capabilities.text` of pgx's games."""
+    return PgxText(fns)
 
 
 @functools.cache
@@ -190,11 +242,11 @@ def game(env_id: str) -> Game:
         raise UnknownGame(f"--game=pgx/{env_id}: {env_id!r} {why}; pgx {pgx.__version__}'s two-player "
                           f"games: {', '.join(two_player_envs())}")
     return Game(f"pgx/{env_id}", functions=lambda: functions(env_id),
-                capabilities=Capabilities(turn_based=True))
+                capabilities=Capabilities(turn_based=True, text=text))
 
 
 def adapt(env: pgx.Env, name: str, max_steps: int | None = None) -> Game:
     """The `Game` of a two-player pgx.Env instance, named `name` (what `--game=package.module:factory`
     makes of a factory returning one); ValueError if it has not two players."""
     fns = PgxFunctions(env, max_steps, name)
-    return Game(name, functions=lambda: fns, capabilities=Capabilities(turn_based=True))
+    return Game(name, functions=lambda: fns, capabilities=Capabilities(turn_based=True, text=text))

@@ -142,6 +142,12 @@ def _module(path: str):
     return lambda: importlib.import_module(path)
 
 
+def _text(path: str):
+    """A game's `Capabilities.text`: `text(functions)` of the module at `path`, imported when a
+    person plays the game."""
+    return lambda functions: importlib.import_module(path).text(functions)
+
+
 def _smax() -> Game:
     """SMAX races and its tools (actors/games/smax_races/: the game, its scripted AI, its
     supervised start)."""
@@ -178,7 +184,8 @@ def _poker(name: str, defaults: dict) -> Game:
         return jax_poker.JaxPokerGame(name, batch_size, **kwargs)
 
     return Game(name, functions, make_batch, Capabilities(
-        turn_based=True, exact_evaluator=True, reward="game", defaults=defaults))
+        turn_based=True, exact_evaluator=True, reward="game", defaults=defaults,
+        text=_text("actors.games.jax_poker")))
 
 
 MATRIX = ("rps", "disc", "blotto", "random")
