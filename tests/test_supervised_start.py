@@ -144,3 +144,39 @@ def test_init_none_and_other_games_skip_the_supervised_start(tmp_path):
     assert init_of("--races=3") == "auto"
     assert init_of("--races=3", "--init=none") == "none"
     assert init_of("--game=kuhn_poker") == ""
+
+
+def test_blocked_cloning_equals_the_step_by_step_loop(tmp_path):
+    """The cloning's programs of a tenth of the steps (batches drawn up front, gathered on the
+    device from every race's arrays of one shape, `lax.scan` + `lax.switch` over the buckets)
+    learn the same parameters as the earlier loop (one jitted update per step on a batch made on
+    the host), race by race, on a tiny replay set: the same batches, in the same order."""
+    import jax
+    import numpy as np
+
+    from actors import replays
+    from actors.games import smax_races
+    from actors.games.smax_races import record, supervised
+    from agents import make_network
+
+    record.record(str(tmp_path / "replays"), "heuristic", 27, 27, 0, log=lambda *a, **k: None)
+    spec = smax_races.functions(smax_races.SmaxRacesConfig()).spec
+    network = make_network(spec, hidden_size=8, core_size=8,
+                           z=(replays.Z_SIZE, len(replays.PSEUDO_REWARDS)))
+    data, _ = supervised.load_sequences(str(tmp_path / "replays"), spec, 0.2, 0)
+    horizon = max(s[1]["composition"].shape[0] for pair in data.values() for part in pair for s in part)
+    races = [r for r in range(3) if data[r][0]]
+    assert len(races) >= 2, {r: len(data[r][0]) for r in range(3)}
+    shapes = supervised.race_data({r: data[r][0] for r in races}, horizon)
+    quiet = lambda *a, **k: None   # noqa: E731
+    for race in races:
+        # 7 steps: blocks of one step; 23: blocks of 2 and a last block padded with a no-op step.
+        for steps in (7, 23):
+            args = (network, spec, race, data[race][0], data[race][1], steps, 3, 1e-2, 0, horizon)
+            blocked, held = supervised.train_race(*args, log=quiet, shapes=shapes)
+            reference, held_ref = supervised.train_race_stepwise(*args, log=quiet)
+            for a, b in zip(jax.tree.leaves(blocked), jax.tree.leaves(reference), strict=True):
+                np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+            assert held.keys() == held_ref.keys()
+            for h in held:
+                assert abs(held[h]["accuracy"] - held_ref[h]["accuracy"]) < 1e-6, (h, held, held_ref)

@@ -9,7 +9,8 @@ army, side-1 army) of the menu, so every race pairing and army is covered evenly
 itself; game g plays race pairing g mod 9.
 
 Each batch of `chunk_games` games is played by one jitted scan over the game's `max_steps`
-steps and written as one chunk; an existing directory of the same game, spec and version is
+steps and written as one chunk (the next batch plays while one is cut into games and written:
+the same games, in the same files); an existing directory of the same game, spec and version is
 appended to (seeds continue after its chunks).
 """
 
@@ -165,19 +166,28 @@ def record(out: str, policy, games: int, chunk_games: int = 27, seed: int = 0,
     first_chunk = writer._next
     done_games, steps, illegal, tally = 0, 0, 0, np.zeros(3, int)
     start = time.time()
-    chunk = 0
-    while done_games < games:
-        batch = min(chunk_games, games - done_games)
-        index = np.arange(done_games, done_games + batch)
+
+    def dispatch(chunk: int, first_game: int):
+        """Starts chunk `chunk`'s games (asynchronously: JAX returns before they are played)."""
+        batch = min(chunk_games, games - first_game)
+        index = np.arange(first_game, first_game + batch)
         key = jax.random.PRNGKey(seed * 1_000_003 + first_chunk + chunk)
         if player is None:
             conf = CONFIGURATIONS[index % len(CONFIGURATIONS)]
             races, comps = conf[:, :2], conf[:, 2:]
-            out_arrays = play(jnp.asarray(races), jnp.asarray(comps), key)
-        else:
-            races = CONFIGURATIONS[::9, :2][index % 9]
-            out_arrays = play(player, jnp.asarray(races), key)
+            return races, play(jnp.asarray(races), jnp.asarray(comps), key)
+        races = CONFIGURATIONS[::9, :2][index % 9]
+        return races, play(player, jnp.asarray(races), key)
+
+    chunk = 0
+    pending = dispatch(0, 0)
+    while done_games < games:
+        races, out_arrays = pending
+        batch = races.shape[0]
+        if done_games + batch < games:  # the next chunk plays while this one is cut and written
+            pending = dispatch(chunk + 1, done_games + batch)
         arrays, bad = to_games(fns, races, out_arrays)
+        del out_arrays
         writer.append(arrays)
         done_games += batch
         steps += int(arrays["length"].sum())

@@ -63,18 +63,27 @@ class SupervisedError(ValueError):
 # Data: per race, a list of sequences (obs tree [L, ...], actions {head: [L, ...]}).
 
 
-def load_sequences(directory: str, spec, holdout: float, seed: int = 0):
+def load_sequences(directory: str, spec, holdout: float, seed: int = 0, read_once: bool = True):
     """{race index: (train sequences, held-out sequences)} from a replay directory; a sequence
     is (obs, actions, z) of one side of one game, cut at the game's length, z its encoded
     statistic (`replays.encode_z`, [Z_SIZE]). Games are held out
     whole: game k of the directory is held out if a seeded permutation puts it in the last
-    `holdout` fraction."""
-    data = replays.open_replays(directory, game=spec.name, spec=spec)
+    `holdout` fraction. Every chunk is read, checked and decompressed once (`read_once`; False:
+    the earlier way, all chunks checked first, then read again), all before any training, so a
+    corrupt chunk still stops the cloning before anything is written."""
+    data = replays.open_replays(directory, game=spec.name, spec=spec, verify=not read_once)
     rng = np.random.default_rng(seed)
     held = rng.permutation(data.num_games) < int(round(holdout * data.num_games))
     out = {r: ([], []) for r in range(len(smax_races.RACES))}
     k = 0
-    for chunk in data.iter_chunks():
+    if read_once:  # every chunk read (its checksum checked) and decompressed once, two at a time
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            chunks = list(pool.map(data.read_chunk, data.chunks))
+    else:  # the earlier reading: every chunk verified, then read again
+        chunks = data.iter_chunks()
+    for chunk in chunks:
         obs = [replays.unflatten_prefix(chunk, f"side{s}/obs") for s in range(2)]
         acts = [replays.unflatten_prefix(chunk, f"side{s}/action") for s in range(2)]
         z = replays.encode_z(chunk["z/army"], chunk["z/attack_order"], chunk["z/attack_counts"])
@@ -216,9 +225,153 @@ def length_buckets(seqs, horizon: int) -> list[tuple[int, list[int]]]:
     return sorted(buckets.items())
 
 
+def schedule(train, horizon: int, steps: int, batch_size: int, seed: int, race: int, takes_z: bool):
+    """The batches of `steps` training steps, drawn up front from the same numpy generator and in
+    the same order as the step-by-step loop draws them (`train_race_stepwise`): per step a bucket
+    with probability proportional to its sequences, `batch_size` of its sequences (with
+    replacement) and, with z, which of them keep their z (AlphaStar's 10% zeroed). Returns
+    (buckets [(padded length, member indices)], bucket per step [S], member positions
+    [S, batch_size], keep z [S, batch_size] (float; ones without z)). The draws do not depend on
+    the parameters, so drawing them first changes nothing that is learnt."""
+    rng = np.random.default_rng(seed * 7 + race)
+    buckets = length_buckets(train, horizon)
+    sizes = np.array([len(b[1]) for b in buckets], float)
+    which = np.zeros(steps, np.int32)
+    positions = np.zeros((steps, batch_size), np.int32)
+    keep = np.ones((steps, batch_size), np.float32)
+    for step in range(steps):
+        k = rng.choice(len(buckets), p=sizes / sizes.sum())
+        members = buckets[k][1]
+        pick = rng.choice(members, batch_size)
+        which[step] = k
+        positions[step] = np.searchsorted(members, pick)  # members are in ascending order
+        if takes_z:
+            keep[step] = rng.random(batch_size) >= Z_ZERO_PROBABILITY
+    return buckets, which, positions, keep
+
+
+def bucket_arrays(train, members, bucket_horizon: int, capacity: int):
+    """One bucket's sequences as time-major arrays padded to `bucket_horizon` steps and
+    `capacity` sequences (what `batch_sequences` makes of a batch of them, for all of them at
+    once): (obs [H, N, ...], actions {head: [H, N, ...]}, lengths [N], z [N, Z])."""
+    seqs = [train[i] for i in members]
+    like = train[0]
+    obs = jax.tree.map(lambda x: np.zeros((bucket_horizon, capacity) + x.shape[1:], x.dtype), like[0])
+    acts = {h: np.zeros((bucket_horizon, capacity) + like[1][h].shape[1:], like[1][h].dtype) for h in HEADS}
+    lengths = np.zeros(capacity, np.int32)
+    z = np.zeros((capacity,) + np.shape(like[2]), np.float32)
+    for n, (o, a, zs) in enumerate(seqs):
+        length = a["composition"].shape[0]
+        lengths[n] = length
+        z[n] = zs
+        for dst, src in zip(jax.tree.leaves(obs), jax.tree.leaves(o), strict=True):
+            dst[:length, n] = src
+        for h in HEADS:
+            acts[h][:length, n] = a[h]
+    return obs, acts, lengths, z
+
+
+@functools.lru_cache(maxsize=4)
+def _block_functions(network, num_units: int, learning_rate: float, takes_z: bool):
+    """(optimiser, run): `run(params, opt_state, data, which, positions, keep, active)` takes a
+    block of steps in one program (a `lax.scan`): per step the batch is gathered on the device
+    from its bucket's arrays (`data`: one (obs, actions, lengths, z) per bucket, `lax.switch` on
+    the step's bucket, so a batch is padded only to its bucket's length as before) and one Adam
+    update of the same loss as `_functions`' `update` is taken; steps with `active` false change
+    nothing (padding of the last block). Returns (params, opt_state, loss per step)."""
+    optimiser = optax.adam(learning_rate)
+
+    def loss_fn(params, obs, actions, valid):
+        return bc_outputs(network, num_units, params, obs, actions, valid)
+
+    def run(params, opt_state, data, which, positions, keep, active):
+        def branch(k, carry, pos, kept):
+            params, opt_state = carry
+            obs, acts, lengths, z = data[k]
+            horizon = acts["composition"].shape[0]
+            batch_obs = jax.tree.map(lambda x: jnp.take(x, pos, axis=1), obs)
+            batch_acts = {h: jnp.take(acts[h], pos, axis=1) for h in HEADS}
+            valid = jnp.arange(horizon)[:, None] < jnp.take(lengths, pos)[None, :]
+            if takes_z:
+                zs = jnp.take(z, pos, axis=0) * kept[:, None]
+                batch_obs["z"] = jnp.broadcast_to(zs[None], (horizon,) + zs.shape)
+            (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+                params, batch_obs, batch_acts, valid)
+            updates, new_state = optimiser.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), new_state, loss
+
+        def step(carry, xs):
+            k, pos, kept, on = xs
+            branches = [functools.partial(branch, b) for b in range(len(data))]
+            params, opt_state, loss = jax.lax.switch(k, branches, carry, pos, kept)
+            new = jax.tree.map(lambda n, o: jnp.where(on, n, o), (params, opt_state), carry)
+            return new, loss
+
+        carry, losses = jax.lax.scan(step, (params, opt_state), (which, positions, keep, active))
+        return carry[0], carry[1], losses
+
+    return optimiser, jax.jit(run, donate_argnums=(0, 1))
+
+
+def race_data(train_by_race: dict, horizon: int):
+    """The bucket lengths of every race's training sequences and each bucket's capacity (its
+    most sequences in any race), so that every race's arrays have the same shapes: one program
+    for all races."""
+    horizons, capacity = set(), {}
+    for train in train_by_race.values():
+        for h, members in length_buckets(train, horizon):
+            horizons.add(h)
+            capacity[h] = max(capacity.get(h, 0), len(members))
+    return {h: capacity[h] for h in sorted(horizons)}
+
+
 def train_race(network, spec, race: int, train, held, steps: int, batch_size: int,
-               learning_rate: float, seed: int, horizon: int, log=print):
-    """Behaviour cloning of one race; returns (params, held-out metrics, train metrics)."""
+               learning_rate: float, seed: int, horizon: int, log=print, shapes: dict | None = None):
+    """Behaviour cloning of one race; returns (params, held-out metrics). The batches are those
+    of `train_race_stepwise` (`schedule`), the training data is on the device once (`bucket_arrays`)
+    and a tenth of the steps is one program (`_block_functions`): the same updates without a
+    batch assembled and sent per step. `shapes` ({bucket length: capacity}, `race_data`): the
+    same for every race, one compile for all."""
+    from agents import initial_params
+
+    num_units = spec.sides[0].num_units
+    takes_z = _takes_z(network)
+    shapes = shapes or race_data({race: train}, horizon)
+    buckets, which, positions, keep = schedule(train, horizon, steps, batch_size, seed, race, takes_z)
+    own = dict(buckets)
+    data = tuple(bucket_arrays(train, own.get(h, []), h, max(capacity, 1)) for h, capacity in shapes.items())
+    order = [list(shapes).index(h) for h, _ in buckets]  # this race's bucket k -> its slot in `shapes`
+    which = np.asarray(order, np.int32)[which]
+    data = jax.device_put(data)
+    params = jax.device_put(initial_params(network, spec, race, seed))
+    optimiser, run = _block_functions(network, num_units, learning_rate, takes_z)
+    opt_state = optimiser.init(params)
+    block = max(1, steps // 10)
+    blocks = -(-steps // block)
+    pad = blocks * block - steps
+    active = np.arange(blocks * block) < steps
+    which, positions, keep = (np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)])
+                              for x in (which, positions, keep))
+    name = smax_races.RACES[race]
+    start = time.time()
+    for i in range(blocks):
+        part = slice(i * block, (i + 1) * block)
+        params, opt_state, losses = run(params, opt_state, data, which[part], positions[part],
+                                        keep[part], active[part])
+        step = min((i + 1) * block, steps)
+        log(f"[supervised] {name} step {step}/{steps}: loss {np.mean(np.asarray(losses)[active[part]]):.3f} "
+            f"({time.time() - start:.0f}s)", flush=True)
+    del data
+    held_metrics = (evaluate(network, num_units, params, held, horizon, batch_size, learning_rate)
+                    if held else {})
+    return jax.tree.map(np.asarray, params), held_metrics
+
+
+def train_race_stepwise(network, spec, race: int, train, held, steps: int, batch_size: int,
+                        learning_rate: float, seed: int, horizon: int, log=print, shapes=None):
+    """The earlier behaviour cloning of one race, one jitted update per step on a batch
+    assembled on the host (`batch_sequences`) and sent to the device: the reference that
+    `train_race` must equal (tests), and `--method=stepwise` of the benchmark."""
     from agents import initial_params
 
     num_units = spec.sides[0].num_units
@@ -249,12 +402,17 @@ def train_race(network, spec, race: int, train, held, steps: int, batch_size: in
     return jax.tree.map(np.asarray, params), held_metrics
 
 
+METHODS = {"blocked": train_race, "stepwise": train_race_stepwise}
+
 
 def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2000,
                batch_size: int = 16, learning_rate: float = 1e-3, holdout: float = 0.1,
                hidden_size: int = 64, core_size: int = 64, eval_games: int = 0, seed: int = 0,
-               config: smax_races.SmaxRacesConfig | None = None, log=print, z: bool = True) -> dict:
-    """Trains and writes the supervised agents; returns the report written to `<out>.json`."""
+               config: smax_races.SmaxRacesConfig | None = None, log=print, z: bool = True,
+               method: str = "blocked") -> dict:
+    """Trains and writes the supervised agents; returns the report written to `<out>.json`.
+    `method`: "blocked" (`train_race`) or "stepwise" (`train_race_stepwise`, the earlier loop
+    and reading: the same batches and updates, slower)."""
     from agents import make_network
     from agents.storage import params_to_npz_bytes
 
@@ -262,7 +420,7 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
     spec = smax_races.functions(config).spec
     network = make_network(spec, hidden_size=hidden_size, core_size=core_size,
                            z=(replays.Z_SIZE, len(replays.PSEUDO_REWARDS)) if z else None)
-    data, replay_set = load_sequences(replay_dir, spec, holdout, seed)
+    data, replay_set = load_sequences(replay_dir, spec, holdout, seed, read_once=method != "stepwise")
     for race in races:
         r = smax_races.RACES.index(race)
         if not data[r][0]:
@@ -275,11 +433,12 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
                               "spec_fingerprint": replay_set.header["spec_fingerprint"],
                               "network": {"hidden_size": hidden_size, "core_size": core_size, "z": z},
                               "steps": steps, "batch_size": batch_size, "races": {}}
+    shapes = race_data({r: data[r][0] for r in (smax_races.RACES.index(x) for x in races)}, horizon)
     for race in races:
         r = smax_races.RACES.index(race)
         start = time.time()
-        params, held = train_race(network, spec, r, data[r][0], data[r][1], steps, batch_size,
-                                  learning_rate, seed, horizon, log)
+        params, held = METHODS[method](network, spec, r, data[r][0], data[r][1], steps, batch_size,
+                                       learning_rate, seed, horizon, log, shapes=shapes)
         all_params[race] = params
         report["races"][race] = {"held_out": held, "seconds": time.time() - start}
         log(f"[supervised] {race} held-out accuracy: " + (", ".join(
