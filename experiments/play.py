@@ -204,12 +204,15 @@ class Session:
         self.key, key = jax.random.split(self.key)
         state, obs = self._reset(key)
         core, first = self.agent.network.initial_state(1), True
+        params = self.agent.params
+        if self.agent.weights is not None:   # a mixture: one member, drawn by its weight, plays a game
+            params = params[int(self.rng.choice(len(params), p=np.asarray(self.agent.weights)))]
         self.write(f"\n=== game {number}: you play side {person}, the agent side {other} ===")
         while True:
             # The agent's network steps on every observation of its side, as in the league.
             self.key, key = jax.random.split(self.key)
             seen = jax.tree.map(lambda x: jnp.asarray(x)[None], obs[other])
-            action, core = self._act(self.agent.params, key, seen, core, np.array([first]))
+            action, core = self._act(params, key, seen, core, np.array([first]))
             first = False
             theirs = {h: np.asarray(action.game[h])[0].astype(np.int32) for h in self.heads}
             if acting(obs[person]):
