@@ -144,6 +144,15 @@ class Session:
             network, params, key, obs, state, first, greedy=greedy))
         self.results: list[float] = []
 
+    def game_params(self):
+        """The parameters that play the next game: the agent's; a mixture's (RUN_DIR:result on
+        poker, a mixture file), one member drawn by its weight, as the league plays a mixture."""
+        import numpy as np
+
+        if self.agent.weights is None:
+            return self.agent.params
+        return self.agent.params[int(self.rng.choice(len(self.agent.params), p=np.asarray(self.agent.weights)))]
+
     # -- what the person sees --------------------------------------------------------------
     def describe(self, state, obs, side: int) -> str:
         return self.text.describe(state, side) if self.text else observation_text(obs)
@@ -204,9 +213,7 @@ class Session:
         self.key, key = jax.random.split(self.key)
         state, obs = self._reset(key)
         core, first = self.agent.network.initial_state(1), True
-        params = self.agent.params
-        if self.agent.weights is not None:   # a mixture: one member, drawn by its weight, plays a game
-            params = params[int(self.rng.choice(len(params), p=np.asarray(self.agent.weights)))]
+        params = self.game_params()
         self.write(f"\n=== game {number}: you play side {person}, the agent side {other} ===")
         while True:
             # The agent's network steps on every observation of its side, as in the league.

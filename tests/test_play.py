@@ -258,3 +258,23 @@ def test_a_pgx_board_is_drawn_and_its_game_ends_as_drawn(tmp_path):
         full = [m for m in marks if any(all(c == m for c in line) for line in lines3)]
         result = re.search(r"result: you (won|lost|drew)", end).group(1)
         assert [marks[m] for m in full] == ([] if result == "drew" else [result]), end
+
+
+def test_a_mixture_plays_one_member_a_game_drawn_by_its_weight(tmp_path):
+    """RUN_DIR:result on poker (the league's Nash mixture): each game is played by one member,
+    drawn by its weight (2,000 draws within 4 standard errors of the weights)."""
+    from actors.games import registry
+    from experiments.play import Session
+    from tests.test_export import SNAPSHOT, THIRD, make_nash_run
+
+    weights = {MAIN: 0.2, SNAPSHOT: 0.5, THIRD: 0.3}
+    make_nash_run(tmp_path / "run", weights)
+    agent = agent_ref.resolve(f"{tmp_path / 'run'}:result")
+    game = registry.resolve(agent.game)
+    session = Session(agent, game, game.functions(), seed=3, read=lambda: "q", write=lambda s: None)
+    members = [id(p) for p in agent.params]
+    drawn = np.array([members.index(id(session.game_params())) for _ in range(2000)])
+    for i, w in enumerate(agent.weights):
+        share = np.mean(drawn == i)
+        assert abs(share - w) < 4 * np.sqrt(w * (1 - w) / 2000), (i, share, w)
+    assert sorted(agent.weights) == sorted(weights.values())
