@@ -40,14 +40,15 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
   meta-game is built on the scores.
 - z (SMAX, a network with a z input: `agents.z_size`; AlphaStar, seed 002). At the start of
   every game the learner's side gets a z, `obs["z"]`, kept for the whole game: a main agent's
-  (`z_bank`, an `actors.replays.ZBank`) is drawn uniformly from the recorded z of its race
+  (`z_bank`, the game's `Capabilities.z().ZBank`) is drawn uniformly from the recorded z of its race
   against the game's enemy race, and each of its pseudo-rewards for following z
-  (`actors.replays.PSEUDO_REWARDS`) is active with probability `z_pseudo_reward_probability`
+  (its `PSEUDO_REWARDS`) is active with probability `z_pseudo_reward_probability`
   (AlphaStar: 25%); without a bank (exploiters, who AlphaStar does not condition on z, or no
   replays) z = 0 and no pseudo-reward is active. The candidates are drawn on the host once per
   unroll, one per step and game (`_z_plan`), and a game takes its step's candidate when it
   starts. At a game's last step the actor computes the pseudo-rewards from the z the game
-  produced (army, enemy types in first-attack order, types attacked: `z_pseudo_rewards`) and
+  produced (army, enemy types in first-attack order, types attacked: the statistic's
+  `jitted()`, the device rollout's `attacked_types_jax` and `z_pseudo_rewards_jax`) and
   writes them with the active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
 - Parameters. A background thread asks `params_source.latest_params(agent_id,
   min_version=version + 1)` every `param_refresh_seconds` (AlphaStar: 10 s), puts new parameters on
@@ -68,7 +69,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from actors import replays
 from actors import rewards as reward_plugins
 from actors.config import ActorConfig
 from actors.rollout import (
@@ -88,6 +88,15 @@ from league.players import draw_past_withdrawn
 from league.results import GameResult
 
 PyTree = Any
+
+
+def z_statistic(game_name: str):
+    """The module of the game's statistic z (its `Capabilities.z` factory: `NUM_UNIT_TYPES`,
+    `ZBank`, `jitted`, ...), None for a game without one."""
+    from actors.games.registry import resolve
+
+    factory = resolve(game_name).capabilities.z
+    return None if factory is None else factory()
 
 
 def observation_template(game_spec, network) -> dict:
@@ -504,7 +513,7 @@ class Actor:
 
     def __init__(self, actor_id: str, agent_id: str, game, network, match_source, params_source,
                  reverb_address: str | None, table: str, config: ActorConfig | None = None,
-                 *, reward=None, teacher_params=None, z_bank: replays.ZBank | None = None,
+                 *, reward=None, teacher_params=None, z_bank=None,
                  retry_reports_if=None):
         self.actor_id, self.agent_id = str(actor_id), str(agent_id)
         self.game, self.network = game, network
@@ -527,6 +536,7 @@ class Actor:
         # z (module docstring): the bank of a main agent, None for exploiters (z = 0).
         self._z_size, self._pseudo_count = z_size(network), pseudo_reward_count(network)
         self.z_bank = z_bank if self._z_size else None
+        self._z_statistic = z_statistic(game.spec.name) if self._z_size else None
         self._z_rng = np.random.default_rng(self.config.seed + 7)
         menu = getattr(getattr(getattr(game, "fns", None), "env", None), "menu_table", None)
         self._menu_table = None if menu is None else np.asarray(menu)
@@ -689,7 +699,7 @@ class Actor:
         b, k = self._batch, self._pseudo_count
         return dict(z=(np.zeros((b, self._z_size), np.float32), np.zeros((b, k), np.float32)),
                     z_army=np.full(b, -1, np.int64),
-                    z_first_attack=np.full((b, replays.NUM_UNIT_TYPES), np.inf))
+                    z_first_attack=np.full((b, self._z_statistic.NUM_UNIT_TYPES), np.inf))
 
     def _z_plan(self, num_steps: int):
         """Candidate (z [T, B, Z], active [T, B, K]) for games starting at each step of the
@@ -719,8 +729,9 @@ class Actor:
 
     def _pseudo_rewards(self, chunk: dict) -> dict:
         """z's pseudo-rewards of the new steps ({"reward", "active"} [T', B, K]): at each game's
-        last step, `replays.z_pseudo_rewards` of the z it was given and the z it produced
-        (tracked across unrolls in the Stream), times the game's active flags."""
+        last step, the statistic's pseudo-rewards (`z_pseudo_rewards_jax`, jitted) of the z it
+        was given and the z it produced (tracked across unrolls in the Stream), times the game's
+        active flags."""
         s = self._stream
         first = np.asarray(chunk["first"], bool)
         done = np.asarray(chunk["done"], bool)
@@ -736,20 +747,21 @@ class Actor:
         enemy_army = np.asarray(obs["compositions"])[:, :, 1].argmax(-1)
         enemy_types = self._menu_table[enemy, enemy_army]                    # [T', B, n]
         choosing = np.asarray(obs["choosing"], bool)
+        attacked, pseudo_rewards = self._z_statistic.jitted()
         step_of_game = np.asarray(chunk["length"], np.float64) - 1  # [T', B] each step's index in its game
         for t in range(first.shape[0]):
             starts = first[t]
             army[starts] = -1
             first_attack[starts] = np.inf
             army = np.where(choosing[t], np.asarray(actions["composition"][t]), army)
-            hit = replays.attacked_types(actions["action_type"][t], actions["target"][t],
-                                         obs["alive"][t], enemy_types[t]) & ~choosing[t][:, None]
+            hit = np.asarray(attacked(actions["action_type"][t], actions["target"][t],
+                                      obs["alive"][t], enemy_types[t])) & ~choosing[t][:, None]
             first_attack = np.where(hit & ~np.isfinite(first_attack), step_of_game[t][:, None],
                                     first_attack)
-            for b in np.flatnonzero(done[t] & active[t].any(-1)):
-                order = replays.produced_order(first_attack[b])
-                reward[t, b] = active[t, b] * replays.z_pseudo_rewards(
-                    given[t, b], int(army[b]), order, np.isfinite(first_attack[b]))
+            ends = done[t] & active[t].any(-1)
+            if ends.any():
+                produced = np.asarray(pseudo_rewards(given[t], army, first_attack))   # [B, K]
+                reward[t] = np.where(ends[:, None], active[t] * produced, reward[t])
         self._stream = s._replace(z_army=army, z_first_attack=first_attack)
         return {"reward": reward, "active": active}
 

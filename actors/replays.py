@@ -1,5 +1,7 @@
 """Replays on disk: recorded two-sided games for supervised learning (AlphaStar, seed 002,
-"Supervised learning"; issue 14 section 1), and the statistic z of SMAX races.
+"Supervised learning"; issue 14 section 1): the format only. A game's statistics of a recorded
+game (SMAX races: its statistic z, `Capabilities.z`, actors/games/smax_races/z.py) are arrays the
+recorder adds to each chunk (`make_chunk`'s `statistics`).
 
 Format, version 1 (`FORMAT_VERSION`). A replay set is one directory:
 
@@ -23,9 +25,11 @@ chunk's longest game `T` (zeros after a game's `length`):
                                         first legal value, the target of a non-attack as 0
     length  [G] int32                   steps of the game (the strategy step included)
     outcome [G] int8                    side 0's result: +1 win, 0 draw, -1 loss
-    races [G, 2], compositions [G, 2]   race and army (menu index) of each side
-    unit_types [G, 2, n] int8           SMAX unit type of each slot of each side's army, -1 empty
-    z/<name> [G, 2, ...]                each side's statistic z (`smax_z`)
+    <name> [G, ...]                     the game's arrays per game (`make_chunk`'s `per_game`;
+                                        SMAX races: the race, the army (menu index) and each
+                                        slot's unit type (-1 empty) of each side, int8)
+    z/<name> [G, 2, ...]                SMAX races: each side's statistic z (its `smax_z`,
+                                        added by `make_chunk`'s `statistics`)
 
 Appending adds a chunk (atomically: temporary file, rename, then its line in chunks.jsonl);
 nothing is ever rewritten. Reading (`open_replays`) checks the header's format, version, game
@@ -40,7 +44,7 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -77,289 +81,6 @@ def spec_fingerprint(spec) -> str:
     text = json.dumps(spec_description(spec), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
-
-# ---------------------------------------------------------------------------------------------
-# z for SMAX races.
-
-ATTACK = 5  # SMAX's attack action type (kept here so that z needs no JAX; a test checks)
-NUM_UNIT_TYPES = 6  # SMAX's unit types (a test checks)
-
-
-def enemy_slot(side: int, target, num_units: int):
-    """The enemy army slot that target value `target` of side `side` attacks (jaxmarl: team 0's
-    attack j hits enemy j, team 1's hits ally n-1-j; `RacesSMAX._world_step`)."""
-    target = np.asarray(target)
-    return target if side == 0 else num_units - 1 - target
-
-
-def smax_z(actions: Mapping[str, np.ndarray], alive: np.ndarray, length: int,
-           unit_types: np.ndarray, side: int) -> dict[str, np.ndarray]:
-    """The statistic z of one side of one recorded SMAX races game.
-
-    AlphaStar's z is the build order (first 20 units and buildings) plus cumulative statistics.
-    In SMAX races the only build decision is the army chosen at the first step, and the
-    opening is which enemy units one goes for. For side `side`:
-
-    - `army` (int): the composition (menu index) chosen at step 0, `actions["composition"][0]`;
-    - `attack_order` [6] int: the SMAX unit types (indices into SMAX's unit types) of the
-      enemy units this side ordered attacks on, in the order of the first such order per type,
-      -1 padded. An attack order is `action_type == ATTACK` by a unit alive at that step
-      (`alive[t, i]`, the observation's field); its unit type is that of the enemy slot
-      `enemy_slot(side, target)` in `unit_types[1 - side]`. Types first attacked at the same
-      step are in type-index order. Steps 1 .. length-1 (the battle) count;
-    - `attack_counts` [6] int: the cumulative statistic, attack orders per enemy unit type over
-      the game (unit-steps).
-
-    actions: this side's actions, head -> [T, ...] (composition [T], action_type/target [T, n]);
-    alive: [T, n] bool; unit_types: [2, n] (-1 empty slot). A pure function of the record.
-    """
-    n = np.shape(alive)[1]
-    a_type = np.asarray(actions["action_type"])[1:length]
-    target = np.asarray(actions["target"])[1:length]
-    live = np.asarray(alive, bool)[1:length]
-    attacking = (a_type == ATTACK) & live
-    types = np.asarray(unit_types)[1 - side][np.clip(enemy_slot(side, target, n), 0, n - 1)]
-    attacking &= types >= 0
-    order, counts = [], np.zeros(NUM_UNIT_TYPES, np.int32)
-    for t in range(attacking.shape[0]):
-        step_types = types[t][attacking[t]]
-        np.add.at(counts, step_types, 1)
-        order.extend(int(k) for k in np.unique(step_types) if k not in order)
-    attack_order = np.full(NUM_UNIT_TYPES, -1, np.int32)
-    attack_order[:len(order)] = order
-    return {"army": np.int32(np.asarray(actions["composition"])[0]),
-            "attack_order": attack_order, "attack_counts": counts}
-
-
-def smax_z_of_chunk(chunk: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """z/<name> arrays [G, 2, ...] for every game and side of a chunk's arrays."""
-    games = chunk["length"].shape[0]
-    out: dict[str, list] = {}
-    for g in range(games):
-        per_side = []
-        for s in range(2):
-            actions = {h: chunk[f"side{s}/action/{h}"][g] for h in ("composition", "action_type", "target")}
-            per_side.append(smax_z(actions, chunk[f"side{s}/obs/alive"][g], int(chunk["length"][g]),
-                                   chunk["unit_types"][g], s))
-        for k in per_side[0]:
-            out.setdefault(k, []).append(np.stack([per_side[0][k], per_side[1][k]]))
-    return {f"z/{k}": np.stack(v) for k, v in out.items()}
-
-
-
-# ---------------------------------------------------------------------------------------------
-# z as a network input and the pseudo-rewards for following it (issue 14 section 1, "z").
-
-Z_ARMIES = 3  # SMAX's armies per race (a test checks)
-Z_SIZE = Z_ARMIES + NUM_UNIT_TYPES * NUM_UNIT_TYPES + NUM_UNIT_TYPES
-"""The length of z's fixed-size numeric encoding (`encode_z`): 3 + 36 + 6 = 45."""
-PSEUDO_REWARDS = ("build_order", "attacked_types")
-"""The pseudo-rewards for following z, in this order (value heads, `Step.pseudo_reward`)."""
-
-
-def encode_z(army, attack_order, attack_counts) -> np.ndarray:
-    """z's fixed-size encoding, float32 [..., Z_SIZE] (any leading axes), in three parts:
-
-    - [0:3]   the army: one-hot of the menu index (all zero for -1, no army);
-    - [3:39]  the attack order: 6 ranks x 6 unit types, row k the one-hot of the k-th enemy unit
-              type first attacked (all zero past the end of the order, -1);
-    - [39:45] the cumulative statistic binarised: 1 for each enemy unit type attacked at all
-              (attack_counts > 0).
-
-    The all-zero vector is "no z" (AlphaStar's z = 0: the unconditioned policy). `decode_z`
-    inverts it."""
-    army = np.asarray(army)
-    order = np.asarray(attack_order)
-    counts = np.asarray(attack_counts)
-    lead = army.shape
-    out = np.zeros(lead + (Z_SIZE,), np.float32)
-    arange = np.arange(Z_ARMIES)
-    out[..., :Z_ARMIES] = army[..., None] == arange
-    ranks = (order[..., :, None] == np.arange(NUM_UNIT_TYPES)).reshape(*lead, -1)
-    out[..., Z_ARMIES:Z_ARMIES + NUM_UNIT_TYPES ** 2] = ranks
-    out[..., Z_ARMIES + NUM_UNIT_TYPES ** 2:] = counts > 0
-    return out
-
-
-def decode_z(z) -> tuple[int, list[int], np.ndarray]:
-    """(army or -1, attack order as a list of unit types, attacked types bool [6]) of one
-    encoded z [Z_SIZE] (`encode_z`)."""
-    z = np.asarray(z)
-    army_part = z[:Z_ARMIES]
-    army = int(np.argmax(army_part)) if army_part.any() else -1
-    ranks = z[Z_ARMIES:Z_ARMIES + NUM_UNIT_TYPES ** 2].reshape(NUM_UNIT_TYPES, NUM_UNIT_TYPES)
-    order = [int(np.argmax(row)) for row in ranks if row.any()]
-    return army, order, z[Z_ARMIES + NUM_UNIT_TYPES ** 2:] > 0.5
-
-
-def build_order(army: int, attack_order) -> list[int]:
-    """SMAX's "build order": the army (token NUM_UNIT_TYPES + army; left out for -1) then the
-    enemy unit types in the order first attacked (-1 padding dropped)."""
-    head = [NUM_UNIT_TYPES + int(army)] if army >= 0 else []
-    return head + [int(t) for t in attack_order if t >= 0]
-
-
-def edit_distance(a, b) -> int:
-    """Levenshtein distance between two sequences (insertions, deletions, substitutions, each
-    cost 1; Wagner-Fischer dynamic programme)."""
-    previous = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        current = [i]
-        for j, y in enumerate(b, 1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
-        previous = current
-    return previous[-1]
-
-
-def z_pseudo_rewards(target_z, army: int, attack_order, attacked) -> np.ndarray:
-    """The two pseudo-rewards of one finished game, float32 [2] (`PSEUDO_REWARDS` order), given
-    at the game's last step (AlphaStar, Methods "Supervised learning"/"Reinforcement learning":
-    the agent is rewarded for following the sampled z, by the edit distance between build
-    orders and the Hamming distance between cumulative statistics; here reduced to our z and
-    given once, at the end, as the negated distance between the sampled z and the z the game
-    produced, each normalised to [-1, 0]):
-
-        r_build_order    = - edit(build_order(z), build_order(produced)) / max(len of both, 1)
-        r_attacked_types = - hamming(attacked types of z, produced attacked types) / 6
-
-    target_z: the encoded z the agent was given ([Z_SIZE]); army, attack_order, attacked:
-    what it played (the army index, the types in first-attack order, bool [6])."""
-    z_army, z_order, z_attacked = decode_z(target_z)
-    want, got = build_order(z_army, z_order), build_order(army, attack_order)
-    r_build = -edit_distance(want, got) / max(len(want), len(got), 1)
-    r_types = -np.sum(z_attacked != np.asarray(attacked, bool)) / NUM_UNIT_TYPES
-    return np.asarray([r_build, r_types], np.float32)
-
-
-def attacked_types(action_type, target, alive, enemy_types, side: int = 0) -> np.ndarray:
-    """bool [..., 6]: the SMAX unit types side `side` orders attacks on this step (as `smax_z`
-    counts them: `action_type == ATTACK` by a live unit, on enemy slot `enemy_slot(side,
-    target)` of type `enemy_types[..., slot]`, -1 empty). action_type, target, alive: [..., n];
-    enemy_types [..., n]."""
-    n = np.shape(alive)[-1]
-    slot = np.clip(enemy_slot(side, target, n), 0, n - 1)
-    types = np.take_along_axis(np.asarray(enemy_types), slot, axis=-1)
-    attacking = (np.asarray(action_type) == ATTACK) & np.asarray(alive, bool) & (types >= 0)
-    return np.any((types[..., None] == np.arange(NUM_UNIT_TYPES)) & attacking[..., None], axis=-2)
-
-
-def produced_order(first_attack_step) -> list[int]:
-    """The attack order from each type's first attack step (float [6], inf never): types by
-    step, ties in type-index order (as `smax_z`)."""
-    steps = np.asarray(first_attack_step, np.float64)
-    return [int(k) for k in sorted(np.flatnonzero(np.isfinite(steps)), key=lambda k: (steps[k], k))]
-
-
-# -- the same z pseudo-rewards in jax.numpy, for the device path (actors/rollout.py) ----------
-
-
-def _compact(tokens, valid):
-    """(tokens with the valid ones first, in order; their number) -- one game, jnp."""
-    import jax.numpy as jnp
-
-    order = jnp.argsort(~valid, stable=True)
-    return tokens[order], valid.sum()
-
-
-def _edit_distance_jax(a, la, b, lb):
-    """Levenshtein distance of a[:la] and b[:lb] (padded int arrays of static lengths): the
-    Wagner-Fischer table of `edit_distance` over the padded arrays, read at (la, lb)."""
-    import jax.numpy as jnp
-
-    n, m = a.shape[0], b.shape[0]
-    rows = [jnp.arange(m + 1)]
-    for i in range(1, n + 1):
-        row = [jnp.asarray(i)]
-        for j in range(1, m + 1):
-            row.append(jnp.minimum(jnp.minimum(rows[i - 1][j] + 1, row[j - 1] + 1),
-                                   rows[i - 1][j - 1] + (a[i - 1] != b[j - 1])))
-        rows.append(jnp.stack(row))
-    return jnp.stack(rows)[la, lb]
-
-
-def z_pseudo_rewards_jax(target_z, army, first_attack_step):
-    """`z_pseudo_rewards` of one finished game in jax.numpy (vmap it over games): target_z
-    [Z_SIZE]; army: the army played (-1 none); first_attack_step [6]: each enemy type's first
-    attack step (inf: never), from which the attack order and attacked types follow
-    (`produced_order`, `isfinite`). Returns float32 [2]."""
-    import jax.numpy as jnp
-
-    k = NUM_UNIT_TYPES
-    army_part = target_z[:Z_ARMIES]
-    z_army = jnp.where(army_part.any(), jnp.argmax(army_part), -1)
-    ranks = target_z[Z_ARMIES:Z_ARMIES + k * k].reshape(k, k) > 0.5
-    z_order = jnp.where(ranks.any(-1), jnp.argmax(ranks, -1), -1)
-    want, want_len = _compact(jnp.concatenate([jnp.reshape(k + z_army, (1,)), z_order]),
-                              jnp.concatenate([jnp.reshape(z_army >= 0, (1,)), z_order >= 0]))
-    steps = jnp.asarray(first_attack_step, jnp.float32)
-    attacked = jnp.isfinite(steps)
-    by_step = jnp.argsort(jnp.where(attacked, steps, jnp.inf), stable=True)  # ties: type order
-    got, got_len = _compact(jnp.concatenate([jnp.reshape(k + army, (1,)), by_step]),
-                            jnp.concatenate([jnp.reshape(army >= 0, (1,)), attacked[by_step]]))
-    distance = _edit_distance_jax(want, want_len, got, got_len)
-    r_build = -distance / jnp.maximum(jnp.maximum(want_len, got_len), 1)
-    r_types = -jnp.sum((target_z[Z_ARMIES + k * k:] > 0.5) != attacked) / k
-    return jnp.stack([r_build, r_types]).astype(jnp.float32)
-
-
-def attacked_types_jax(action_type, target, alive, enemy_types):
-    """`attacked_types` of side 0 in jax.numpy: bool [..., 6]."""
-    import jax.numpy as jnp
-
-    n = alive.shape[-1]
-    slot = jnp.clip(target, 0, n - 1)
-    types = jnp.take_along_axis(enemy_types, slot, axis=-1)
-    attacking = (action_type == ATTACK) & alive & (types >= 0)
-    return jnp.any((types[..., None] == jnp.arange(NUM_UNIT_TYPES)) & attacking[..., None], axis=-2)
-
-
-class ZBank:
-    """The z of every recorded side of a replay directory, by (own race, enemy race): what a
-    main agent samples its z from at each game's start (AlphaStar: z sampled from the human
-    games of the agent's race). `table` [R * R, N, Z_SIZE] float32 and `counts` [R * R]
-    int32 (matchup index own * R + enemy); a matchup without games of its own falls back to
-    every game of the own race; a race without any game has count 0 (z = 0)."""
-
-    def __init__(self, table: np.ndarray, counts: np.ndarray, source: str = ""):
-        self.table = np.asarray(table, np.float32)
-        self.counts = np.asarray(counts, np.int32)
-        self.source = source
-
-    @property
-    def races(self) -> int:
-        return int(round(np.sqrt(self.counts.shape[0])))
-
-    @classmethod
-    def from_replays(cls, directory: str, spec=None, races: int = 3) -> ZBank:
-        """Reads `directory` (ReplayError naming the file for another game, spec or version)."""
-        data = open_replays(directory, game=None if spec is None else spec.name, spec=spec)
-        by: dict[tuple[int, int], list] = {}
-        for chunk in data.iter_chunks():
-            if "z/army" not in chunk:
-                raise ReplayError(f"{directory}: its chunks hold no z (not SMAX races replays)")
-            z = encode_z(chunk["z/army"], chunk["z/attack_order"], chunk["z/attack_counts"])
-            for g in range(z.shape[0]):
-                for s in range(2):
-                    key = (int(chunk["races"][g, s]), int(chunk["races"][g, 1 - s]))
-                    by.setdefault(key, []).append(z[g, s])
-        lists = []
-        for own in range(races):
-            for enemy in range(races):
-                rows = by.get((own, enemy)) or [v for (o, _), vs in sorted(by.items()) if o == own for v in vs]
-                lists.append(rows)
-        size = max(1, max(len(r) for r in lists))
-        table = np.zeros((races * races, size, Z_SIZE), np.float32)
-        for m, rows in enumerate(lists):
-            if rows:
-                table[m, :len(rows)] = np.stack(rows)
-        return cls(table, [len(r) for r in lists], directory)
-
-    def sample(self, rng: np.random.Generator, own: int, enemy: int) -> np.ndarray:
-        """One z of the matchup (zeros if it has none)."""
-        m = own * self.races + enemy
-        if self.counts[m] == 0:
-            return np.zeros(Z_SIZE, np.float32)
-        return self.table[m, rng.integers(self.counts[m])]
 
 # ---------------------------------------------------------------------------------------------
 # Writing.
@@ -469,18 +190,19 @@ class ReplayWriter:
 
 
 def make_chunk(obs: tuple[Mapping, Mapping], actions: tuple[Mapping, Mapping], length, outcome,
-               races, compositions, unit_types) -> dict[str, np.ndarray]:
+               per_game: Mapping[str, np.ndarray] | None = None,
+               statistics: Callable[[dict], Mapping[str, np.ndarray]] | None = None) -> dict[str, np.ndarray]:
     """The arrays of one chunk: obs/actions per side as trees of [G, T, ...] arrays (padded
-    after each game's length), the rest [G, ...]; z is computed here (`smax_z`) when the
-    actions have SMAX's heads."""
-    arrays = {"length": np.asarray(length, np.int32), "outcome": np.asarray(outcome, np.int8),
-              "races": np.asarray(races, np.int8), "compositions": np.asarray(compositions, np.int8),
-              "unit_types": np.asarray(unit_types, np.int8)}
+    after each game's length), `length` and `outcome` [G], `per_game` (name -> [G, ...], stored
+    as given) the game's own arrays of each game; `statistics` (the chunk's arrays -> more
+    arrays, e.g. SMAX's z/<name>) adds the game's statistics of the recorded games."""
+    arrays = {"length": np.asarray(length, np.int32), "outcome": np.asarray(outcome, np.int8)}
+    arrays.update({k: np.asarray(v) for k, v in (per_game or {}).items()})
     for s in range(2):
         arrays.update(flatten_tree(obs[s], f"side{s}/obs"))
         arrays.update(flatten_tree(actions[s], f"side{s}/action"))
-    if "side0/action/action_type" in arrays:
-        arrays.update(smax_z_of_chunk(arrays))
+    if statistics is not None:
+        arrays.update(statistics(arrays))
     return arrays
 
 

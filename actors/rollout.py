@@ -39,11 +39,11 @@ update into one jitted chunk of K updates.
   still running when a chunk ends are abandoned (the next chunk resets every game for its new
   opponents): never reported.
 - z (SMAX networks conditioned on it; AlphaStar): at each game's start side 0 takes a z drawn
-  uniformly from its z bank (`ZSource`: an `actors.replays.ZBank`'s table and counts for its
+  uniformly from its z bank (`ZSource`: the table and counts of the game's z bank (`Capabilities.z().ZBank`) for its
   matchup; counts of 0, as for exploiters, give z = 0) and each of z's pseudo-rewards is
   active with probability `z_probability`; during the game the army it chose and the step of
   each enemy type's first attack are tracked, and at its last step the pseudo-rewards
-  (`actors.replays.z_pseudo_rewards_jax`, the replay path's `z_pseudo_rewards` in jax.numpy)
+  (the game's `Capabilities.z().z_pseudo_rewards_jax`, which the replay path's actor runs too)
   are written with the active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
 """
 
@@ -260,7 +260,8 @@ class Results(NamedTuple):
 
 class ZSource(NamedTuple):
     """Where side 0's z comes from: `table` [R * R, N, Z] and `counts` [R * R] of an
-    `actors.replays.ZBank` (matchup own * R + enemy); all counts 0: z = 0, nothing active."""
+    the game's `Capabilities.z().ZBank` (matchup own * R + enemy); all counts 0: z = 0, nothing
+    active."""
 
     table: jax.Array
     counts: jax.Array
@@ -296,7 +297,7 @@ class DeviceRollout:
     def __init__(self, network, fns, batch_size: int, num_slots: int, unroll_length: int,
                  reward_fn, value_shape: tuple[int, ...] = (), races: bool = False,
                  z_probability: float = 0.25, devices: list | None = None,
-                 opponent_network=None, scripted=None, scripted_slots: int = 0):
+                 opponent_network=None, scripted=None, scripted_slots: int = 0, z_statistic=None):
         """`opponent_network` (None: `network`): what side 1 runs, for opponents of another
         shape than the learner (`benchmarks.best_response_bench`: a wider learner against a
         league's players). Its recurrent state must have the learner's shapes, and the
@@ -317,6 +318,9 @@ class DeviceRollout:
         self.reward_fn, self.value_shape, self.races = reward_fn, tuple(value_shape), races
         self.z_size, self.pseudo_count = z_size(network), pseudo_reward_count(network)
         self.z_probability = float(z_probability)
+        # the game's statistic z (`Capabilities.z()`, e.g. actors/games/smax_races/z.py): what
+        # playing a network with a z input needs (its pseudo-rewards, `step_games`)
+        self.z_statistic = z_statistic
         if not 0 <= scripted_slots < num_slots or (scripted_slots and scripted is None):
             raise ValueError(f"scripted_slots must be in [0, {num_slots}) (the opponent slots) and "
                              f"needs a scripted side; got {scripted_slots}")
@@ -428,17 +432,19 @@ class DeviceRollout:
 
     def _z_after(self, z: ZState, obs0, heads, done):
         """(the games' z state after this step, this step's pseudo-rewards [B, K])."""
-        from actors import replays
-
+        statistic = self.z_statistic
+        if statistic is None:
+            raise ValueError("a network with a z input plays with the game's statistic z: pass "
+                             "DeviceRollout(z_statistic=capabilities.z()) (actors.games.base.Capabilities)")
         choosing = obs0["choosing"]
         army = jnp.where(choosing, heads["composition"], z.army)
         enemy = jnp.argmax(obs0["races"][:, 1], -1)
         enemy_army = jnp.argmax(obs0["compositions"][:, 1], -1)
-        hit = replays.attacked_types_jax(heads["action_type"], heads["target"], obs0["alive"],
-                                         self._menu[enemy, enemy_army]) & ~choosing[:, None]
+        hit = statistic.attacked_types_jax(heads["action_type"], heads["target"], obs0["alive"],
+                                           self._menu[enemy, enemy_army]) & ~choosing[:, None]
         first_attack = jnp.where(hit & ~jnp.isfinite(z.first_attack), z.step[:, None].astype(jnp.float32),
                                  z.first_attack)
-        rewards = jax.vmap(replays.z_pseudo_rewards_jax)(z.z, army, first_attack)
+        rewards = jax.vmap(statistic.z_pseudo_rewards_jax)(z.z, army, first_attack)
         ends = done & (z.active > 0).any(-1)
         pseudo = jnp.where(ends[:, None], z.active * rewards, 0.0)
         return z._replace(army=army, first_attack=first_attack, step=z.step + 1), pseudo

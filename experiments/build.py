@@ -72,15 +72,17 @@ def make_game(config: RunConfig, batch_size: int):
 def make_network(config: RunConfig, spec):
     """The unit network for SMAX races, the MLP + LSTM reference network otherwise."""
     import agents
-    from actors.replays import PSEUDO_REWARDS, Z_SIZE
 
-    z = (Z_SIZE, len(PSEUDO_REWARDS)) if config.z_network else None
+    z = None
+    if config.z_network:  # the game's statistic z (`Capabilities.z`)
+        statistic = config.game_info.capabilities.z()
+        z = (statistic.Z_SIZE, len(statistic.PSEUDO_REWARDS))
     return agents.make_network(spec, hidden_size=config.network.hidden_size,
                                core_size=config.network.core_size, z=z)
 
 
 def load_z_bank(config: RunConfig, spec):
-    """The z bank main agents sample z from (`actors.replays.ZBank` of `config.z_replay_dir`),
+    """The z bank main agents sample z from (the game's `Capabilities.z().ZBank` of `config.z_replay_dir`),
     or None (z = 0, no pseudo-rewards); ConfigError naming the directory and the problem if it
     is not a readable replay directory of this game and spec."""
     from actors import replays
@@ -90,7 +92,7 @@ def load_z_bank(config: RunConfig, spec):
     if directory is None:
         return None
     try:
-        return replays.ZBank.from_replays(directory, spec, races=len(config.race_names))
+        return config.game_info.capabilities.z().ZBank.from_replays(directory, spec, races=len(config.race_names))
     except replays.ReplayError as e:
         raise ConfigError(f"--z_replays={directory}: {e}") from None
 

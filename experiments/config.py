@@ -620,7 +620,7 @@ class RunConfig:
     @property
     def z_network(self) -> bool:
         """The agents' network takes z (a game with z, and network.z)."""
-        return self.game_info.capabilities.z and self.network.z
+        return bool(self.game_info.capabilities.z) and self.network.z
 
     @property
     def z_replay_dir(self) -> str | None:

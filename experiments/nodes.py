@@ -308,7 +308,8 @@ class DeviceLearnerGroup(_Learners):
                     config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
                 value_shape=value_shape(self.network), races=bool(config.game_info.capabilities.races),
                 z_probability=config.actor.z_pseudo_reward_probability, devices=distributed.rollout_devices(),
-                scripted=scripted, scripted_slots=scripted_slots)
+                scripted=scripted, scripted_slots=scripted_slots,
+                z_statistic=config.game_info.capabilities.z() if config.z_network else None)
         rollouts = {s: rollout(s) for s in set(self.heuristic_slots.values())}
         # AlphaStar: main agents are conditioned on z sampled from their race's replays;
         # exploiters are not (z = 0).

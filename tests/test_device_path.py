@@ -562,10 +562,11 @@ def test_the_dashboard_counts_counted_games_like_games(tmp_path):
 
 
 def test_z_pseudo_rewards_on_the_device_equal_the_numpy_reference():
-    """`replays.z_pseudo_rewards_jax` against `replays.z_pseudo_rewards` (edit distance of build
-    orders, Hamming distance of attacked types) on random z and random played games, ties in
-    first-attack steps and empty z included."""
-    from actors import replays
+    """SMAX's `z.z_pseudo_rewards_jax` against the numpy reference `z_pseudo_rewards` of
+    tests/test_z.py (edit distance of build orders, Hamming distance of attacked types) on random
+    z and random played games, ties in first-attack steps and empty z included."""
+    from actors.games.smax_races import z as zmod
+    from tests.test_z import produced_order, z_pseudo_rewards
 
     rng = np.random.default_rng(1)
     zs, armies, firsts, want = [], [], [], []
@@ -575,13 +576,13 @@ def test_z_pseudo_rewards_on_the_device_equal_the_numpy_reference():
         attack_order[:len(order)] = order
         counts = np.zeros(6, int)
         counts[order] = 1
-        z = (replays.encode_z(rng.integers(-1, 3), attack_order, counts) if rng.random() < 0.9
-             else np.zeros(replays.Z_SIZE, np.float32))
+        z = (zmod.encode_z(rng.integers(-1, 3), attack_order, counts) if rng.random() < 0.9
+             else np.zeros(zmod.Z_SIZE, np.float32))
         army = int(rng.integers(-1, 3))
         first = np.where(rng.random(6) < 0.5, rng.integers(0, 4, 6).astype(float), np.inf)
         zs.append(z), armies.append(army), firsts.append(first)
-        want.append(replays.z_pseudo_rewards(z, army, replays.produced_order(first), np.isfinite(first)))
-    got = jax.jit(jax.vmap(replays.z_pseudo_rewards_jax))(
+        want.append(z_pseudo_rewards(z, army, produced_order(first), np.isfinite(first)))
+    got = jax.jit(jax.vmap(zmod.z_pseudo_rewards_jax))(
         jnp.asarray(np.stack(zs)), jnp.asarray(armies), jnp.asarray(np.stack(firsts), jnp.float32))
     np.testing.assert_allclose(np.asarray(got), np.stack(want), atol=1e-6)
     assert np.stack(want)[:, 0].min() < -0.5 and np.stack(want)[:, 1].min() < -0.5  # not all near 0

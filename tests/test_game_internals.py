@@ -54,8 +54,6 @@ SMAX_ALLOWED = {
     "actors/config.py": "issue 86 item 3: z_pseudo_reward_probability moves to SMAX's settings",
     "actors/games/base.py": "issue 86 item 3: Capabilities' docstrings name SMAX's settings "
                             "(heuristic_slots) and army_units",
-    "actors/replays.py": "issue 86 item 1: SMAX's statistic z (Z_ARMIES, NUM_UNIT_TYPES, "
-                         "edit_distance) moves to SMAX's package",
     "actors/rollout.py": "issue 86 items 1 and 2: z's pseudo-rewards and SMAX's fields "
                          "(menu_table, compositions) read in the device rollout",
     "agents/surgery.py": "issue 86 item 3: the unit network's fields (num_compositions, "

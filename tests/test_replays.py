@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from actors import replays
+from actors.games.smax_races import z as zmod
 from agents.specs import ActionSpec, ArraySpec, DiscreteHead, GameSpec, ObservationSpec, SideSpec
 
 # -- the format on a small hand-made game -------------------------------------------------------
@@ -33,8 +34,10 @@ def _toy_chunk(games=2, steps=4, units=3, seed=0):
         acts.append({"composition": rng.integers(0, 3, (games, steps)).astype(np.int32),
                      "action_type": rng.integers(0, 6, (games, steps, units)).astype(np.int32),
                      "target": rng.integers(0, units, (games, steps, units)).astype(np.int32)})
+    per_game = {"races": np.zeros((games, 2), np.int8), "compositions": np.zeros((games, 2), np.int8),
+                "unit_types": np.zeros((games, 2, units), np.int8)}
     chunk = replays.make_chunk(tuple(obs), tuple(acts), np.full(games, steps), np.array([1, -1][:games]),
-                               np.zeros((games, 2)), np.zeros((games, 2)), np.zeros((games, 2, units)))
+                               per_game, statistics=zmod.smax_z_of_chunk)
     return chunk, (obs, acts)
 
 
@@ -93,21 +96,23 @@ def test_refusals_name_the_file_and_the_problem(tmp_path):
 # -- z on a hand-built game ---------------------------------------------------------------------
 
 
-def test_the_replay_constants_are_smaxs():
-    """actors/replays.py keeps SMAX's action and unit constants so that z needs no JAX; they
-    must be the game's."""
-    from actors.games import smax_races
+def test_the_z_constants_are_smaxs():
+    """SMAX's z (actors/games/smax_races/z.py) takes its constants from the game module, and
+    the registry reaches it through the `z` capability."""
+    from actors.games import registry, smax_races
 
-    assert replays.ATTACK == smax_races.ATTACK
-    assert replays.NUM_UNIT_TYPES == len(smax_races.UNIT_TYPES)
-    assert replays.Z_ARMIES == smax_races.COMPOSITIONS_PER_RACE
+    assert zmod.ATTACK == smax_races.ATTACK
+    assert zmod.NUM_UNIT_TYPES == len(smax_races.UNIT_TYPES)
+    assert zmod.Z_ARMIES == smax_races.COMPOSITIONS_PER_RACE
+    assert registry.resolve("smax_races").capabilities.z() is zmod
+    assert registry.resolve("kuhn_poker").capabilities.z is None
 
 
 def test_z_by_hand():
     # 3 slots a side. Side 0: marines in slots 0, 1 (type 0); side 1: a zergling (4) in slot 0,
     # a hydralisk (5) in slot 1, slot 2 empty.
     unit_types = np.array([[0, 0, -1], [4, 5, -1]])
-    attack, move = replays.ATTACK, 0
+    attack, move = zmod.ATTACK, 0
     alive = np.ones((5, 3), bool)
     # side 0: t=1 moves; t=2 unit 0 attacks target 1 (hydralisk); t=3 unit 1 attacks target 0
     # (zergling), unit 0 the hydralisk again; t=4 is after the game's length (ignored).
@@ -115,7 +120,7 @@ def test_z_by_hand():
              "action_type": np.array([[0, 0, 0], [move, move, move], [attack, move, 0], [attack, attack, 0],
                                       [attack, attack, attack]]),
              "target": np.array([[0, 0, 0], [0, 0, 0], [1, 0, 0], [1, 0, 0], [0, 0, 0]])}
-    z = replays.smax_z(side0, alive, length=4, unit_types=unit_types, side=0)
+    z = zmod.smax_z(side0, alive, length=4, unit_types=unit_types, side=0)
     assert int(z["army"]) == 2
     assert z["attack_order"].tolist() == [5, 4, -1, -1, -1, -1]  # hydralisk first, then zergling
     assert z["attack_counts"].tolist() == [0, 0, 0, 0, 1, 2]
@@ -126,7 +131,7 @@ def test_z_by_hand():
     side1 = {"composition": np.array([1, 0, 0, 0, 0]),
              "action_type": np.array([[0, 0, 0], [attack, attack, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]),
              "target": np.array([[0, 0, 0], [2, 2, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]])}
-    z1 = replays.smax_z(side1, alive1, length=5, unit_types=unit_types, side=1)
+    z1 = zmod.smax_z(side1, alive1, length=5, unit_types=unit_types, side=1)
     assert int(z1["army"]) == 1
     assert z1["attack_order"].tolist() == [0, -1, -1, -1, -1, -1]
     assert z1["attack_counts"].tolist() == [1, 0, 0, 0, 0, 0]

@@ -154,15 +154,15 @@ def test_blocked_cloning_equals_the_step_by_step_loop(tmp_path):
     import jax
     import numpy as np
 
-    from actors import replays
     from actors.games import smax_races
     from actors.games.smax_races import record, supervised
+    from actors.games.smax_races import z as zmod
     from agents import make_network
 
     record.record(str(tmp_path / "replays"), "heuristic", 27, 27, 0, log=lambda *a, **k: None)
     spec = smax_races.functions(smax_races.SmaxRacesConfig()).spec
     network = make_network(spec, hidden_size=8, core_size=8,
-                           z=(replays.Z_SIZE, len(replays.PSEUDO_REWARDS)))
+                           z=(zmod.Z_SIZE, len(zmod.PSEUDO_REWARDS)))
     data, _ = supervised.load_sequences(str(tmp_path / "replays"), spec, 0.2, 0)
     horizon = max(s[1]["composition"].shape[0] for pair in data.values() for part in pair for s in part)
     races = [r for r in range(3) if data[r][0]]

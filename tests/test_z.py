@@ -12,6 +12,7 @@ from actors import replays
 from actors.actor import Actor, ActorConfig, example_unroll
 from actors.games import make_batch_game
 from actors.games.smax_races import RACES, SmaxRacesConfig, fixed_size_menu, supervised
+from actors.games.smax_races import z as zmod
 from agents import make_network, pseudo_reward_count, z_size
 from agents.trajectory import reverb_signature, unflatten_like
 from learners import losses
@@ -28,14 +29,70 @@ except ImportError:
 B, T = 8, 6
 TINY = dict(embed_size=16, core_size=16, replica_size=16, pointer_size=8, value_size=16,
             attention_key_size=8)
-Z_TINY = dict(TINY, z_size=replays.Z_SIZE, pseudo_rewards=len(replays.PSEUDO_REWARDS))
+Z_TINY = dict(TINY, z_size=zmod.Z_SIZE, pseudo_rewards=len(zmod.PSEUDO_REWARDS))
 MARINE, MARAUDER, STALKER, ZEALOT, ZERGLING, HYDRALISK = range(6)
+
+
+# ---------------------------------------------------------------------------------------------
+# The numpy references (loops; the product's pseudo-rewards are jax.numpy: z.z_pseudo_rewards_jax
+# and z.attacked_types_jax, used by both experience paths). tests/test_device_path.py uses them too.
+
+
+def build_order(army: int, attack_order) -> list[int]:
+    """SMAX's "build order": the army (token NUM_UNIT_TYPES + army; left out for -1) then the
+    enemy unit types in the order first attacked (-1 padding dropped)."""
+    head = [zmod.NUM_UNIT_TYPES + int(army)] if army >= 0 else []
+    return head + [int(t) for t in attack_order if t >= 0]
+
+
+def edit_distance(a, b) -> int:
+    """Levenshtein distance between two sequences (insertions, deletions, substitutions, each
+    cost 1; Wagner-Fischer dynamic programme)."""
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i]
+        for j, y in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+        previous = current
+    return previous[-1]
+
+
+def z_pseudo_rewards(target_z, army: int, attack_order, attacked) -> np.ndarray:
+    """The two pseudo-rewards of one finished game, float32 [2] (`PSEUDO_REWARDS` order):
+
+        r_build_order    = - edit(build_order(z), build_order(produced)) / max(len of both, 1)
+        r_attacked_types = - hamming(attacked types of z, produced attacked types) / 6
+
+    target_z: the encoded z the agent was given ([Z_SIZE]); army, attack_order, attacked:
+    what it played (the army index, the types in first-attack order, bool [6])."""
+    z_army, z_order, z_attacked = zmod.decode_z(target_z)
+    want, got = build_order(z_army, z_order), build_order(army, attack_order)
+    r_build = -edit_distance(want, got) / max(len(want), len(got), 1)
+    r_types = -np.sum(z_attacked != np.asarray(attacked, bool)) / zmod.NUM_UNIT_TYPES
+    return np.asarray([r_build, r_types], np.float32)
+
+
+def attacked_types(action_type, target, alive, enemy_types, side: int = 0) -> np.ndarray:
+    """bool [..., 6]: the SMAX unit types side `side` orders attacks on this step (as `smax_z`
+    counts them)."""
+    n = np.shape(alive)[-1]
+    slot = np.clip(zmod.enemy_slot(side, target, n), 0, n - 1)
+    types = np.take_along_axis(np.asarray(enemy_types), slot, axis=-1)
+    attacking = (np.asarray(action_type) == zmod.ATTACK) & np.asarray(alive, bool) & (types >= 0)
+    return np.any((types[..., None] == np.arange(zmod.NUM_UNIT_TYPES)) & attacking[..., None], axis=-2)
+
+
+def produced_order(first_attack_step) -> list[int]:
+    """The attack order from each type's first attack step (float [6], inf never): types by
+    step, ties in type-index order (as `smax_z`)."""
+    steps = np.asarray(first_attack_step, np.float64)
+    return [int(k) for k in sorted(np.flatnonzero(np.isfinite(steps)), key=lambda k: (steps[k], k))]
 
 
 def z_of(army, order, attacked_types):
     counts = np.zeros(6, np.int32)
     counts[list(attacked_types)] = 3
-    return replays.encode_z(np.int32(army), np.array(list(order) + [-1] * (6 - len(order))), counts)
+    return zmod.encode_z(np.int32(army), np.array(list(order) + [-1] * (6 - len(order))), counts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -43,34 +100,34 @@ def z_of(army, order, attacked_types):
 
 
 def test_edit_distance_hand_worked():
-    assert replays.edit_distance("kitten", "sitting") == 3
-    assert replays.edit_distance([], [1, 2]) == 2
-    assert replays.edit_distance([7, 4, 5], [7, 5, 4]) == 2    # a swap: two substitutions
-    assert replays.edit_distance([7, 4, 5], [7, 4]) == 1       # one deletion
+    assert edit_distance("kitten", "sitting") == 3
+    assert edit_distance([], [1, 2]) == 2
+    assert edit_distance([7, 4, 5], [7, 5, 4]) == 2    # a swap: two substitutions
+    assert edit_distance([7, 4, 5], [7, 4]) == 1       # one deletion
 
 
 def test_pseudo_rewards_hand_worked():
     # z: army 1, zerglings then hydralisks first attacked, both attacked.
     z = z_of(1, [ZERGLING, HYDRALISK], [ZERGLING, HYDRALISK])
-    assert replays.decode_z(z)[:2] == (1, [ZERGLING, HYDRALISK])
+    assert zmod.decode_z(z)[:2] == (1, [ZERGLING, HYDRALISK])
     # Followed exactly: 0 and 0.
     np.testing.assert_allclose(
-        replays.z_pseudo_rewards(z, 1, [ZERGLING, HYDRALISK], [0, 0, 0, 0, 1, 1]), [0.0, 0.0])
+        z_pseudo_rewards(z, 1, [ZERGLING, HYDRALISK], [0, 0, 0, 0, 1, 1]), [0.0, 0.0])
     # Build orders [army 1 = token 7, 4, 5] vs [7, 5, 4]: edit 2 of length 3; same types: 0.
     np.testing.assert_allclose(
-        replays.z_pseudo_rewards(z, 1, [HYDRALISK, ZERGLING], [0, 0, 0, 0, 1, 1]), [-2 / 3, 0.0])
+        z_pseudo_rewards(z, 1, [HYDRALISK, ZERGLING], [0, 0, 0, 0, 1, 1]), [-2 / 3, 0.0])
     # Another army and only zerglings: [7, 4, 5] vs [6, 4]: substitute 7, delete 5 = 2 of 3;
     # attacked types differ in hydralisk: Hamming 1 of 6.
     np.testing.assert_allclose(
-        replays.z_pseudo_rewards(z, 0, [ZERGLING], [0, 0, 0, 0, 1, 0]), [-2 / 3, -1 / 6])
+        z_pseudo_rewards(z, 0, [ZERGLING], [0, 0, 0, 0, 1, 0]), [-2 / 3, -1 / 6])
     # Nothing attacked, army 2 vs an empty z: build orders [8] vs []: 1 of 1; Hamming 0.
     np.testing.assert_allclose(
-        replays.z_pseudo_rewards(np.zeros(replays.Z_SIZE), 2, [], np.zeros(6, bool)), [-1.0, 0.0])
+        z_pseudo_rewards(np.zeros(zmod.Z_SIZE), 2, [], np.zeros(6, bool)), [-1.0, 0.0])
 
 
 def test_produced_z_matches_smax_z():
-    """The actor's running statistic (attacked_types per step, produced_order) gives the same
-    order as the replays' smax_z on the same record."""
+    """The running statistic (attacked_types per step, the product's attacked_types_jax equal to
+    it, produced_order) gives the same order as the recorded smax_z on the same record."""
     rng = np.random.default_rng(0)
     n, steps = 4, 12
     unit_types = np.array([[MARINE, MARINE, MARAUDER, -1], [ZERGLING, HYDRALISK, ZERGLING, -1]])
@@ -78,13 +135,16 @@ def test_produced_z_matches_smax_z():
                "action_type": rng.choice([0, 5], (steps, n)).astype(np.int32),
                "target": rng.integers(0, n, (steps, n)).astype(np.int32)}
     alive = rng.random((steps, n)) < 0.8
-    z = replays.smax_z(actions, alive, steps, unit_types, side=0)
+    z = zmod.smax_z(actions, alive, steps, unit_types, side=0)
     first = np.full(6, np.inf)
     for t in range(1, steps):
-        hit = replays.attacked_types(actions["action_type"][t], actions["target"][t], alive[t],
-                                     unit_types[1])
+        hit = attacked_types(actions["action_type"][t], actions["target"][t], alive[t],
+                             unit_types[1])
+        np.testing.assert_array_equal(
+            hit, zmod.attacked_types_jax(actions["action_type"][t], actions["target"][t], alive[t],
+                                         unit_types[1]))  # the product's, in jax.numpy
         first = np.where(hit & ~np.isfinite(first), t, first)
-    order = replays.produced_order(first)
+    order = produced_order(first)
     assert order == [k for k in z["attack_order"] if k >= 0]
     np.testing.assert_array_equal(np.isfinite(first), z["attack_counts"] > 0)
 
@@ -128,7 +188,7 @@ def test_network_output_depends_on_z_and_no_z_is_zero(smax):
 
 def test_only_smax_networks_take_z():
     poker = make_batch_game("kuhn_poker", 2)
-    assert z_size(make_network(poker.spec, z=(replays.Z_SIZE, len(replays.PSEUDO_REWARDS)))) == 0
+    assert z_size(make_network(poker.spec, z=(zmod.Z_SIZE, len(zmod.PSEUDO_REWARDS)))) == 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,7 +320,7 @@ def test_supervised_feeds_each_games_z_zeroed_ten_percent():
     seq = ({"alive": np.ones((3, 2), bool)}, {h: np.zeros(3, np.int32) for h in supervised.HEADS},
            own[0])
     obs, _, valid = supervised.batch_sequences([seq, seq], 4, supervised.sequence_z([seq, seq]))
-    assert obs["z"].shape == (4, 2, replays.Z_SIZE)
+    assert obs["z"].shape == (4, 2, zmod.Z_SIZE)
     np.testing.assert_array_equal(obs["z"][2, 1], own[0])
 
 
@@ -290,14 +350,14 @@ class Frozen:
 
 def one_bank():
     """A bank whose z names its matchup: army = own race, one attacked type = enemy race."""
-    table = np.zeros((9, 2, replays.Z_SIZE), np.float32)
+    table = np.zeros((9, 2, zmod.Z_SIZE), np.float32)
     counts = np.zeros(9, np.int32)
     for own in range(3):
         for enemy in range(3):
             for k in range(2):
                 table[own * 3 + enemy, k] = z_of(own, [enemy * 2 + k], [enemy * 2 + k])
             counts[own * 3 + enemy] = 2
-    return replays.ZBank(table, counts, "test")
+    return zmod.ZBank(table, counts, "test")
 
 
 @pytest.mark.replay
@@ -309,7 +369,7 @@ def test_z_plan_activates_each_pseudo_reward_a_quarter_of_the_time(smax):
     z, active = actor._z_plan(2000)
     assert abs(active.mean() - 0.25) < 0.01
     assert abs(active[..., 0].mean() - active[..., 1].mean()) < 0.02
-    army, order, _ = replays.decode_z(z[5, 3])
+    army, order, _ = zmod.decode_z(z[5, 3])
     assert army == RACES.index("protoss") and order[0] // 2 == RACES.index("zerg")
 
 
@@ -343,8 +403,8 @@ def test_actor_conditions_main_agents_on_their_races_z(smax, role):
     if role == "exploiter":
         assert not z.any() and not pseudo.any() and not active.any()
         return
-    for vec in z.reshape(-1, replays.Z_SIZE):
-        army, order, _ = replays.decode_z(vec)
+    for vec in z.reshape(-1, zmod.Z_SIZE):
+        army, order, _ = zmod.decode_z(vec)
         assert army == RACES.index("protoss") and order[0] // 2 == RACES.index("zerg")
     assert active.all()                                   # probability 1 here
     assert (pseudo[~done] == 0).all()                     # given at a game's last step only

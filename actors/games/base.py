@@ -209,7 +209,10 @@ class Capabilities:
     scripted_opponent: () -> ScriptedOpponent, the game's built-in AI to train against
         (`--device.heuristic_slots`) and to evaluate against (the evaluator's win rate
         against it); None: none.
-    z: AlphaStar's statistic z from replays (`--z_replays`, `--network.z`).
+    z: () -> the module of the game's statistic z (AlphaStar's; `--z_replays`, `--network.z`):
+        Z_SIZE, PSEUDO_REWARDS, ZBank (the bank read from replays), attacked_types_jax and
+        z_pseudo_rewards_jax (traced by the device rollout), jitted() (the same on host
+        arrays, the replay path's actor); None: none (SMAX's: actors/games/smax_races/z.py).
     supervised_start: () -> SupervisedStart, agents cloned from the scripted AI's games
         (`--init`, the default where a game has one); None: none.
     unit_network: per-unit action heads; the agents use the unit network, which needs an LSTM
@@ -230,7 +233,7 @@ class Capabilities:
     turn_based: bool = False
     exact_evaluator: bool = False
     scripted_opponent: Callable[[], ScriptedOpponent] | None = None
-    z: bool = False
+    z: Callable[[], Any] | None = None
     supervised_start: Callable[[], SupervisedStart] | None = None
     unit_network: bool = False
     reward: str = "outcome"

@@ -163,7 +163,8 @@ def _smax() -> Game:
         return smax_races.SmaxRacesGame(batch_size, config, **kwargs)
 
     return Game("smax_races", functions, make_batch, Capabilities(
-        races=SMAX_RACES, scripted_opponent=_module("actors.games.smax_races.scripted"), z=True,
+        races=SMAX_RACES, scripted_opponent=_module("actors.games.smax_races.scripted"),
+        z=_module("actors.games.smax_races.z"),
         supervised_start=_module("actors.games.smax_races.start"), unit_network=True,
         reward="openai_five", requires=("jaxmarl",), defaults=SMAX_DEFAULTS))
 

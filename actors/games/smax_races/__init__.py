@@ -11,6 +11,9 @@ game's registration (`actors.games.registry`, "smax_races") and its capabilities
                     games recorded, then cloned per race, for the league's automatic start and
                     for the two commands above, which reach record.py and supervised.py only
                     through it
+    z.py            the statistic z (`Capabilities.z`): z of a recorded game, its encoding, the
+                    bank of recorded z, the pseudo-rewards for following it (jax.numpy, both
+                    experience paths)
 
     from actors.games import smax_races
     fns = smax_races.functions(smax_races.SmaxRacesConfig())

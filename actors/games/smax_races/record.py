@@ -26,6 +26,7 @@ import numpy as np
 
 from actors import replays
 from actors.games import smax_races
+from actors.games.smax_races.z import smax_z_of_chunk
 from agents.specs import MASK_KEY
 
 # Every (race 0, race 1, army 0, army 1) of the menu: 81 configurations.
@@ -142,7 +143,9 @@ def to_games(fns, races, out) -> tuple[dict, int]:
     comps = compositions[0]  # [B, 2] after the strategy step
     table = np.asarray(fns.env.menu_table)
     unit_types = np.stack([table[races[:, s], comps[:, s]] for s in range(2)], 1)
-    arrays = replays.make_chunk(obs, tuple(acts), length, outcome.T[final], races, comps, unit_types)
+    per_game = {"races": np.asarray(races, np.int8), "compositions": np.asarray(comps, np.int8),
+                "unit_types": np.asarray(unit_types, np.int8)}
+    arrays = replays.make_chunk(obs, tuple(acts), length, outcome.T[final], per_game, statistics=smax_z_of_chunk)
     return arrays, illegal
 
 

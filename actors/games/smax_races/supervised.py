@@ -14,7 +14,7 @@ heads, each head averaged over the entries where it is a decision:
 - `target`: battle steps, units alive whose recorded action type is attack (for other types
   the network forces target 0: no decision).
 z (a network with a z input, the default: `--z`): every sequence's observations carry its own
-side's z (`obs["z"]`, `actors.replays.encode_z` of the replay's `z/` arrays, the same at every
+side's z (`obs["z"]`, `actors.games.smax_races.z.encode_z` of the replay's `z/` arrays, the same at every
 step of the game), set to zero for 10% of the training sequences, drawn per sequence and batch
 (AlphaStar, Methods "Supervised learning": "z is set to zero 10% of the time"), so that the
 policy also plays unconditioned (z = 0: exploiters, evaluators). Held-out accuracy uses each
@@ -48,6 +48,7 @@ import optax
 
 from actors import replays
 from actors.games import smax_races
+from actors.games.smax_races import z as z_statistic
 from agents.specs import MASK_KEY
 
 HEADS = ("composition", "action_type", "target")
@@ -66,7 +67,7 @@ class SupervisedError(ValueError):
 def load_sequences(directory: str, spec, holdout: float, seed: int = 0, read_once: bool = True):
     """{race index: (train sequences, held-out sequences)} from a replay directory; a sequence
     is (obs, actions, z) of one side of one game, cut at the game's length, z its encoded
-    statistic (`replays.encode_z`, [Z_SIZE]). Games are held out
+    statistic (`z.encode_z`, [Z_SIZE]). Games are held out
     whole: game k of the directory is held out if a seeded permutation puts it in the last
     `holdout` fraction. Every chunk is read, checked and decompressed once (`read_once`; False:
     the earlier way, all chunks checked first, then read again), all before any training, so a
@@ -86,7 +87,7 @@ def load_sequences(directory: str, spec, holdout: float, seed: int = 0, read_onc
     for chunk in chunks:
         obs = [replays.unflatten_prefix(chunk, f"side{s}/obs") for s in range(2)]
         acts = [replays.unflatten_prefix(chunk, f"side{s}/action") for s in range(2)]
-        z = replays.encode_z(chunk["z/army"], chunk["z/attack_order"], chunk["z/attack_counts"])
+        z = z_statistic.encode_z(chunk["z/army"], chunk["z/attack_order"], chunk["z/attack_counts"])
         for g in range(chunk["length"].shape[0]):
             length = int(chunk["length"][g])
             for s in range(2):
@@ -419,7 +420,7 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
     config = config or smax_races.SmaxRacesConfig()
     spec = smax_races.functions(config).spec
     network = make_network(spec, hidden_size=hidden_size, core_size=core_size,
-                           z=(replays.Z_SIZE, len(replays.PSEUDO_REWARDS)) if z else None)
+                           z=(z_statistic.Z_SIZE, len(z_statistic.PSEUDO_REWARDS)) if z else None)
     data, replay_set = load_sequences(replay_dir, spec, holdout, seed, read_once=method != "stepwise")
     for race in races:
         r = smax_races.RACES.index(race)
