@@ -63,7 +63,8 @@ def fused_limit(game: str, seconds: float) -> dict:
     slots = run.device.opponent_slots
     rollout = DeviceRollout(network, game_.fns, config.batch_size, slots, config.unroll_length,
                             rewards.device_reward(run.reward, game_.spec), value_shape=value_shape(network),
-                            races=bool(run.game_info.capabilities.races))
+                            races=bool(run.game_info.capabilities.races),
+                            z_statistic=run.game_info.capabilities.z() if run.z_network else None)
     learner = DeviceLearner(network, params, config, example_unroll(game_.spec, network, config.unroll_length),
                             rollout, updates_per_chunk=run.device.updates_per_chunk, seed=0)
     bank = jax.tree_util.tree_map(lambda x: jnp.stack([jnp.asarray(x)] * slots), params)
