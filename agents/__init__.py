@@ -1,7 +1,7 @@
 """Agents: networks, their pure initial_state/step/unroll functions, versioned parameters and their (de)serialisation.
 
     from agents import make_network, act
-    network = make_network(game.spec)          # UnitNetwork for SMAX races, else ReferenceNetwork
+    network = make_network(game.spec, unit=capabilities.unit_network)   # UnitNetwork or ReferenceNetwork
     action, state = act(network, params, rng, obs, state, first)   # what actors call (jittable)
     policy = load_policy("agent.npz")          # an exported agent (experiments.export): agents/exported.py
 """
@@ -45,10 +45,12 @@ def _init(network, game_spec, key):
 
 
 def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | None = None,
-                 side: int = 0, *, hidden_size: int | None = None, core_size: int | None = None,
-                 z: tuple[int, int] | None = None):
-    """The network for a game: `UnitNetwork` for unit games (SMAX races: per-unit heads and a
-    `composition` head), the MLP+LSTM `ReferenceNetwork` otherwise (poker, matrix games).
+                 side: int = 0, *, unit: bool = False, hidden_size: int | None = None,
+                 core_size: int | None = None, z: tuple[int, int] | None = None):
+    """The network for a game: `UnitNetwork` where `unit` (the game's `unit_network` capability,
+    `actors.games.base.Capabilities`, which the caller that knows the game passes: the spec's
+    heads "composition", "action_type" and "target"), the MLP+LSTM `ReferenceNetwork` otherwise
+    (poker, matrix games). A config object picks its own network whatever `unit` says.
 
     `config` is a full config object, or a dict of overrides of the small defaults (sizes
     and head counts are taken from the spec). `hidden_size` / `core_size` are the two sizes a
@@ -60,12 +62,10 @@ def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | N
     it (`actors.replays.PSEUDO_REWARDS`); ignored for other games. The caller passes the sizes
     (agents sit below actors in the layers and do not import them)."""
     side_spec = game_spec.side(side)
-    heads = side_spec.action.heads
-    unit_game = all(h in heads for h in ("composition", "action_type", "target"))
     if isinstance(config, UnitNetworkConfig | NetworkConfig):
         return UnitNetwork(config) if isinstance(config, UnitNetworkConfig) else ReferenceNetwork(config)
     overrides = {}
-    if unit_game:
+    if unit:
         if hidden_size:
             overrides.update(embed_size=hidden_size, replica_size=hidden_size)
         if core_size:

@@ -55,17 +55,27 @@ class ArraySpec:
 
 @dataclasses.dataclass(frozen=True)
 class DiscreteHead:
-    """One discrete action head: `num_values` choices for each entry of `shape`."""
+    """One discrete action head: `num_values` choices for each entry of `shape`.
+
+    `pointer_types`: the values of this head (an action-type head) whose action takes a target
+    that a pointer head chooses (a unit game's attack); for every other value the game ignores
+    the target, and the unit network forces it (agents/unit_network.py). () for every head that
+    is not a unit network's action type."""
 
     num_values: int
     shape: tuple[int, ...] = ()
     dtype: np.dtype = np.dtype(np.int32)
+    pointer_types: tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.num_values < 1:
             raise ValueError(f"a discrete head needs at least one value, got {self.num_values}")
         object.__setattr__(self, "shape", tuple(int(s) for s in self.shape))
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "pointer_types", tuple(int(t) for t in self.pointer_types))
+        bad = [t for t in self.pointer_types if not 0 <= t < self.num_values]
+        if bad:
+            raise ValueError(f"pointer_types {bad} outside the head's values 0..{self.num_values - 1}")
 
     @property
     def mask_spec(self) -> ArraySpec:

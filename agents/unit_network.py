@@ -34,8 +34,8 @@ value function per pseudo-reward), `AgentOutput.pseudo_value` [..., K]:
 
     pseudo_value = MLP(core ++ opponent encoding)                (value_size, K)
 
-The target is used by the game only for the action types in `pointer_action_types` (SMAX:
-attack). For every other type the network forces the target to 0 (a one-hot mask), so the
+The target is used by the game only for the action types in `pointer_action_types` (the
+spec's: the action-type head's `pointer_types`, agents/specs.py). For every other type the network forces the target to 0 (a one-hot mask), so the
 target contributes log-prob 0 and no gradient where it does not matter -- this is what the
 autoregressive conditioning buys, and why `unroll` needs the taken action types.
 
@@ -114,7 +114,7 @@ class UnitNetworkConfig:
     num_targets: int = 5
     num_compositions: int = 3
     unit_feature_size: int = 13
-    pointer_action_types: tuple[int, ...] = (5,)  # SMAX: attack
+    pointer_action_types: tuple[int, ...] = ()  # from_spec: the action-type head's pointer_types
     embed_size: int = 32
     attention_heads: int = 2
     attention_key_size: int = 16
@@ -146,12 +146,18 @@ class UnitNetworkConfig:
 
     @classmethod
     def from_spec(cls, side_spec, **overrides) -> UnitNetworkConfig:
-        """Sizes from a SMAX races `SideSpec` (agents/specs.py); `overrides` set the rest."""
+        """Sizes and the pointer's action types from a unit game's `SideSpec` (agents/specs.py:
+        heads "composition", "action_type" and "target"); `overrides` set the rest."""
         heads = side_spec.action.heads
+        missing = [h for h in (COMPOSITION, *UNIT_HEADS) if h not in heads]
+        if missing:
+            raise ValueError(f"the unit network needs the action heads {[COMPOSITION, *UNIT_HEADS]}; "
+                             f"the spec lacks {missing} (it has {sorted(heads)})")
         values = dict(num_units=int(side_spec.num_units),
                       num_action_types=int(heads[ACTION_TYPE].num_values),
                       num_targets=int(heads[TARGET].num_values),
-                      num_compositions=int(heads[COMPOSITION].num_values))
+                      num_compositions=int(heads[COMPOSITION].num_values),
+                      pointer_action_types=tuple(heads[ACTION_TYPE].pointer_types))
         values.update(overrides)
         return cls(**values)
 

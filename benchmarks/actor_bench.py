@@ -125,7 +125,7 @@ def main(argv):
     print(f"devices={jax.devices()}  T={FLAGS.unroll_length}  seconds={FLAGS.seconds}")
     for b in [int(x) for x in FLAGS.batch_sizes]:
         game = make_batch_game("smax_races", b, config=config)
-        network = make_network(game.spec)
+        network = make_network(game.spec, unit=True)
         params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
         if b == int(FLAGS.batch_sizes[0]):
             n = sum(int(np.size(x)) for x in jax.tree_util.tree_leaves(params))

@@ -70,14 +70,16 @@ def make_game(config: RunConfig, batch_size: int):
 
 
 def make_network(config: RunConfig, spec):
-    """The unit network for SMAX races, the MLP + LSTM reference network otherwise."""
+    """The unit network where the game has the `unit_network` capability (SMAX races), the
+    MLP + LSTM reference network otherwise."""
     import agents
 
     z = None
     if config.z_network:  # the game's statistic z (`Capabilities.z`)
         statistic = config.game_info.capabilities.z()
         z = (statistic.Z_SIZE, len(statistic.PSEUDO_REWARDS))
-    return agents.make_network(spec, hidden_size=config.network.hidden_size,
+    return agents.make_network(spec, unit=config.game_info.capabilities.unit_network,
+                               hidden_size=config.network.hidden_size,
                                core_size=config.network.core_size, z=z)
 
 

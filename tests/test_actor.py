@@ -114,7 +114,7 @@ class CheckedGame:
 def smax():
     game = make_batch_game("smax_races", B, config=SmaxRacesConfig(menu=fixed_size_menu(2),
                                                                    max_steps=10))
-    network = make_network(game.spec, TINY)
+    network = make_network(game.spec, TINY, unit=True)
     params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
     return game, network, params
 

@@ -63,7 +63,7 @@ def test_smax_evaluation_plays_every_slot_its_quota():
     game = make_batch_game("smax_races", 4, config=SmaxRacesConfig(menu=fixed_size_menu(2),
                                                                    max_steps=8))
     network = make_network(game.spec, dict(embed_size=8, core_size=8, replica_size=8,
-                                           pointer_size=4, value_size=8, attention_key_size=4))
+                                           pointer_size=4, value_size=8, attention_key_size=4), unit=True)
     params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
     other = network.init(jax.random.PRNGKey(1), game.spec.side(0).zero_observation())
     evaluator = Evaluator(game, network, Store({"a": (0, params), "b": (0, other)}),

@@ -222,3 +222,42 @@ def test_the_exploring_behaviour_policy_worked_by_hand():
     np.testing.assert_allclose(np.bincount(taken, minlength=3) / n, expected, atol=0.015)
     np.testing.assert_allclose(np.exp(np.asarray(action.log_probs["a"])), expected[taken], rtol=1e-4)
     assert abs(expected[0] - pi[0]) > 0.03   # the test tells mu from pi
+
+
+def test_the_game_capability_not_the_head_names_picks_the_unit_network():
+    """`agents.make_network` builds the unit network where the caller says the game has the
+    `unit_network` capability (`unit=True`), and the plain network otherwise: a spec with the unit
+    network's per-unit heads but without the capability gets the plain network. A run's network
+    (`experiments.build.make_network`) follows its game's capability."""
+    from agents import make_network
+    from agents.specs import (
+        ActionSpec,
+        ArraySpec,
+        DiscreteHead,
+        GameSpec,
+        ObservationSpec,
+        SideSpec,
+    )
+    from agents.unit_network import UnitNetwork
+    from experiments import build
+    from experiments.config import RunConfig, game_of
+
+    n = 3
+    heads = {"composition": DiscreteHead(3), "action_type": DiscreteHead(6, (n,), pointer_types=(5,)),
+             "target": DiscreteHead(n, (n,))}
+    side = SideSpec(ObservationSpec({"units": ArraySpec((n, 13 * (2 * n - 1) + 10), np.float32),
+                                     "alive": ArraySpec((n,), np.bool_)}), ActionSpec(heads), num_units=n)
+    spec = GameSpec("units_without_the_capability", (side, side), 10)
+    plain = make_network(spec)
+    assert type(plain) is ReferenceNetwork and plain.config.heads == {"composition": 3, "action_type": 6, "target": n}
+    assert type(make_network(spec, unit=False, hidden_size=8)) is ReferenceNetwork
+    unit = make_network(spec, unit=True, hidden_size=8, core_size=8)
+    assert isinstance(unit, UnitNetwork) and unit.config.pointer_action_types == (5,)
+    assert unit.config.num_units == n and unit.config.embed_size == 8
+    poker = RunConfig.make(game="kuhn_poker")
+    assert not poker.game_info.capabilities.unit_network and game_of("smax_races").capabilities.unit_network
+    assert type(build.make_network(poker, spec)) is ReferenceNetwork
+    assert isinstance(build.make_network(RunConfig(game="smax_races"), spec), UnitNetwork)
+    matrix = SideSpec(ObservationSpec({"x": ArraySpec((2,), np.float32)}), ActionSpec({"a": DiscreteHead(3)}))
+    with pytest.raises(ValueError, match="unit network needs the action heads"):
+        make_network(GameSpec("matrix", (matrix, matrix), 1), unit=True)

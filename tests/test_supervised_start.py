@@ -161,7 +161,7 @@ def test_blocked_cloning_equals_the_step_by_step_loop(tmp_path):
 
     record.record(str(tmp_path / "replays"), "heuristic", 27, 27, 0, log=lambda *a, **k: None)
     spec = smax_races.functions(smax_races.SmaxRacesConfig()).spec
-    network = make_network(spec, hidden_size=8, core_size=8,
+    network = make_network(spec, unit=True, hidden_size=8, core_size=8,
                            z=(zmod.Z_SIZE, len(zmod.PSEUDO_REWARDS)))
     data, _ = supervised.load_sequences(str(tmp_path / "replays"), spec, 0.2, 0)
     horizon = max(s[1]["composition"].shape[0] for pair in data.values() for part in pair for s in part)

@@ -33,9 +33,11 @@ N, TYPES, COMPS, F, OWN = 3, 6, 3, 13, 10
 ATTACK = 5
 
 
-def smax_like_spec() -> GameSpec:
-    """The structure of actors/games/smax_races.py's spec with 3 units (no jaxmarl needed)."""
-    heads = {"composition": DiscreteHead(COMPS), "action_type": DiscreteHead(TYPES, (N,)),
+def smax_like_spec(pointer_types=(ATTACK,)) -> GameSpec:
+    """The structure of actors/games/smax_races.py's spec with 3 units (no jaxmarl needed); the
+    target counts for the action types `pointer_types` (SMAX's: attack)."""
+    heads = {"composition": DiscreteHead(COMPS),
+             "action_type": DiscreteHead(TYPES, (N,), pointer_types=pointer_types),
              "target": DiscreteHead(N, (N,))}
     fields = {"units": ArraySpec((N, F * (2 * N - 1) + OWN), np.float32),
               "alive": ArraySpec((N,), np.bool_), "races": ArraySpec((2, 3), np.float32),
@@ -68,7 +70,7 @@ def make(**overrides):
     sizes = dict(embed_size=16, core_size=12, replica_size=12, pointer_size=8, value_size=8,
                  attention_key_size=8)
     sizes.update(overrides)
-    net = make_network(smax_like_spec(), sizes)
+    net = make_network(smax_like_spec(), sizes, unit=True)
     params = net.init(jax.random.PRNGKey(0), smax_like_spec().side(0).zero_observation())
     return net, params
 
@@ -148,6 +150,50 @@ def test_sampled_actions_are_legal_and_the_pointer_follows_the_action_type():
     out, _ = net.step(params, obs, net.initial_state(B), actions=action.heads)
     illegal = ~masks["action_type"]
     assert (np.asarray(out.logits["action_type"])[illegal] == MASKED_LOGIT).all()
+
+
+@pytest.mark.parametrize("pointer", [ATTACK, 2])
+def test_the_pointer_serves_the_action_types_the_spec_names(pointer):
+    """The action-type head's `pointer_types` in the spec (not a constant of the network) says
+    which action types the target counts for: with action type `pointer` taken, the target's
+    logits are the legal targets'; with any other type the target is forced to 0. The
+    parameters do not depend on it (the same for the same key)."""
+    sizes = dict(embed_size=8, core_size=8, replica_size=8, pointer_size=4, value_size=8,
+                 attention_key_size=4)
+    spec = smax_like_spec(pointer_types=(pointer,))
+    net = make_network(spec, sizes, unit=True)
+    assert net.config.pointer_action_types == (pointer,)
+    obs = at(random_obs(np.random.default_rng(4), (1, 8)), 0)
+    obs[MASK_KEY]["target"][...] = True
+    params = net.init(jax.random.PRNGKey(0), spec.side(0).zero_observation())
+    other, _ = make(**sizes)
+    reference = other.init(jax.random.PRNGKey(0), spec.side(0).zero_observation())
+    jax.tree.map(np.testing.assert_array_equal, params, reference)
+    for taken in (pointer, 1 if pointer != 1 else 0):
+        actions = {"composition": np.zeros(8, np.int32), "action_type": np.full((8, N), taken, np.int32),
+                   "target": np.zeros((8, N), np.int32)}
+        out, _ = net.step(params, obs, net.initial_state(8), actions=actions)
+        free = np.asarray(out.logits["target"]) != MASKED_LOGIT
+        assert free.all() if taken == pointer else (free[..., 0].all() and not free[..., 1:].any())
+    with pytest.raises(ValueError, match="pointer_types"):
+        smax_like_spec(pointer_types=(TYPES,))
+
+
+def test_the_smax_spec_names_attack_as_the_pointer_type():
+    """SMAX's own spec gives the unit network the pointer's action type (attack): the network
+    `experiments.build.make_network` builds for a SMAX run is the one it always was."""
+    from actors.games import smax_races
+    from actors.games.smax_races.game import ACTION_TYPES
+    from actors.games.smax_races.game import ATTACK as SMAX_ATTACK
+    from experiments import build
+    from experiments.config import NetworkSettings, RunConfig
+
+    spec = smax_races.functions(smax_races.SmaxRacesConfig()).spec
+    assert spec.side(0).action["action_type"].pointer_types == (SMAX_ATTACK,)
+    assert ACTION_TYPES[SMAX_ATTACK] == "attack"
+    net = build.make_network(RunConfig(game="smax_races", network=NetworkSettings(hidden_size=16, core_size=16)),
+                             spec)
+    assert isinstance(net, UnitNetwork) and net.config.pointer_action_types == (SMAX_ATTACK,)
 
 
 def test_greedy_acting_takes_the_most_likely_legal_action():
@@ -256,7 +302,7 @@ def test_config_is_checked():
 
 
 def test_run_config_sizes_and_unbatched_state():
-    net = make_network(smax_like_spec(), hidden_size=24, core_size=20)
+    net = make_network(smax_like_spec(), hidden_size=24, core_size=20, unit=True)
     assert net.config.embed_size == 24 and net.config.core_size == 20
     assert net.initial_state_unbatched().hidden.shape == (20,)
     obs = smax_like_spec().side(0).zero_observation()

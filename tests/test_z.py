@@ -157,7 +157,7 @@ def test_produced_z_matches_smax_z():
 def smax():
     game = make_batch_game("smax_races", B, config=SmaxRacesConfig(menu=fixed_size_menu(2),
                                                                    max_steps=10))
-    network = make_network(game.spec, Z_TINY)
+    network = make_network(game.spec, Z_TINY, unit=True)
     params = network.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
     return game, network, params
 
@@ -179,7 +179,7 @@ def test_network_output_depends_on_z_and_no_z_is_zero(smax):
     for a, b in ((out_none.logits, out_0.logits), (out_none.value, out_0.value)):
         jax.tree.map(np.testing.assert_array_equal, a, b)
     # A network without z is unaffected by a z field and has no pseudo-value.
-    plain = make_network(game.spec, TINY)
+    plain = make_network(game.spec, TINY, unit=True)
     p = plain.init(jax.random.PRNGKey(0), game.spec.side(0).zero_observation())
     out, _ = plain.step(p, obs, state)
     assert out.pseudo_value is None and z_size(plain) == 0 and pseudo_reward_count(plain) == 0

@@ -333,7 +333,8 @@ def make_spec(env: RacesSMAX) -> GameSpec:
     n = env.num_allies
     heads = {
         COMPOSITION_HEAD: DiscreteHead(COMPOSITIONS_PER_RACE),
-        "action_type": DiscreteHead(len(ACTION_TYPES), (n,)),
+        # the target (a pointer over enemy units) counts for attacks only
+        "action_type": DiscreteHead(len(ACTION_TYPES), (n,), pointer_types=(ATTACK,)),
         "target": DiscreteHead(n, (n,)),
     }
     fields = {

@@ -419,7 +419,7 @@ def supervised(replay_dir: str, out: str, races=smax_races.RACES, steps: int = 2
 
     config = config or smax_races.SmaxRacesConfig()
     spec = smax_races.functions(config).spec
-    network = make_network(spec, hidden_size=hidden_size, core_size=core_size,
+    network = make_network(spec, unit=True, hidden_size=hidden_size, core_size=core_size,
                            z=(z_statistic.Z_SIZE, len(z_statistic.PSEUDO_REWARDS)) if z else None)
     data, replay_set = load_sequences(replay_dir, spec, holdout, seed, read_once=method != "stepwise")
     for race in races:
