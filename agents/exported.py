@@ -87,7 +87,10 @@ def _array_spec(spec: ArraySpec) -> dict:
 
 
 def _head(head: DiscreteHead) -> dict:
-    return {"num_values": int(head.num_values), "shape": list(head.shape), "dtype": np.dtype(head.dtype).name}
+    out = {"num_values": int(head.num_values), "shape": list(head.shape), "dtype": np.dtype(head.dtype).name}
+    if head.pointer_types:   # the action types a pointer head serves (absent: none, as in older files)
+        out["pointer_types"] = [int(t) for t in head.pointer_types]
+    return out
 
 
 def side_to_dict(side: SideSpec) -> dict:
@@ -100,7 +103,8 @@ def side_from_dict(data: Mapping) -> SideSpec:
     return SideSpec(
         observation=ObservationSpec({k: ArraySpec(tuple(v["shape"]), v["dtype"])
                                      for k, v in data["observation"].items()}),
-        action=ActionSpec({k: DiscreteHead(int(v["num_values"]), tuple(v["shape"]), v["dtype"])
+        action=ActionSpec({k: DiscreteHead(int(v["num_values"]), tuple(v["shape"]), v["dtype"],
+                                           pointer_types=tuple(v.get("pointer_types", ())))
                            for k, v in data["action"].items()}),
         num_units=int(data["num_units"]))
 

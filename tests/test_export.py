@@ -435,3 +435,14 @@ def test_the_result_of_a_run_without_nash_weights_or_exact_meta_game_is_not_name
     make_run(run_dir, game="matrix_rps")
     with pytest.raises(agent_ref.AgentNameError, match="not named yet"):
         agent_ref.resolve(f"{run_dir}:result")
+
+
+def test_a_games_side_spec_survives_the_header_with_its_pointer_types():
+    """The header's spec of a side reads back equal, the unit game's pointer types included
+    (SMAX's action type: attack takes a target)."""
+    from actors.games import smax_races
+
+    spec = smax_races.functions(smax_races.SmaxRacesConfig()).spec
+    for side in spec.sides:
+        assert exported.side_from_dict(exported.side_to_dict(side)) == side
+    assert spec.side(0).action.heads["action_type"].pointer_types
