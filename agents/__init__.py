@@ -58,8 +58,8 @@ def make_network(game_spec, config: UnitNetworkConfig | NetworkConfig | dict | N
     reference network: its MLP) and the recurrent core (reference network: 0 is no
     LSTM, an MLP of two layers of `hidden_size` in its place). `z` = (z's length, pseudo-reward
     count): the unit network takes the statistic z as an input (`obs["z"]`,
-    `actors.replays.encode_z`: `Z_SIZE`) and has a value head per pseudo-reward for following
-    it (`actors.replays.PSEUDO_REWARDS`); ignored for other games. The caller passes the sizes
+    `actors.games.smax_races.z.encode_z`: `Z_SIZE`) and has a value head per pseudo-reward for following
+    it (`actors.games.smax_races.z.PSEUDO_REWARDS`); ignored for other games. The caller passes the sizes
     (agents sit below actors in the layers and do not import them)."""
     side_spec = game_spec.side(side)
     if isinstance(config, UnitNetworkConfig | NetworkConfig):

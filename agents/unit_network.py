@@ -21,7 +21,7 @@ Architecture (AlphaStar, seed 002 "Architecture"; OpenAI Five, seed 003 appendix
 
 The statistic z (`z_size` > 0; AlphaStar, seed 002: the policy is conditioned on z, a build
 order and cumulative statistics). z is the observation field `obs["z"]`, float [..., z_size]
-(`actors.replays.encode_z`: army one-hot, attack order one-hot per rank, attacked types),
+(`actors.games.smax_races.z.encode_z`: army one-hot, attack order one-hot per rank, attacked types),
 added by whoever acts or learns (actors, behaviour cloning); an observation without "z" (the
 game's own: evaluators, the scripted matches) is read as z = 0, the unconditioned policy.
 
@@ -126,7 +126,7 @@ class UnitNetworkConfig:
     value_uses_opponent: bool = True
     split_units: bool = False
     pointer_hidden_size: int = 16  # hidden width of the enemy-key MLP (one per unit-enemy pair)
-    z_size: int = 0  # length of the z input obs["z"] (0: no z; actors.replays.Z_SIZE for SMAX)
+    z_size: int = 0  # length of the z input obs["z"] (0: no z; actors.games.smax_races.z.Z_SIZE for SMAX)
     pseudo_rewards: int = 0  # value heads for z's pseudo-rewards (needs z_size > 0)
 
     def __post_init__(self):
