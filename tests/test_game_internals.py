@@ -58,13 +58,15 @@ SMAX_ALLOWED = {
                          "(menu_table, compositions) read in the device rollout",
     "agents/surgery.py": "issue 86 item 3: the unit network's fields (num_compositions, "
                          "pointer_action_types) come from the game's spec",
-    "agents/unit_network.py": "issue 86 item 3: pointer_action_types and compositions come from "
-                              "the game's spec",
+    "agents/unit_network.py": "issue 86 item 3: the pointer's types come from the spec now "
+                              "(pointer_types); its config field keeps the name pointer_action_types "
+                              "(exported files) and the army head is named compositions",
     "experiments/build.py": "issue 86 item 3: z_pseudo_reward_probability moves to SMAX's settings",
     "experiments/config.py": "issue 86 item 3: SMAX-only fields of DeviceSettings (heuristic_slots, "
                              "handicap) move to SMAX's settings",
-    "experiments/nodes.py": "issue 84 item 2: the learner group's SMAX bookkeeping (forced cells, "
-                            "handicaps, heuristic slots) moves to SMAX's package",
+    "experiments/nodes.py": "issue 86 item 3: the forced cells and handicaps moved to SMAX's package "
+                            "(issue 84); the nodes still read SMAX-named settings (device.heuristic_slots, "
+                            "z_pseudo_reward_probability)",
     "experiments/program.py": "issue 86 item 3: SMAX's settings (heuristic_slots, handicap) named "
                               "in the generic program",
     "experiments/supervisor.py": "issue 86 item 3: the forced-army metrics' formatting moves to "
