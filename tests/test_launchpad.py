@@ -233,11 +233,13 @@ def test_kuhn_league_on_the_device_path_under_launchpad(tmp_path):
     """The device path under Launchpad (local_mp), its learners as one population program
     (`--device.population=true`, issue 55 item 6): learner groups that play their own games, no
     actors; counted games from the learners and the evaluator reach league.db, every learner
-    reports the population program's host share, and every learner learns. (The default, one
-    program per agent, runs under Launchpad in the user's-game test below.)"""
+    reports the population program's host share, and every learner learns (the run ends once
+    every learner has: `--learner_steps=1`; a stop does not wait for a first chunk still
+    compiling). (The default, one program per agent, runs under Launchpad in the user's-game
+    test below.)"""
     run_dir = str(tmp_path / "run")
     out = finish(league("--runner=launchpad", "--game=kuhn_poker", f"--run_dir={run_dir}",
-                        "--experience=device", "--device.population=true", "--minutes=0.75",
+                        "--experience=device", "--device.population=true", "--learner_steps=1",
                         "--hidden_size=16", "--core_size=16",
                         "--progress_every_seconds=5", "--checkpoint_every_seconds=10",
                         "--dashboard_port=-1"), timeout=300)
