@@ -413,80 +413,8 @@ class RunConfig:
 
     def __post_init__(self):
         caps = game_of(self.game).capabilities
-        if self.runner not in RUNNERS:
-            raise ConfigError(f"unknown --runner {self.runner!r}; allowed: {', '.join(RUNNERS)}")
-        if self.experience not in EXPERIENCE:
-            raise ConfigError(f"unknown --experience {self.experience!r}; allowed: {', '.join(EXPERIENCE)}")
-        if caps.races and not 1 <= self.races <= len(caps.races):
-            raise ConfigError(f"--races must be 1 to {len(caps.races)} (the first N of {', '.join(caps.races)}); "
-                              f"got {self.races}")
-        if not caps.races and self.races != 1:
-            raise ConfigError(f"--game={self.game} has one race; pass --races=1 (or leave --races out)")
-        for name in ("learner_groups", "actor_groups"):
-            if getattr(self, name) not in COLOCATIONS:
-                raise ConfigError(f"--{name} must be all, race or agent; got {getattr(self, name)!r}")
-        for name in ("network.hidden_size", "evaluator.games", "evaluator.heuristic_games",
-                     "supervised.games", "supervised.steps", "supervised.batch_size",
-                     "device.updates_per_chunk", "device.opponent_slots", "device.evaluation_pairs",
-                     "device.main_agent_chunks"):
-            if self.get(name) < 1:
-                raise ConfigError(f"--{name} must be at least 1; got {self.get(name)}")
-        if self.network.core_size < (1 if caps.unit_network else 0):
-            raise ConfigError(f"--network.core_size must be at least {1 if caps.unit_network else 0} "
-                              f"on --game={self.game}; got {self.network.core_size}"
-                              + (" (0, no LSTM, is for the reference network of games without units)"
-                                 if caps.unit_network else ""))
-        for name in ("minutes", "learner_steps", "evaluator.count", "device.threads",
-                     "evaluator.heuristic_every_seconds"):
-            if self.get(name) < 0:
-                raise ConfigError(f"--{name} must be >= 0; got {self.get(name)}")
-        if self.device.heuristic_slots:
-            if not caps.scripted_opponent:
-                raise ConfigError(f"--device.heuristic_slots: --game={self.game} has no scripted opponent; "
-                                  "leave it at 0")
-            if not 0 < self.device.heuristic_slots < self.device.opponent_slots:
-                raise ConfigError(f"--device.heuristic_slots must be in [0, --device.opponent_slots) = "
-                                  f"[0, {self.device.opponent_slots}) (the other slots play league "
-                                  f"opponents); got {self.device.heuristic_slots}")
-        if not 0 <= self.device.heuristic_forced_slots <= self.device.heuristic_slots:
-            raise ConfigError(f"--device.heuristic_forced_slots must be in [0, --device.heuristic_slots] = "
-                              f"[0, {self.device.heuristic_slots}] (it forces the armies of some of "
-                              f"the heuristic slots' games); got {self.device.heuristic_forced_slots}")
-        if self.device.heuristic_forced_handicap and not self.device.heuristic_forced_slots:
-            raise ConfigError("--device.heuristic_forced_handicap handicaps the forced cells' games: "
-                              "set --device.heuristic_forced_slots >= 1 with it, or leave it off")
-        if self.league.main_agents_per_race < 1:
-            raise ConfigError("a league needs at least one main agent per race (--league.main_agents_per_race >= 1)")
-        if self.init not in ("", "none") and not caps.supervised_start:
-            raise ConfigError(f"--init={self.init}: --game={self.game} has no supervised start; "
-                              "leave --init out")
-        if self.z_replays not in ("", "none"):
-            if not caps.z:
-                raise ConfigError(f"--z_replays={self.z_replays}: --game={self.game} has no statistic z; "
-                                  "leave --z_replays out")
-            if not self.network.z:
-                raise ConfigError(f"--z_replays={self.z_replays} needs a network that takes z: "
-                                  "drop --network.z=false (or --z_replays)")
-            if self.z_replays == "start" and self.init in ("", "none"):
-                raise ConfigError("--z_replays=start takes z from the supervised start's replays, and "
-                                  "--init=none has none: drop --init=none, or pass --z_replays=DIR")
-        kl = self.kl_teacher_on
-        if self.teacher and not kl:
-            raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
-                              "--teacher is the KL term's teacher; pass its weight too (e.g. --kl_teacher_cost=0.1)")
-        if kl and self.teacher_source is None:
-            raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
-                              "a KL weight needs a teacher: --teacher=RUN_DIR:PLAYER_ID, or on a game with a "
-                              "supervised start (--init=FILE, or --init=auto) whose race's policy is each "
-                              "agent's teacher")
-        if self.learner.loss.kl_teacher_heads and not kl:
-            raise ConfigError(f"--learner.loss.kl_teacher_heads={self.learner.loss.kl_teacher_heads} chooses the "
-                              "heads of the KL to the teacher, which is off: pass its weight too "
-                              "(--kl_teacher_cost), or leave the heads out")
-        plugin = self.actor.reward_plugin
-        if plugin and plugin not in BUILTIN_REWARDS and not os.path.isfile(plugin):
-            raise ConfigError(f"--actor.reward_plugin {plugin!r} is not a file; pass the path of a .py "
-                              "file defining get_reward(batch, contiguous)")
+        for check in RUN_CHECKS:
+            check(self, caps)
         # The league plays the run's races; actors write the learner's unrolls.
         object.__setattr__(self, "league", dataclasses.replace(self.league, races=self.race_names))
         object.__setattr__(self, "actor", dataclasses.replace(
@@ -668,6 +596,103 @@ class RunConfig:
         if "z" not in data.get("network", {"z": True}):
             data = {**data, "network": {**data["network"], "z": False}}
         return _build(cls, data)
+
+
+# -- the checks of a run's settings together ----------------------------------------
+
+
+def _check_basics(config: RunConfig, caps) -> None:
+    """The runner, experience, races, co-locations and the ranges of numbers."""
+    if config.runner not in RUNNERS:
+        raise ConfigError(f"unknown --runner {config.runner!r}; allowed: {', '.join(RUNNERS)}")
+    if config.experience not in EXPERIENCE:
+        raise ConfigError(f"unknown --experience {config.experience!r}; allowed: {', '.join(EXPERIENCE)}")
+    if caps.races and not 1 <= config.races <= len(caps.races):
+        raise ConfigError(f"--races must be 1 to {len(caps.races)} (the first N of {', '.join(caps.races)}); "
+                          f"got {config.races}")
+    if not caps.races and config.races != 1:
+        raise ConfigError(f"--game={config.game} has one race; pass --races=1 (or leave --races out)")
+    for name in ("learner_groups", "actor_groups"):
+        if getattr(config, name) not in COLOCATIONS:
+            raise ConfigError(f"--{name} must be all, race or agent; got {getattr(config, name)!r}")
+    for name in ("network.hidden_size", "evaluator.games", "evaluator.heuristic_games",
+                 "supervised.games", "supervised.steps", "supervised.batch_size",
+                 "device.updates_per_chunk", "device.opponent_slots", "device.evaluation_pairs",
+                 "device.main_agent_chunks"):
+        if config.get(name) < 1:
+            raise ConfigError(f"--{name} must be at least 1; got {config.get(name)}")
+    if config.network.core_size < (1 if caps.unit_network else 0):
+        raise ConfigError(f"--network.core_size must be at least {1 if caps.unit_network else 0} "
+                          f"on --game={config.game}; got {config.network.core_size}"
+                          + (" (0, no LSTM, is for the reference network of games without units)"
+                             if caps.unit_network else ""))
+    for name in ("minutes", "learner_steps", "evaluator.count", "device.threads",
+                 "evaluator.heuristic_every_seconds"):
+        if config.get(name) < 0:
+            raise ConfigError(f"--{name} must be >= 0; got {config.get(name)}")
+
+
+def _check_scripted_slots(config: RunConfig, caps) -> None:
+    """The device path's games against the game's scripted opponent and its forced tasks."""
+    if config.device.heuristic_slots:
+        if not caps.scripted_opponent:
+            raise ConfigError(f"--device.heuristic_slots: --game={config.game} has no scripted opponent; "
+                              "leave it at 0")
+        if not 0 < config.device.heuristic_slots < config.device.opponent_slots:
+            raise ConfigError(f"--device.heuristic_slots must be in [0, --device.opponent_slots) = "
+                              f"[0, {config.device.opponent_slots}) (the other slots play league "
+                              f"opponents); got {config.device.heuristic_slots}")
+    if not 0 <= config.device.heuristic_forced_slots <= config.device.heuristic_slots:
+        raise ConfigError(f"--device.heuristic_forced_slots must be in [0, --device.heuristic_slots] = "
+                          f"[0, {config.device.heuristic_slots}] (it forces the armies of some of "
+                          f"the heuristic slots' games); got {config.device.heuristic_forced_slots}")
+    if config.device.heuristic_forced_handicap and not config.device.heuristic_forced_slots:
+        raise ConfigError("--device.heuristic_forced_handicap handicaps the forced cells' games: "
+                          "set --device.heuristic_forced_slots >= 1 with it, or leave it off")
+
+
+def _check_start(config: RunConfig, caps) -> None:
+    """Main agents, the supervised start and z."""
+    if config.league.main_agents_per_race < 1:
+        raise ConfigError("a league needs at least one main agent per race (--league.main_agents_per_race >= 1)")
+    if config.init not in ("", "none") and not caps.supervised_start:
+        raise ConfigError(f"--init={config.init}: --game={config.game} has no supervised start; "
+                          "leave --init out")
+    if config.z_replays not in ("", "none"):
+        if not caps.z:
+            raise ConfigError(f"--z_replays={config.z_replays}: --game={config.game} has no statistic z; "
+                              "leave --z_replays out")
+        if not config.network.z:
+            raise ConfigError(f"--z_replays={config.z_replays} needs a network that takes z: "
+                              "drop --network.z=false (or --z_replays)")
+        if config.z_replays == "start" and config.init in ("", "none"):
+            raise ConfigError("--z_replays=start takes z from the supervised start's replays, and "
+                              "--init=none has none: drop --init=none, or pass --z_replays=DIR")
+
+
+def _check_teacher_and_reward(config: RunConfig, caps) -> None:
+    """The KL term's teacher and weight, and the reward plug-in."""
+    kl = config.kl_teacher_on
+    if config.teacher and not kl:
+        raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
+                          "--teacher is the KL term's teacher; pass its weight too (e.g. --kl_teacher_cost=0.1)")
+    if kl and config.teacher_source is None:
+        raise ConfigError("--learner.loss.kl_teacher_weight (--kl_teacher_cost) and --teacher go together: "
+                          "a KL weight needs a teacher: --teacher=RUN_DIR:PLAYER_ID, or on a game with a "
+                          "supervised start (--init=FILE, or --init=auto) whose race's policy is each "
+                          "agent's teacher")
+    if config.learner.loss.kl_teacher_heads and not kl:
+        raise ConfigError(f"--learner.loss.kl_teacher_heads={config.learner.loss.kl_teacher_heads} chooses the "
+                          "heads of the KL to the teacher, which is off: pass its weight too "
+                          "(--kl_teacher_cost), or leave the heads out")
+    plugin = config.actor.reward_plugin
+    if plugin and plugin not in BUILTIN_REWARDS and not os.path.isfile(plugin):
+        raise ConfigError(f"--actor.reward_plugin {plugin!r} is not a file; pass the path of a .py "
+                          "file defining get_reward(batch, contiguous)")
+
+
+RUN_CHECKS = (_check_basics, _check_scripted_slots, _check_start, _check_teacher_and_reward)
+"""`RunConfig`'s checks of its settings together, in order (each a ConfigError naming the fix)."""
 
 
 def _build(cls, data: dict):
