@@ -292,7 +292,7 @@ class Carry(NamedTuple):
 
 class DeviceRollout:
     """See the module docstring. `fns`: a JAX game's pure per-game functions (`reset(key[,
-    races])`, `step(state, actions)`, e.g. `actors.games.jax_poker.PokerFunctions`)."""
+    races])`, `step(state, actions)`: `actors.games.base.GameFunctions`)."""
 
     def __init__(self, network, fns, batch_size: int, num_slots: int, unroll_length: int,
                  reward_fn, value_shape: tuple[int, ...] = (), races: bool = False,

@@ -25,7 +25,7 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from actors.games import poker, poker_policy
+    from actors.games.poker import openspiel as poker, policy as poker_policy
     from experiments.build import initial_params, make_game, make_network
     from experiments.config import RunConfig
 

@@ -45,7 +45,7 @@ class Task:
         import jax.numpy as jnp
         from open_spiel.python import policy as os_policy
 
-        from actors.games import poker_policy
+        from actors.games.poker import policy as poker_policy
 
         self.game, self.target = game, target
         self.paths = poker_policy.TerminalPaths(game)
@@ -87,7 +87,7 @@ class Task:
     def measure(self, table) -> dict[str, float]:
         from open_spiel.python import policy as os_policy
 
-        from actors.evaluator import best_response_gap
+        from actors.games.poker.exact import best_response_gap
 
         policy = os_policy.TabularPolicy(self.game)
         policy.action_probability_array[:] = np.asarray(table, np.float64)
@@ -117,7 +117,7 @@ def run_arm(task: Task, arm: str, network, spec, steps: int, every: int, seed: i
     import jax.numpy as jnp
     import optax
 
-    from actors.games import poker
+    from actors.games.poker import openspiel as poker
     from experiments import build
 
     direction, parameters = arm.split("_")
@@ -183,7 +183,8 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from actors.games import make_batch_game, poker, poker_policy
+    from actors.games import make_batch_game
+    from actors.games.poker import openspiel as poker, policy as poker_policy
     from benchmarks.best_response_bench import (  # its flags are absl's: none parsed here
         nash_target,
         print_finals,

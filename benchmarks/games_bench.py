@@ -25,7 +25,8 @@ import numpy as np
 from absl import app, flags
 from jaxmarl.environments.smax.smax_env import SMAX
 
-from actors.games import jax_poker, poker, smax_races
+from actors.games import smax_races
+from actors.games.poker import game as jax_poker, openspiel as poker
 from actors.games.base import random_legal_actions
 from agents.specs import MASK_KEY
 

@@ -1,6 +1,6 @@
 """Building a league's parts from a `RunConfig`: the game, the network, each learning agent's
 initial parameters, its teacher and z bank, and the supervised start (`--init`). The nodes
-(experiments/nodes.py) and the command line tools (league, record, supervised, surgery) call
+(experiments/nodes/) and the command line tools (league, record, supervised, surgery) call
 these; none of them is a node.
 """
 

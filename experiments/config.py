@@ -239,7 +239,7 @@ class DeviceSettings:
     heuristic_forced_handicap: bool = setting(
         False, "SMAX, device path: the forced cells start from a handicap the agent can win: the "
         "heuristic's army plays without some of its units, a level per cell that the agent's results "
-        "move (league/curriculum.py: automatic domain randomization); false: the full armies")
+        "move (SMAX's handicap curriculum: automatic domain randomization); false: the full armies")
     main_agent_chunks: int = setting(
         1, "device path: chunks a main agent plays and learns from per round of its learner group, "
         "where every exploiter plays one: the share of a small machine that goes to the main agents "

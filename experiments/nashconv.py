@@ -13,7 +13,8 @@ The last line printed is the NashConv (OpenSpiel: uniform 4.7472 on Leduc, 11/12
 With --run_dir (the game, network sizes and seed come from its config.json):
 - `main`: the main agent's current policy: its learner checkpoint
   (`learners/<agent>/checkpoint.msgpack`, written when a run stops) turned into an exact
-  tabular policy by `actors.games.poker_policy.network_policy` (the LSTM is run along every
+  tabular policy by the game's exact tools (`Capabilities.exact_evaluator`: poker's
+  `network_policy`; the LSTM is run along every
   history exactly as the actor runs it).
 - `nash`: the league's Nash mixture of players. `--weights=league` (default): the weights of
   the latest rows of the `nash` table in league.db (the coordinator's meta-game on the games'
@@ -22,7 +23,7 @@ With --run_dir (the game, network sizes and seed come from its config.json):
   chips, computed from their tabular policies: what PSRO's meta-solver would use). Frozen
   players' parameters come from `params/`, learning agents' from their learner checkpoints.
   The players are mixed as an extensive-form mixture (one player per game, per-infostate
-  weights by own reach probability; `poker_policy.mix_policies`).
+  weights by own reach probability; `mix_policies`).
 - `nash_average`: the mean of every Nash mixture the league published (the `nash` table's
   rows of each time), each restricted to frozen players (`league.meta.average_nash`:
   fictitious play's average strategy). It moves less than the latest mixture, and on Leduc
@@ -31,16 +32,16 @@ With --run_dir (the game, network sizes and seed come from its config.json):
 --params=AGENT with no --loader measures an agent named as every command names one
 (`experiments.agent_ref`): an exported file (`python -m experiments.export`; the game, network
 and parameters come from the file alone) or RUN_DIR:PLAYER_ID, turned into an exact tabular
-policy as a run's players are (`poker_policy.network_policy`): the same reading as
+policy as a run's players are (`network_policy`): the same reading as
 `--run_dir=RUN_DIR --player=PLAYER_ID`. A mixture (RUN_DIR:result, the league's Nash mixture,
-or its exported file) is mixed as `--mixture=nash` mixes it (`poker_policy.mix_policies` of its
+or its exported file) is mixed as `--mixture=nash` mixes it (`mix_policies` of its
 members' tables with its weights): the same reading as `--run_dir=RUN_DIR --mixture=nash`.
 A damaged or foreign file: a message and exit 2.
 
 --params with --loader loads saved parameters through a loader hook, a function `load(path, game) -> policy_fn`
 where `policy_fn(obs)` maps a batch of the pool's observations (`info_state` [N, dim], `acting`
 [N], `action_mask` {"action": [N, A]}) to action probabilities [N, A] (see
-`actors.games.poker.policy_from_callable`). A .npz that is not an exported agent is read as a
+the exact tools' `policy_from_callable`). A .npz that is not an exported agent is read as a
 tabular policy: one array of probabilities [A] per information-state string (the key).
 """
 
@@ -57,7 +58,6 @@ from collections.abc import Mapping
 import numpy as np
 from absl import app, flags
 
-from actors.games import poker
 from agents.storage import read_npz
 from league.players import MAIN_AGENT
 
@@ -68,17 +68,33 @@ def load_npz_table(path: str, game) -> dict[str, np.ndarray]:
     return read_npz(path)
 
 
+def exact_tools(game_name: str):
+    """The game's exact tools (the module its `exact_evaluator` capability returns: OpenSpiel's
+    NashConv, its policies as tables), or ValueError naming the games that have them."""
+    from actors.games import registry
+
+    try:
+        factory = registry.resolve(game_name).capabilities.exact_evaluator
+    except registry.UnknownGame as e:
+        raise ValueError(f"{game_name}: {e}") from e
+    if factory is None:
+        raise ValueError(f"{game_name} has no exact evaluator: NashConv is exact on kuhn_poker and "
+                         "leduc_poker (the games whose exact_evaluator capability is set)")
+    return factory()
+
+
 def measure(game_name: str, params: str | None = None, loader: str | None = None) -> float:
-    game = poker.load_game(game_name)
+    tools = exact_tools(game_name)
+    game = tools.load_game(game_name)
     if params is None:
-        policy = poker.policy_from_callable(game, poker.uniform_policy_fn)
+        policy = tools.policy_from_callable(game, tools.uniform_policy_fn)
     elif loader is None:
-        policy = poker.policy_from_table(game, load_npz_table(params, game))
+        policy = tools.policy_from_table(game, load_npz_table(params, game))
     else:
         module_name, _, fn_name = loader.partition(":")
         load = getattr(importlib.import_module(module_name), fn_name)
-        policy = poker.policy_from_callable(game, load(params, game))
-    return poker.nash_conv(game, policy)
+        policy = tools.policy_from_callable(game, load(params, game))
+    return tools.nash_conv(game, policy)
 
 
 def is_tabular_file(params: str) -> bool:
@@ -98,32 +114,25 @@ def measure_agent(name: str, game_name: str | None = None):
     """(game name, exact NashConv, the `agent_ref.Agent`) of an agent named as every command
     names one: an exported file, read alone, or RUN_DIR:PLAYER_ID. AgentNameError (a
     ValueError) if it names none, is not a poker agent, or is not of `game_name`."""
-    from actors.games import poker_policy, registry
     from agents import exported
     from experiments import agent_ref
 
     agent = agent_ref.resolve(name)
     try:
-        exact = registry.resolve(agent.game).capabilities.exact_evaluator
-    except registry.UnknownGame:
-        exact = False
-    if not exact:
+        tools = exact_tools(agent.game)
+    except ValueError:
         raise agent_ref.AgentNameError(f"{name}: an agent of {agent.game!r}; NashConv needs a poker agent "
                                        "(a game with an exact evaluator: kuhn_poker, leduc_poker)")
     if game_name and game_name != agent.game:
         raise agent_ref.AgentNameError(f"{name}: an agent of {agent.game}, not of --game={game_name} "
                                        "(leave --game out: the agent says its game)")
-    game = poker.load_game(agent.game)
-    if exported.side_to_dict(agent.spec.side(agent.side)) != exported.side_to_dict(poker.make_spec(game).side(0)):
+    game = tools.load_game(agent.game)
+    if exported.side_to_dict(agent.spec.side(agent.side)) != exported.side_to_dict(tools.make_spec(game).side(0)):
         raise agent_ref.AgentNameError(f"{name}: its network observes another {agent.game} than this "
                                        "version's (the observation or the actions differ)")
-    if agent.weights:   # a mixture (RUN_DIR:result, or its file): mixed as RunReader.measure mixes it
-        walk = poker_policy.PolicyWalk(game, agent.network)
-        tables = [poker_policy.network_policy(game, agent.network, p, walk=walk) for p in agent.params]
-        policy = poker_policy.mix_policies(game, tables, agent.weights)
-    else:
-        policy = poker_policy.network_policy(game, agent.network, agent.params)
-    return agent.game, poker.nash_conv(game, policy), agent
+    # a mixture (RUN_DIR:result, or its file) is mixed as RunReader.measure mixes it
+    policy = tools.agent_policy(game, agent.network, agent.params, agent.weights)
+    return agent.game, tools.nash_conv(game, policy), agent
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,9 +170,10 @@ class RunReader:
             raise ValueError(f"NashConv needs a poker run (a game with an exact evaluator); {run_dir} "
                              f"is a {self.config.game} run")
         self.run_dir = run_dir
-        self.game = poker.load_game(self.config.game)
-        self.network = make_network(self.config, poker.make_spec(self.game))
-        self._walk = None  # poker_policy.PolicyWalk, built on the first conversion
+        self.tools = self.config.game_info.capabilities.exact_evaluator()
+        self.game = self.tools.load_game(self.config.game)
+        self.network = make_network(self.config, self.tools.make_spec(self.game))
+        self._walk = None  # the tools' PolicyWalk, built on the first conversion
         self._policies: dict[tuple[str, int], object] = {}
 
     def history(self):
@@ -185,13 +195,11 @@ class RunReader:
         return player_params(self.run_dir, player_id)
 
     def policy(self, player_id: str, override: Mapping | None = None):
-        from actors.games import poker_policy
-
         version, params = self.params(player_id, override)
         key = (player_id, version)
         if key not in self._policies:
-            self._walk = self._walk or poker_policy.PolicyWalk(self.game, self.network)
-            self._policies[key] = poker_policy.network_policy(
+            self._walk = self._walk or self.tools.PolicyWalk(self.game, self.network)
+            self._policies[key] = self.tools.network_policy(
                 self.game, self.network, params, walk=self._walk)
         return self._policies[key]
 
@@ -232,11 +240,10 @@ class RunReader:
 
     def exact_nash(self, player_ids: list[str], override: Mapping | None = None) -> dict[str, float]:
         """Nash of the exact chip meta-game between `player_ids` (seats alternated)."""
-        from actors.games import poker_policy
         from league import meta
 
         policies = [self.policy(p, override) for p in player_ids]
-        payoff = poker_policy.expected_payoffs(self.game, policies)
+        payoff = self.tools.expected_payoffs(self.game, policies)
         weights, _ = meta.zero_sum_nash(payoff)
         return {p: float(w) for p, w in zip(player_ids, weights) if w > 1e-9}
 
@@ -247,13 +254,11 @@ class RunReader:
         if player_id not in known:
             raise ValueError(f"{self.run_dir} has no player {player_id!r}; its players: "
                              f"{sorted(known)[:8]}{' ...' if len(known) > 8 else ''}")
-        value = poker.nash_conv(self.game, self.policy(player_id))
+        value = self.tools.nash_conv(self.game, self.policy(player_id))
         return RunMeasurement(value, "player", {player_id: 1.0}, "stored parameters", len(known))
 
     def measure(self, mixture: str = "nash", weights: str = "league", agent: str | None = None,
                 override: Mapping | None = None) -> RunMeasurement:
-        from actors.games import poker_policy
-
         if mixture == "main":
             agents = self.main_agents()
             agent = agent or (agents[0] if agents else None)
@@ -263,7 +268,7 @@ class RunReader:
                 raise FileNotFoundError(
                     f"no learner checkpoint for {agent} in {self.run_dir}/learners (written when "
                     "a run stops); stop the run or pass the parameters")
-            value = poker.nash_conv(self.game, self.policy(agent, override))
+            value = self.tools.nash_conv(self.game, self.policy(agent, override))
             return RunMeasurement(value, mixture, {agent: 1.0}, "learner checkpoint",
                                   len(self.history().players()))
         if mixture not in ("nash", "nash_average"):
@@ -276,8 +281,8 @@ class RunReader:
             raise ValueError(f"unknown weights {weights!r}; use league or exact")
         ids = sorted(league_weights)
         policies = [self.policy(p, override) for p in ids]
-        mixed = poker_policy.mix_policies(self.game, policies, [league_weights[p] for p in ids])
-        value = poker.nash_conv(self.game, mixed)
+        mixed = self.tools.mix_policies(self.game, policies, [league_weights[p] for p in ids])
+        value = self.tools.nash_conv(self.game, mixed)
         return RunMeasurement(value, mixture, {p: league_weights[p] for p in ids}, source, players)
 
 

@@ -114,6 +114,7 @@ class Supervisor:
                  lost: Callable[[BaseException], bool] = lambda e: False):
         self.config, self.coordinator, self.out = config, coordinator, out
         self.note = note  # more for the progress line (Ray: hosts and node processes lost)
+        self._scripted = None  # the game's scripted opponent, once a learner reports on it
         self.lost = lost  # whether an error of a call says the node's process was lost (Ray)
         self.stop_event = stop_event or threading.Event()
         self.events: list[dict] = []
@@ -126,6 +127,15 @@ class Supervisor:
         self.players_at_start: int | None = None   # the league's size at the first progress line
         self.programs_told: set = set()   # what `program_lines` has said already
 
+    def task_progress(self, metrics: dict) -> str:
+        """The progress line's words for a main agent's games against the game's scripted
+        opponent's tasks (`ScriptedOpponent.progress(metrics)`; "" where the game has none)."""
+        factory = self.config.game_info.capabilities.scripted_opponent
+        if factory is None or not metrics:
+            return ""
+        self._scripted = self._scripted or factory()
+        progress = getattr(self._scripted, "progress", None)
+        return progress(metrics) if progress else ""
     def report(self, fresh: bool = False) -> dict:
         """Prints the progress line from the coordinator's summary and the learners' metrics
         its control loop last recorded (`fresh`: read them now)."""
@@ -147,18 +157,14 @@ class Supervisor:
             return "  ".join(f"{a.split('_main_agent')[0]} {w}" for a, w in rates.items())
 
         vs = by_race({a: f"{w:.2f}" for a, w in summary["main_win_rate_vs_league"].items()})
-        # --device.heuristic_slots: the main agents' training games against the heuristic (and
-        # how many of them were drawn: a side that cannot win plays out the clock), and
-        # --device.heuristic_forced_slots: those with forced armies (and the share of the
-        # heuristic's army they start without: --device.heuristic_forced_handicap)
+        # the main agents' training games against the game's scripted opponent (and how many of
+        # them were drawn: a side that cannot win plays out the clock), and the part of the line
+        # of its tasks, in the game's own words (`ScriptedOpponent.progress`)
         def against_heuristic(m):
             own = (f"{m['heuristic_win_rate']:.2f}" + (
                 f" ({m['heuristic_draw_rate']:.0%} drawn)" if m.get("heuristic_draw_rate") else "")
                 if "heuristic_win_rate" in m else "")
-            forced = (f"forced armies {m['heuristic_forced_win_rate']:.2f}" + (
-                f" (handicap {m['heuristic_forced_handicap']:.0%})" if "heuristic_forced_handicap" in m else "")
-                if "heuristic_forced_win_rate" in m else "")
-            return " ".join(filter(None, (own, forced)))
+            return " ".join(filter(None, (own, self.task_progress(m))))
 
         scripted = by_race({a: against_heuristic(m) for a, m in metrics.items() if against_heuristic(m)})
         # the evaluator's measurements against the game's scripted opponent: first -> latest

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from league import matchmaking, rules
+from league import matchmaking, persistence, rules
 from league.matchmaking import Match, MatchDistribution
 from league.payoff import Payoff
 from league.players import (
@@ -310,43 +310,10 @@ class League:
     # -- persistence (plain data) ----------------------------------------------
 
     def state(self) -> dict:
-        return {
-            "config": self.config.to_dict(),
-            "players": [vars(p).copy() for p in self.players.values()],
-            "payoff": self.payoff.state(),
-            "last_snapshot_step": dict(self.last_snapshot_step),
-            "snapshot_count": dict(self.snapshot_count),
-            "quality": {k: list(v) for k, v in self._quality.items()},
-            "rng": self.rng.bit_generator.state,
-            "withdrawn": dict(self.withdrawn),
-            "best_target_rate": dict(self.best_target_rate),
-            "best_target_step": dict(self.best_target_step),
-            "nash_targets": {k: dict(v) for k, v in self.nash_targets.items()},
-            "snapshot_targets": {k: dict(v) for k, v in self.snapshot_targets.items()},
-        }
+        """The league as plain data (`league.persistence.league_state`)."""
+        return persistence.league_state(self)
 
     @classmethod
     def from_state(cls, state: dict) -> League:
-        # Leagues saved before `initial_snapshots` existed started without initial copies.
-        config = LeagueConfig.from_dict({"initial_snapshots": False, **state["config"]})
-        league = cls(config, np.random.default_rng())
-        league.rng.bit_generator.state = state["rng"]
-        for data in state["players"]:
-            player = Player(**data)
-            if player.player_id not in league.players:
-                league._add(player)
-        league.payoff = Payoff.from_state(state["payoff"])
-        if league.payoff.players != list(league.players):
-            raise ValueError("league state is inconsistent: payoff players differ from league players")
-        league.last_snapshot_step.update(state["last_snapshot_step"])
-        league.snapshot_count.update(state["snapshot_count"])
-        league.best_target_rate.update(state.get("best_target_rate", {}))
-        league.best_target_step.update(state.get("best_target_step", {}))
-        league.nash_targets = {k: dict(v) for k, v in state.get("nash_targets", {}).items()}
-        league.snapshot_targets = {k: dict(v) for k, v in state.get("snapshot_targets", {}).items()}
-        # The saved quality scores are already without the withdrawn players' entries.
-        for player_id, reason in state.get("withdrawn", {}).items():
-            league._leave_pools(league.players[player_id])
-            league.withdrawn[player_id] = reason
-        league._quality = {k: list(v) for k, v in state["quality"].items()}
-        return league
+        """The league `state` describes (`league.persistence.league_from_state`)."""
+        return persistence.league_from_state(cls, state)

@@ -17,7 +17,7 @@ game) is the meta-game's payoff: for win/loss games it is 2 * win rate - 1, the 
 the win rates; for poker it is the expected chips, the meta-game PSRO solves.
 
 Exact entries. Where a pair's expected outcome is computable exactly (poker: both players as
-tabular policies, one tree walk; `actors.games.poker_policy.TerminalPaths`), `set_exact`
+tabular policies, one tree walk: the game's `exact_evaluator` capability), `set_exact`
 records it (win rate with draws half, and mean score) and every query (`win_rate(s)`,
 `win_rate_matrix`, `score_matrix`) uses it instead of the sampled counts; `exact_mask` says
 which pairs have one. Counts stay what was played.

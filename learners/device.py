@@ -7,7 +7,7 @@ of `DeviceLearner.play_and_learn` is a chunk:
     start:  reset the B games for this chunk's opponents and play one step
     K times (one lax.scan):  play T - 1 steps (the rollout)  ->  one update on the T-step unroll
 
-so nothing per step crosses to the host; between chunks the node (experiments/nodes.py:
+so nothing per step crosses to the host; between chunks the node (experiments/nodes/device_learners.py:
 `DeviceLearnerGroup`) draws the next opponents from the coordinator's match distribution and
 reports the chunk's results in one batch. The rollout is passed in (any object with
 `start(params, version, opponents, teacher, key, races)` and `unroll(params, version, opponents,

@@ -74,7 +74,7 @@ def test_the_run_and_its_actors_share_one_actor_configuration():
     assert (actor.unroll_length, actor.seed, actor.param_refresh_seconds) == (8, 3 * 7919 + 2, 2.0)
     assert actor.reward_plugin == config.reward and actor.episodes_per_match == 32
     assert ActorConfig().episodes_per_match == RunConfig().actor.episodes_per_match   # one default
-    # the earlier name of the refresh period, still passed by experiments/nodes.py
+    # the earlier name of the refresh period, still passed by experiments/nodes/
     with pytest.raises(ConfigError, match="--actor.batch_size must be at least 1"):
         RunConfig.make(game="matrix_rps", **{"actor.batch_size": 0})
 

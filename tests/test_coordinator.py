@@ -775,16 +775,21 @@ def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
     assert "vs heuristic (training games): terran 0.75 (30% drawn)" in out.getvalue(), out.getvalue()
     learners[chunked].m["heuristic_forced_win_rate"] = 0.25   # --heuristic_forced_slots' games
-    out = io.StringIO()
+    out = io.StringIO()   # a game without tasks of its scripted opponent says nothing of them
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    assert "forced" not in out.getvalue(), out.getvalue()
+    # SMAX's words for them (`ScriptedOpponent.progress`)
+    smax = RunConfig.make(init="none")
+    out = io.StringIO()
+    Supervisor(smax, coordinator, out).report(fresh=True)
     assert "vs heuristic (training games): terran 0.75 (30% drawn) forced armies 0.25" in out.getvalue()
     del learners[chunked].m["heuristic_win_rate"]   # every heuristic slot forced
     out = io.StringIO()
-    Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    Supervisor(smax, coordinator, out).report(fresh=True)
     assert "vs heuristic (training games): terran forced armies 0.25" in out.getvalue(), out.getvalue()
     learners[chunked].m["heuristic_forced_handicap"] = 0.4   # --heuristic_forced_handicap
     out = io.StringIO()
-    Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)
+    Supervisor(smax, coordinator, out).report(fresh=True)
     assert "vs heuristic (training games): terran forced armies 0.25 (handicap 40%)" in out.getvalue()
 
 

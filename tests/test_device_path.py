@@ -1,5 +1,5 @@
 """The device path (Podracer's Anakin): learners that play their own games in the jitted program
-of their update (actors/rollout.py, learners/device.py, experiments/nodes.py:DeviceLearnerGroup).
+of their update (actors/rollout.py, learners/device.py, experiments/nodes/device_learners.py:DeviceLearnerGroup).
 
 Each test is checked against something the device path does not compute itself: the batch game's
 own `step` driven from Python, the payoff's per-game update over every order of the games, the
@@ -652,7 +652,7 @@ def test_device_evaluation_matches_the_exact_payoff():
     """`evaluate_pairs` (one game per slot, pairs vmapped) on 4,096 Kuhn games per pair: the mean
     chips and win rate of each pair lie within 4 standard errors of OpenSpiel's exact values
     for the same two networks (`ExactEvaluator`), and every slot counts exactly one game."""
-    from actors.evaluator import ExactEvaluator
+    from actors.games.poker.exact import ExactEvaluator
     from actors.rollout import evaluate_pairs
 
     _, network, p0, p1 = kuhn_setup()

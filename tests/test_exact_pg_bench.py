@@ -24,7 +24,7 @@ def random_policy(game, seed):
 
 
 def test_the_exact_value_is_openspiels_with_seats_averaged():
-    from actors.games import poker
+    from actors.games.poker import openspiel as poker
 
     game = poker.load_game("leduc_poker")
     target, player = random_policy(game, 0), random_policy(game, 1)

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import agents
-from actors.games import poker, poker_policy
+from actors.games.poker import openspiel as poker
+from actors.games.poker import policy as poker_policy
 from agents import exported
 from coordinator.history import LeagueHistory
 from coordinator.param_store import ParamStore, player_params

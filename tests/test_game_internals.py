@@ -10,10 +10,11 @@ docs/ are not searched. Each game has its own package and a pattern for its inte
   (`num_compositions`, `forced_cells`, `z_pseudo_reward_probability`), in code, comments and
   docstrings alike; the issue counts the files that name them, and a name in a docstring is
   knowledge of the game in a generic file too.
-- Poker (`actors/games/poker.py`, `poker_policy.py`, `jax_poker.py`, one package later): imports
-  of those modules (`from actors.games import poker`, `import actors.games.poker`, the dotted
-  path anywhere, relative imports inside actors/games/) and the names `jax_poker`, `poker_policy`
-  anywhere in the text (comments and docstrings count too).
+- Poker (`actors/games/poker/`: the JAX game, OpenSpiel's tools, tabular policies, the exact
+  evaluator): imports of its modules (`from actors.games import poker`, `from
+  actors.games.poker import exact`, the dotted path anywhere, relative imports inside
+  actors/games/) and the names of its modules before they became one package, `jax_poker` and
+  `poker_policy`, anywhere in the text (comments and docstrings count too).
 
 The files that name a game's internals today are allow-listed, each with the issue that removes
 the name; the game registry (`actors/games/registry.py`) names every built-in game and stays.
@@ -64,36 +65,21 @@ SMAX_ALLOWED = {
     "experiments/build.py": "issue 86 item 3: z_pseudo_reward_probability moves to SMAX's settings",
     "experiments/config.py": "issue 86 item 3: SMAX-only fields of DeviceSettings (heuristic_slots, "
                              "handicap) move to SMAX's settings",
-    "experiments/nodes.py": "issue 86 item 3: the forced cells and handicaps moved to SMAX's package "
-                            "(issue 84); the nodes still read SMAX-named settings (device.heuristic_slots, "
-                            "z_pseudo_reward_probability)",
+    "experiments/nodes/device_learners.py": "issue 86 item 3: the forced cells and handicaps moved to "
+                                            "SMAX's package (issue 84); the learner group still reads "
+                                            "SMAX-named settings (device.heuristic_slots, "
+                                            "z_pseudo_reward_probability)",
     "experiments/program.py": "issue 86 item 3: SMAX's settings (heuristic_slots, handicap) named "
                               "in the generic program",
-    "experiments/supervisor.py": "issue 86 item 3: the forced-army metrics' formatting moves to "
-                                 "SMAX's package",
-    "league/curriculum.py": "issue 84 item 2: the handicap curriculum of SMAX's forced cells moves "
-                            "to SMAX's package",
 }
 
 POKER_ALLOWED = {
     "actors/games/registry.py": REGISTRY,
-    "actors/evaluator.py": "issue 86 item 3: ExactEvaluator imports poker and poker_policy; it "
-                           "becomes a factory of poker's capabilities",
-    "experiments/nashconv.py": "issue 86 item 3: the poker policy conversion (poker_policy) becomes "
-                               "a factory of poker's capabilities",
-    "league/payoff.py": "issue 86 item 3: its docstring names poker_policy.TerminalPaths",
-    "actors/rollout.py": "issue 86 item 3: its docstring names jax_poker.PokerFunctions as an "
-                         "example game",
-    "actors/games/base.py": "issue 86 item 3: GameFunctions' docstring names "
-                            "jax_poker.PokerFunctions as an example",
-    "actors/games/__init__.py": "issue 86 item 3: its docstrings name jax_poker; poker's modules "
-                                "become one package",
 }
 
 GAMES = {
     "smax": (("actors/games/smax_races/",), SMAX_PATTERN, SMAX_ALLOWED),
-    "poker": (("actors/games/poker.py", "actors/games/poker_policy.py", "actors/games/jax_poker.py"),
-              POKER_PATTERN, POKER_ALLOWED),
+    "poker": (("actors/games/poker/",), POKER_PATTERN, POKER_ALLOWED),
 }
 
 
@@ -131,12 +117,13 @@ def test_every_product_package_is_searched(files):
 def test_the_patterns_find_what_they_name(files):
     # Each game's own package names its internals, so an empty search means a broken pattern.
     assert SMAX_PATTERN.search(files["actors/games/smax_races/game.py"])
-    assert POKER_PATTERN.search(files["actors/games/jax_poker.py"]) or \
-        POKER_PATTERN.search(files["actors/games/registry.py"])
+    assert POKER_PATTERN.search(files["actors/games/poker/exact.py"])
+    assert POKER_PATTERN.search(files["actors/games/registry.py"])
     for text in ("from actors.games import poker", "import actors.games.jax_poker as jp",
                  "from actors.games.poker_policy import mix_policies",
                  "from actors.games import registry, poker", "from actors.games import (\n  base,\n  poker,\n)",
                  "from .poker import PokerGame", "from . import jax_poker", "from .. import poker",
+                 "from actors.games.poker import exact", "from actors.games.poker.policy import mix_policies",
                  'importlib.import_module("actors.games.poker")', "x = poker_policy.network_policy"):
         assert POKER_PATTERN.search(text), text
     for text in ("from actors.games import registry", "kuhn_poker", "leduc_poker", "pokerface",

@@ -10,7 +10,8 @@ import pyspiel
 import pytest
 
 from actors.actor import Actor, ActorConfig
-from actors.games import jax_poker, make_batch_game, poker
+from actors.games import make_batch_game
+from actors.games.poker import game as jax_poker, openspiel as poker
 from actors.games.base import BatchGame, random_legal_actions
 from agents import make_network
 from agents.specs import MASK_KEY

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from league.curriculum import handicap_units, next_level
+from actors.games.smax_races.handicap import handicap_units, next_level
 from league.league import League
 from league.matchmaking import (
     MAIN_AGENT_MATCHMAKERS,

@@ -18,7 +18,7 @@ import numpy as np
 import pyspiel
 import pytest
 
-from actors.games import jax_poker
+from actors.games.poker import game as jax_poker
 from coordinator.param_store import player_params
 from experiments import agent_ref, export
 from tests.test_export import MAIN, make_run

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from actors import rewards
-from actors.games import poker, smax_races
+from actors.games import smax_races
+from actors.games.poker import openspiel as poker
 
 SMAX_SPEC = smax_races.make_spec(smax_races.RacesSMAX(smax_races.SmaxRacesConfig(
     menu=smax_races.fixed_size_menu(3))))

@@ -332,7 +332,7 @@ def test_forced_cells_start_from_a_handicap_their_results_move(tmp_path):
     cell's level moves by `next_level` on that chunk's results in it (set here: all lost, a
     step easier; all won, a step harder; 1.5 of 4, held: 7 -> 8 -> 7 -> 7), and
     `heuristic_forced_handicap` is the mean fraction of the army removed."""
-    from league.curriculum import handicap_units
+    from actors.games.smax_races.handicap import handicap_units
 
     coordinator, group = _forced_slot_group(tmp_path, heuristic_forced_handicap=True)
     main = "protoss_main_agent_0"

@@ -3,7 +3,7 @@
     from actors.games import make_batch_game
     from actors.games.registry import DEFAULT_GAME
     game = make_batch_game(DEFAULT_GAME, batch_size=64, races=("terran", "zerg"))  # SMAX races
-    game = make_batch_game("leduc_poker", batch_size=256)      # JAX Kuhn/Leduc (jax_poker)
+    game = make_batch_game("leduc_poker", batch_size=256)      # JAX Kuhn/Leduc
     game = make_batch_game("leduc_poker", 256, pool=True)      # the OpenSpiel pool instead
     game = make_batch_game("openspiel/liars_dice", 256)         # other OpenSpiel 2p zero-sum games
     game = make_batch_game("matrix_rps", batch_size=1024)      # matrix_{rps,blotto,random,disc}
@@ -68,8 +68,7 @@ def make_batch_game(name: str, batch_size: int, **kwargs) -> BatchGame:
     (a built-in of `registry.BUILTINS`, 'kuhn_poker', 'matrix_rps', 'pgx/connect_four', 'package.module:factory',
     'openspiel/liars_dice', ...); UnknownGame if it names none.
 
-    'kuhn_poker' and 'leduc_poker' are the JAX games of `jax_poker` (equal to OpenSpiel's on
-    every history; `pool=True` gives the OpenSpiel pool); an OpenSpiel name with parameters
+    'kuhn_poker' and 'leduc_poker' are JAX games (equal to OpenSpiel's on every history; `pool=True` gives the OpenSpiel pool); an OpenSpiel name with parameters
     ('leduc_poker(suit_isomorphism=True)') is the OpenSpiel pool of that game.
     """
     from actors.games.functional import make_batch

@@ -96,8 +96,8 @@ def check_actions(spec: GameSpec, actions, batch_size: int) -> None:
 class GameFunctions(Protocol):
     """Pure, jittable functions of ONE game; the league vmaps them over a batch and jits them
     (the device path fuses them with the policy and the update; actors and evaluators step a
-    batch of them). Implemented by every JAX game here (`jax_poker.PokerFunctions`,
-    `matrix.MatrixFunctions`, the race game's; `actors.games.registry` lists them) and by a user's own game
+    batch of them). Implemented by every JAX game here (poker's, the matrix games',
+    the race game's; `actors.games.registry` lists them) and by a user's own game
     (docs/games.md, examples/).
 
         spec                           GameSpec: each side's observation fields and action
@@ -149,6 +149,7 @@ class ScriptedOpponent(Protocol):
                                           task_rows(tasks, per_game, games) -> the rows the
                                           races array gains, record(tasks, outcomes),
                                           metrics() -> dict
+        progress(metrics) -> str        the progress line's words for those metrics (optional)
     """
 
     def side(self, fns, side: int, batch: int) -> tuple[Callable, Any]: ...
@@ -205,7 +206,11 @@ class Capabilities:
     races: the kinds of side a player can be (SMAX's terran/protoss/zerg): the league holds
         agents per race and `reset` takes the races of both sides; () for one kind ("any").
     turn_based: one side moves at a time (observation field `acting`); informative only.
-    exact_evaluator: OpenSpiel's exact NashConv applies (`--evaluator.exact`).
+    exact_evaluator: () -> the module of the game's exact tools, where OpenSpiel's exact NashConv
+        applies (`--evaluator.exact`, `experiments.nashconv`): `ExactEvaluator(game_name,
+        network, params_source)` (exact payoffs, NashConv, exploiter gaps), `load_game`,
+        `agent_policy(game, network, params, weights=None)` (an agent as a tabular policy),
+        `nash_conv`, `expected_payoffs`, `make_spec`; None: none.
     scripted_opponent: () -> ScriptedOpponent, the game's built-in AI to train against
         (`--device.heuristic_slots`) and to evaluate against (the evaluator's win rate
         against it); None: none.
@@ -225,13 +230,16 @@ class Capabilities:
     text: (functions) -> the game drawn as text for a person playing it (`experiments.play`):
         describe(state, side), action_name(state, side, head, value), end(state, actions, side)
         -> str; None: the observation's numbers and the actions by index.
+    draw: () -> the module that draws a game for a person watching it (the dashboard's watch
+        page: a game between two players of the payoff matrix, played from a seed and shown
+        frame by frame); docs/games.md, `draw`. None: the game is not drawn.
 
     The factories are called where the feature runs, so declaring a game imports nothing.
     """
 
     races: tuple[str, ...] = ()
     turn_based: bool = False
-    exact_evaluator: bool = False
+    exact_evaluator: Callable[[], Any] | None = None
     scripted_opponent: Callable[[], ScriptedOpponent] | None = None
     z: Callable[[], Any] | None = None
     supervised_start: Callable[[], SupervisedStart] | None = None
@@ -240,6 +248,15 @@ class Capabilities:
     requires: tuple[str, ...] = ()
     defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     text: Callable[[Any], Any] | None = None
+    draw: Callable[[], Any] | None = None
+
+    def __post_init__(self):
+        factories = ("exact_evaluator", "scripted_opponent", "z", "supervised_start", "text", "draw")
+        for name in factories:
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"Capabilities.{name} must be a factory (a callable) or None, not "
+                                f"{value!r}: e.g. {name}=lambda: my_module")
 
 
 @dataclasses.dataclass(frozen=True)

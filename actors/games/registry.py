@@ -166,27 +166,29 @@ def _smax() -> Game:
         races=SMAX_RACES, scripted_opponent=_module("actors.games.smax_races.scripted"),
         z=_module("actors.games.smax_races.z"),
         supervised_start=_module("actors.games.smax_races.start"), unit_network=True,
-        reward="openai_five", requires=("jaxmarl",), defaults=SMAX_DEFAULTS))
+        reward="openai_five", requires=("jaxmarl",), defaults=SMAX_DEFAULTS,
+        draw=_module("actors.games.smax_races.draw")))
 
 
 def _poker(name: str, defaults: dict) -> Game:
     def functions():
-        from actors.games import jax_poker
+        from actors.games.poker import game
 
-        return jax_poker.PokerFunctions(jax_poker.PokerConfig(name))
+        return game.PokerFunctions(game.PokerConfig(name))
 
     def make_batch(batch_size, pool: bool = False, **kwargs):
         if pool:  # the OpenSpiel pool instead of the JAX game (the same game on every history)
-            from actors.games import poker
+            from actors.games.poker import openspiel
 
-            return poker.OpenSpielPool(name, batch_size, **kwargs)
-        from actors.games import jax_poker
+            return openspiel.OpenSpielPool(name, batch_size, **kwargs)
+        from actors.games.poker import game
 
-        return jax_poker.JaxPokerGame(name, batch_size, **kwargs)
+        return game.JaxPokerGame(name, batch_size, **kwargs)
 
     return Game(name, functions, make_batch, Capabilities(
-        turn_based=True, exact_evaluator=True, reward="game", defaults=defaults,
-        text=_text("actors.games.jax_poker")))
+        turn_based=True, exact_evaluator=_module("actors.games.poker.exact"), reward="game",
+        defaults=defaults, text=_text("actors.games.poker.game"),
+        draw=_module("actors.games.poker.draw")))
 
 
 MATRIX = ("rps", "disc", "blotto", "random")
@@ -219,9 +221,9 @@ BUILTINS = {DEFAULT_GAME: _smax, "kuhn_poker": lambda: _poker("kuhn_poker", KUHN
 
 def _openspiel(name: str) -> Game:
     def make_batch(batch_size, **kwargs):
-        from actors.games import poker
+        from actors.games.poker import openspiel
 
-        return poker.OpenSpielPool(name, batch_size, **kwargs)
+        return openspiel.OpenSpielPool(name, batch_size, **kwargs)
 
     return Game(f"openspiel/{name}", None, make_batch, Capabilities(turn_based=True, reward="game"))
 

@@ -3,7 +3,7 @@
 `network_policy(game, network, params)` turns what the actor plays into a `TabularPolicy`:
 pi(a | I) for every information state I of the game, exactly (no sampling). The actor feeds a
 recurrent network the pool's observations of BOTH players at EVERY decision step of a game
-(`actors.games.poker.OpenSpielPool`): side p sees `observe(state, p)` -- its information-state
+(`actors.games.poker.openspiel.OpenSpielPool`): side p sees `observe(state, p)` -- its information-state
 tensor, `acting`, and its legal-action mask (one-hot at 0 when the other player moves) -- with
 `first` set on the game's first decision step only (the LSTM is reset there); chance is resolved
 inside the pool, so chance nodes and the terminal state are never observed. Here the game tree
@@ -40,7 +40,7 @@ import numpy as np
 import pyspiel
 from open_spiel.python import policy as os_policy
 
-from actors.games import poker
+from actors.games.poker import openspiel as poker
 
 
 def _decision_states(state: pyspiel.State, prob: float = 1.0):

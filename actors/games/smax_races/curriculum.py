@@ -18,7 +18,7 @@ from collections import deque
 
 import numpy as np
 
-from league import curriculum
+from actors.games.smax_races import handicap
 from league.pfsp import weighted_pfsp_probabilities
 
 WINDOW = 4     # chunks of a cell's results its win rate reads
@@ -72,10 +72,10 @@ class ForcedCells:
 
     def handicap_units(self, cell: tuple[int, int, int]) -> int:
         """Units the heuristic's army starts without in a cell: its level over the army's size
-        (`league.curriculum.handicap_units`); 0 without handicaps."""
+        (`handicap.handicap_units`); 0 without handicaps."""
         if not self.handicap:
             return 0
-        return curriculum.handicap_units(self.levels.get(cell, 0), self.army_size(cell))
+        return handicap.handicap_units(self.levels.get(cell, 0), self.army_size(cell))
 
     def task_rows(self, cells: list[tuple[int, int, int]], per_game: int, games: int) -> list[np.ndarray]:
         """The rows the races array [B, 2] gains for a chunk whose first slots play `cells`
@@ -92,7 +92,7 @@ class ForcedCells:
     def record(self, cells: list[tuple[int, int, int]], outcomes: list[list[int]]) -> None:
         """A chunk's results in its forced slots: `outcomes` one (wins, draws, losses) a slot,
         the slots playing `cells`. Moves each cell's win rate and, with handicaps, its level
-        (`league.curriculum.next_level`, on the chunk's score in it)."""
+        (`handicap.next_level`, on the chunk's score in it)."""
         self._results.append(list(np.sum(outcomes, 0)))
         played: dict[tuple[int, int, int], np.ndarray] = {}   # cell -> this chunk's (score, games)
         for cell, (wins, draws, losses) in zip(cells, outcomes):
@@ -105,7 +105,7 @@ class ForcedCells:
                 if games:
                     self.cells.setdefault(cell, deque(maxlen=WINDOW)).append((score, games))
                     if self.handicap:
-                        self.levels[cell] = curriculum.next_level(self.levels.get(cell, 0), score, int(games))
+                        self.levels[cell] = handicap.next_level(self.levels.get(cell, 0), score, int(games))
 
     def metrics(self) -> dict[str, float]:
         """`heuristic_forced_win_rate`, `_draw_rate` and `_games` (the forced games of the last
@@ -119,3 +119,11 @@ class ForcedCells:
         if self._handicaps:
             out["heuristic_forced_handicap"] = float(np.mean(self._handicaps))
         return out
+
+
+def progress_text(m: dict) -> str:
+    """`ForcedCells.metrics()` as the progress line shows them: "forced armies 0.42 (handicap 30%)"."""
+    if "heuristic_forced_win_rate" not in m:
+        return ""
+    return f"forced armies {m['heuristic_forced_win_rate']:.2f}" + (
+        f" (handicap {m['heuristic_forced_handicap']:.0%})" if "heuristic_forced_handicap" in m else "")

@@ -173,3 +173,11 @@ def curriculum(config: game.SmaxRacesConfig, races: list[int], slots: int, setti
     from actors.games.smax_races.curriculum import ForcedCells
 
     return ForcedCells(sys.modules[__name__], config, races, slots, settings.heuristic_forced_handicap, rng, lock)
+
+
+def progress(metrics: dict) -> str:
+    """The progress line's words for one main agent's forced-army games (`ScriptedOpponent.progress`):
+    their win rate and, with handicaps, the mean share of the heuristic's army they start without."""
+    from actors.games.smax_races.curriculum import progress_text
+
+    return progress_text(metrics)

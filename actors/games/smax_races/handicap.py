@@ -5,7 +5,7 @@ Section 5, Algorithm 1) moves each task's difficulty one step at a time with the
 measured performance on it: a step harder when the performance over its last games reaches a
 high threshold t_H, a step easier when it falls to a low threshold t_L, and no change between.
 Here a task is one SMAX cell that a main agent loses (enemy race, its army, the heuristic's
-army; `actors.games.smax_races.curriculum.ForcedCells`) and its difficulty a handicap level
+army; `curriculum.ForcedCells`, beside this module) and its difficulty a handicap level
 L in 0..L_max: the opponent's army starts without floor(L / L_max * size) of its units (at
 least one unit stays). Every cell starts at L = 0, the real game, so a cell the agent can win
 never gets a handicap; a cell it loses gets easier chunk by chunk until its games are won often
