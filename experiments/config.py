@@ -272,6 +272,11 @@ class EvaluatorSettings:
         300.0, "SMAX: evaluator_0 plays each main agent (current parameters, z = 0) against jaxmarl's "
         "scripted heuristic in every race of the run this often (league.db `heuristic`, the "
         "dashboard's curve; OpenAI Five's fixed reference agents); 0: never")
+    core_share: float = setting(
+        1.0, "the share of the wall time each evaluator works: after a piece of work of w seconds it "
+        "rests w (1 - share) / share, leaving the cores to the learners (on one machine an evaluator "
+        "busy all the time takes a core from them under Ray, where it is a process of its own); 1: "
+        "no rest. Its measured share is the evaluator's `core_share` metric")
     heuristic_games: int = setting(16, "games per main agent and heuristic race in each heuristic measurement")
     heuristic_greedy: bool = setting(
         False, "the heuristic measurement plays the main agents' most likely actions (army, action "
@@ -626,6 +631,8 @@ def _check_basics(config: RunConfig, caps) -> None:
                           f"on --game={config.game}; got {config.network.core_size}"
                           + (" (0, no LSTM, is for the reference network of games without units)"
                              if caps.unit_network else ""))
+    if not 0.0 < config.evaluator.core_share <= 1.0:
+        raise ConfigError(f"--evaluator.core_share must be in (0, 1]; got {config.evaluator.core_share}")
     for name in ("minutes", "learner_steps", "evaluator.count", "device.threads",
                  "evaluator.heuristic_every_seconds"):
         if config.get(name) < 0:

@@ -277,3 +277,22 @@ def test_the_progress_line_names_the_runs_agent_with_its_latest_nashconv(tmp_pat
         assert "main agents alone: any 0.250" in line and "0.01" not in line
     finally:
         coordinator.close()
+
+
+def test_a_core_share_rests_a_node_so_that_it_works_that_share_of_the_time():
+    """--evaluator.core_share s: after w seconds of work the node rests w (1 - s) / s, so over
+    work and rests it works s of the time (worked by hand: s = 0.25, 2 s of work, 6 s of rest)."""
+    from experiments.config import ConfigError, RunConfig
+    from experiments.nodes.base import CoreShare
+
+    now = [0.0]
+    share = CoreShare(0.25, clock=lambda: now[0])
+    for work in (2.0, 0.5, 1.5):
+        rest = share.worked(work)
+        assert rest == pytest.approx(3 * work)
+        now[0] += work + rest
+    assert share.measured() == pytest.approx(0.25)
+    assert CoreShare(1.0).worked(5.0) == 0.0          # 1: no rest
+    for bad in (0.0, 1.5):
+        with pytest.raises(ConfigError, match="core_share must be in"):
+            RunConfig.make(game="matrix_rps", **{"evaluator.core_share": bad})

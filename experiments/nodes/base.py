@@ -98,3 +98,27 @@ class _Learners:
                 self.checkpoint()
                 last_checkpoint = time.time()
             self._round()
+
+
+class CoreShare:
+    """A node's share of the wall time spent working, kept at most `share`: after a piece of work
+    of w seconds the node rests
+
+        rest(w) = w (1 - share) / share
+
+    so that over any run of work and rests, work / (work + rests) = share (a duty cycle). The
+    node's measured share is `measured()`: its working seconds over the seconds since it began."""
+
+    def __init__(self, share: float = 1.0, clock=time.monotonic):
+        if not 0.0 < share <= 1.0:
+            raise ValueError(f"a core share is in (0, 1]; got {share}")
+        self.share, self._clock = float(share), clock
+        self.started, self.busy = clock(), 0.0
+
+    def worked(self, seconds: float) -> float:
+        """Counts `seconds` of work; returns the rest that follows it."""
+        self.busy += seconds
+        return seconds * (1.0 - self.share) / self.share
+
+    def measured(self) -> float:
+        return self.busy / max(self._clock() - self.started, 1e-9)

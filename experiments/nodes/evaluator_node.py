@@ -14,7 +14,7 @@ import numpy as np
 
 from experiments.build import make_game, make_network
 from experiments.config import RunConfig
-from experiments.nodes.base import ParamsSource
+from experiments.nodes.base import CoreShare, ParamsSource
 from league.players import WithdrawnPlayer
 from league.results import GameResult
 
@@ -55,6 +55,7 @@ class EvaluatorNode:
             tools = config.game_info.capabilities.exact_evaluator()  # the game's exact tools
             self._exact = tools.ExactEvaluator(config.game, network, params_source)
         self._stop = threading.Event()
+        self._share = CoreShare(config.evaluator.core_share)   # --evaluator.core_share
         self.games = 0
         self.heuristic_measurements = 0
 
@@ -68,12 +69,15 @@ class EvaluatorNode:
         def loop():
             try:
                 while not self._stop.is_set():
+                    started = time.monotonic()
                     self.heuristic_next()
                     try:
-                        if not (self.exact_next() or self.evaluate_next()):
-                            self._stop.wait(1.0)
+                        did = self.exact_next() or self.evaluate_next()
                     except WithdrawnPlayer:
                         continue  # a damaged frozen player, withdrawn now: the next pair is without it
+                    finally:
+                        rest = self._share.worked(time.monotonic() - started)
+                    self._stop.wait(rest if did else max(rest, 1.0))
             except Exception as e:   # after a stop: the run is ending, its nodes closing
                 if not self._stop.is_set():
                     error.append(e)
@@ -272,4 +276,5 @@ class EvaluatorNode:
 
     def metrics(self) -> dict:
         return {"games": self.games, "heuristic_measurements": self.heuristic_measurements,
+                "core_share": self._share.measured(),
                 **({} if self._exact is None else {f"exact_{k}": v for k, v in self._exact.metrics().items()})}
