@@ -5,6 +5,7 @@ turn-based game (Kuhn, Leduc, `examples/nim.py` by its module path, pgx board ga
     python -m experiments.play --game=kuhn_poker runs/kuhn:any_main_agent_0 --seat=0 --greedy
     cd examples && python -m experiments.play --game=nim:make ../nim.agent.npz
     python -m experiments.play --game=pgx/tic_tac_toe ttt.agent.npz --seed=3
+    python -m experiments.play --game=leduc_poker runs/leduc:any_main_agent_0 --web --port=8060
 
 AGENT is any name of `experiments.agent_ref` (RUN_DIR:PLAYER_ID or an exported file); `--game`
 must be the agent's game (leave it out to play the agent's). Each turn shows the game as the
@@ -18,6 +19,13 @@ and another game is offered. `--seat`: the side the person plays (the game itsel
 moves first: poker's positions, nim's and pgx's first mover). Exit 0 on q or the end of input;
 2 with the reason for an agent that cannot be read, a `--game` that is not the agent's, or a
 game that cannot be played here.
+
+`--web`: the same games in a browser instead (experiments/play_web.py): a page served on
+`--host` (127.0.0.1) and `--port` (8060; 0 any free one), its address printed; it shows the same
+drawing, the legal moves as buttons named by the game, the moves played with the agent's replies,
+the end (hidden cards shown), the result, the score so far and a "new game" button; Ctrl-C stops
+it (exit 0). Both play `GameInPlay`, the one turn-stepping core: the person's `legal_moves()`,
+the agent's move drawn on its own observation (`agent_move()`), `play(move)`, `finished`.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ def define_flags() -> None:
     flags.DEFINE_enum("seat", "random", ["0", "1", "random"], "the side you play; random: drawn per game")
     flags.DEFINE_bool("greedy", False, "the agent plays its most likely move (else it samples its policy)")
     flags.DEFINE_integer("seed", 0, "seed of the games' deals, the agent's samples and the seats drawn")
+    flags.DEFINE_bool("web", False, "play in a browser: serve the page on --host:--port (experiments/play_web.py)")
+    flags.DEFINE_integer("port", 8060, "--web: the port to serve on (0: any free port)")
+    flags.DEFINE_string("host", "127.0.0.1", "--web: the address to bind (default: loopback only)")
 
 
 class PlayError(ValueError):
@@ -119,6 +130,151 @@ def acting(obs) -> bool:
     return bool(obs["acting"]) if "acting" in obs else True
 
 
+class IllegalMove(ValueError):
+    """A move the person cannot play now (not one of the legal moves, or the game is over); the
+    message says why and what the moves are."""
+
+
+class GameInPlay:
+    """One game of the person (side `person`) against the session's agent, stepped one step at a
+    time: the turn-stepping core that the terminal (`Session.play_game`) and the browser page
+    (experiments/play_web.py) share.
+
+    At each step the agent's network has already stepped on its side's observation (as in the
+    league, on every step of the game, its side acting or not) and its move is drawn:
+    `agent_move()` names it (None when its side does not act). `person_moves`: the person acts
+    now, one of `legal_moves()` per action head; `play(move)` steps the game with both sides'
+    moves (`move` None when the person does not act) and draws the agent's next. At the end:
+    `finished`, `payoff` (the person's) and `ending` (the game's last position, hidden cards
+    shown). `moves`: what was played so far, (who, names) with who "you" or "the agent".
+    """
+
+    def __init__(self, session: Session, number: int, person: int):
+        import jax
+
+        self.session, self.number = session, number
+        self.person, self.other = person, 1 - person
+        self.heads = session.heads
+        session.key, key = jax.random.split(session.key)
+        self.state, self.obs = session._reset(key)
+        self.core, self.first = session.agent.network.initial_state(1), True
+        self.params = session.game_params()
+        self.finished, self.payoff, self.ending = False, None, None
+        self.moves: list[tuple[str, str]] = []
+        self._draw_agent()
+
+    def _draw_agent(self) -> None:
+        """The agent's network stepped on its side's observation; its move for this step."""
+        import jax
+        import jax.numpy as jnp
+        import numpy as np
+
+        from agents.specs import MASK_KEY
+
+        s = self.session
+        s.key, key = jax.random.split(s.key)
+        seen = jax.tree.map(lambda x: jnp.asarray(x)[None], self.obs[self.other])
+        action, self.core = s._act(self.params, key, seen, self.core, np.array([self.first]))
+        self.first = False
+        self.theirs = {h: np.asarray(action.game[h])[0].astype(np.int32) for h in self.heads}
+        if acting(self.obs[self.other]):
+            for h in self.heads:
+                if not np.asarray(self.obs[self.other][MASK_KEY][h])[self.theirs[h]]:
+                    raise RuntimeError(f"the agent chose {h}={self.theirs[h]}, not a legal move")
+
+    # -- what the person sees --------------------------------------------------------------
+    @property
+    def person_moves(self) -> bool:
+        """Whether the person acts at this step."""
+        return not self.finished and acting(self.obs[self.person])
+
+    @property
+    def agent_acts(self) -> bool:
+        return not self.finished and acting(self.obs[self.other])
+
+    def view(self) -> str:
+        """The game as the person's side sees it now (the last position, cards shown, at the end)."""
+        if self.finished:
+            return self.ending
+        return self.session.describe(self.state, self.obs[self.person], self.person)
+
+    def legal_moves(self) -> dict[str, list[tuple[int, str]]]:
+        """Per action head, the person's legal values and their names; {} when the person does
+        not act now."""
+        import numpy as np
+
+        from agents.specs import MASK_KEY
+
+        if not self.person_moves:
+            return {}
+        return {h: [(int(v), self.session.action_name(self.state, self.person, h, v))
+                    for v in np.flatnonzero(np.asarray(self.obs[self.person][MASK_KEY][h]))]
+                for h in self.heads}
+
+    def result(self) -> str:
+        """At the end: "you won, payoff +1" (lost, drew)."""
+        word = "won" if self.payoff > 0 else "lost" if self.payoff < 0 else "drew"
+        return f"you {word}, payoff {self.payoff:+g}"
+
+    def move_names(self, move: dict, side: int) -> str:
+        return ", ".join(self.session.action_name(self.state, side, h, move[h]) for h in self.heads)
+
+    def agent_move(self) -> str | None:
+        """The agent's move at this step, by name; None when its side does not act."""
+        return self.move_names(self.theirs, self.other) if self.agent_acts else None
+
+    def check(self, move) -> dict:
+        """The person's move as {head: value}, each one of the legal values; IllegalMove (what
+        is wrong, and the moves) otherwise. One head: a bare value is the move too."""
+        if self.finished:
+            raise IllegalMove(f"game {self.number} is over: start a new game")
+        legal = self.legal_moves()
+        if not legal:
+            raise IllegalMove("it is not your move")
+        if not isinstance(move, dict):
+            move = {self.heads[0]: move} if len(self.heads) == 1 else {}
+        if set(move) != set(self.heads):
+            raise IllegalMove(f"a move names a value for each action head {self.heads}, not {sorted(move)}")
+        checked = {}
+        for h in self.heads:
+            value = move[h]
+            if isinstance(value, bool) or not isinstance(value, int) or value not in dict(legal[h]):
+                offered = ", ".join(f"{v} ({n})" for v, n in legal[h])
+                raise IllegalMove(f"{value!r} is not one of your moves{f' ({h})' if len(self.heads) > 1 else ''}: "
+                                  f"{offered}")
+            checked[h] = value
+        return checked
+
+    # -- one step ----------------------------------------------------------------------------
+    def play(self, move: dict | None = None) -> None:
+        """Steps the game: the person's `move` (checked; None when the person does not act) and
+        the agent's drawn one. At the end `finished`, `payoff` and `ending` are set."""
+        import jax.numpy as jnp
+        import numpy as np
+
+        from agents.specs import MASK_KEY
+
+        if self.person_moves:
+            mine = self.check(move)
+            self.moves.append(("you", self.move_names(mine, self.person)))
+        elif self.finished:
+            raise IllegalMove(f"game {self.number} is over: start a new game")
+        else:   # a side that does not act sends any legal value (the game ignores it)
+            mine = {h: np.int32(np.argmax(np.asarray(self.obs[self.person][MASK_KEY][h]))) for h in self.heads}
+        if self.agent_acts:
+            self.moves.append(("the agent", self.agent_move()))
+        actions = (mine, self.theirs) if self.person == 0 else (self.theirs, mine)
+        actions = tuple({h: jnp.asarray(v, jnp.int32) for h, v in a.items()} for a in actions)
+        after, obs_after, rewards, done, _, _ = self.session._step(self.state, actions)
+        if bool(done):
+            self.finished = True
+            self.payoff = float(np.asarray(rewards)[self.person])
+            self.ending = self.session.end(self.state, self.obs[self.person], actions, self.person)
+            return
+        self.state, self.obs = after, obs_after
+        self._draw_agent()
+
+
 class Session:
     """Games of a person (`read` and `write`) against `agent`, on the game's pure functions."""
 
@@ -153,6 +309,11 @@ class Session:
             return self.agent.params
         return self.agent.params[int(self.rng.choice(len(self.agent.params), p=np.asarray(self.agent.weights)))]
 
+    def new_game(self, number: int) -> GameInPlay:
+        """Game `number`, the person's side drawn (`seat` random) or given."""
+        person = int(self.rng.integers(2)) if self.seat == "random" else int(self.seat)
+        return GameInPlay(self, number, person)
+
     # -- what the person sees --------------------------------------------------------------
     def describe(self, state, obs, side: int) -> str:
         return self.text.describe(state, side) if self.text else observation_text(obs)
@@ -176,16 +337,11 @@ class Session:
             raise Quit
         return reply
 
-    def choose(self, state, obs, side: int) -> dict:
+    def choose(self, game: GameInPlay) -> dict:
         """The person's move: per action head, one of the legal values, by number or name."""
-        import numpy as np
-
-        from agents.specs import MASK_KEY
-
         move = {}
-        for head in self.heads:
-            legal = np.flatnonzero(np.asarray(obs[MASK_KEY][head]))
-            names = [self.action_name(state, side, head, v) for v in legal]
+        for head, legal in game.legal_moves().items():
+            names = [n for _, n in legal]
             label = f" ({head})" if len(self.heads) > 1 else ""
             self.write(f"your moves{label}: " + "   ".join(f"{i + 1}) {n}" for i, n in enumerate(names)))
             while True:
@@ -196,54 +352,27 @@ class Session:
                     break
                 self.write(f"{reply!r} is not one of your moves: enter a number from 1 to {len(names)} "
                            "or a move's name (q quits)")
-            move[head] = legal[pick]
+            move[head] = legal[pick][0]
         return move
 
     # -- one game --------------------------------------------------------------------------
     def play_game(self, number: int) -> float:
         """One game to its end; the person's payoff. Quit if the person quits."""
-        import jax
-        import jax.numpy as jnp
-        import numpy as np
-
-        from agents.specs import MASK_KEY
-
-        person = int(self.rng.integers(2)) if self.seat == "random" else int(self.seat)
-        other = 1 - person
-        self.key, key = jax.random.split(self.key)
-        state, obs = self._reset(key)
-        core, first = self.agent.network.initial_state(1), True
-        params = self.game_params()
-        self.write(f"\n=== game {number}: you play side {person}, the agent side {other} ===")
-        while True:
-            # The agent's network steps on every observation of its side, as in the league.
-            self.key, key = jax.random.split(self.key)
-            seen = jax.tree.map(lambda x: jnp.asarray(x)[None], obs[other])
-            action, core = self._act(params, key, seen, core, np.array([first]))
-            first = False
-            theirs = {h: np.asarray(action.game[h])[0].astype(np.int32) for h in self.heads}
-            if acting(obs[person]):
-                self.write(self.describe(state, obs[person], person))
-                mine = self.choose(state, obs[person], person)
-                self.write("you play: " + ", ".join(self.action_name(state, person, h, mine[h]) for h in self.heads))
-            else:
-                mine = {h: np.int32(np.argmax(np.asarray(obs[person][MASK_KEY][h]))) for h in self.heads}
-            if acting(obs[other]):
-                for h in self.heads:
-                    if not np.asarray(obs[other][MASK_KEY][h])[theirs[h]]:
-                        raise RuntimeError(f"the agent chose {h}={theirs[h]}, not a legal move")
-                names = ", ".join(self.action_name(state, other, h, theirs[h]) for h in self.heads)
-                self.write(f"the agent plays: {names}")
-            actions = (mine, theirs) if person == 0 else (theirs, mine)
-            actions = tuple({h: jnp.asarray(v, jnp.int32) for h, v in a.items()} for a in actions)
-            after, obs_after, rewards, done, _, _ = self._step(state, actions)
-            if bool(done):
-                payoff = float(np.asarray(rewards)[person])
-                self.write("--- the end ---\n" + self.end(state, obs[person], actions, person))
-                word = "won" if payoff > 0 else "lost" if payoff < 0 else "drew"
-                self.write(f"result: you {word}, payoff {payoff:+g}")
-                return payoff
-            state, obs = after, obs_after
+        game = self.new_game(number)
+        self.write(f"\n=== game {number}: you play side {game.person}, the agent side {game.other} ===")
+        while not game.finished:
+            mine = None
+            if game.person_moves:
+                self.write(game.view())
+                mine = self.choose(game)
+                self.write("you play: " + game.move_names(mine, game.person))
+            theirs = game.agent_move()
+            if theirs is not None:
+                self.write(f"the agent plays: {theirs}")
+            game.play(mine)
+        self.write("--- the end ---\n" + game.ending)
+        self.write(f"result: {game.result()}")
+        return game.payoff
 
     def score(self) -> str:
         r = self.results
@@ -269,9 +398,10 @@ class Session:
         return 0
 
 
-def cli(args: list[str], game: str | None, seat: str = "random", greedy: bool = False, seed: int = 0) -> int:
-    """The command: 0 when the person quits; 2 (the reason on stderr) for an agent or game that
-    cannot be played."""
+def cli(args: list[str], game: str | None, seat: str = "random", greedy: bool = False, seed: int = 0,
+        web: bool = False, port: int = 8060, host: str = "127.0.0.1") -> int:
+    """The command: 0 when the person quits (`web`: on Ctrl-C); 2 (the reason on stderr) for an
+    agent or game that cannot be played, or an address the page cannot be served on."""
     from experiments.agent_ref import AgentNameError, describe_forms
 
     if len(args) != 1:
@@ -283,6 +413,11 @@ def cli(args: list[str], game: str | None, seat: str = "random", greedy: bool = 
         print(f"error: {e}", file=sys.stderr)
         return 2
     who = agent.source.get("player_id", "?")
+    if web:
+        from experiments import play_web
+
+        session = Session(agent, game_info, fns, seat, greedy, seed)
+        return play_web.run(session, f"{agent.game} against {args[0]} ({who})", port, host)
     print(f"playing {agent.game} against {args[0]} ({who}); the agent is \"opponent\" below", flush=True)
     return Session(agent, game_info, fns, seat, greedy, seed).run()
 
@@ -292,7 +427,7 @@ def main(argv):
     from experiments.nashconv import quiet_backend_probe
 
     quiet_backend_probe()
-    return cli(argv[1:], FLAGS.game, FLAGS.seat, FLAGS.greedy, FLAGS.seed)
+    return cli(argv[1:], FLAGS.game, FLAGS.seat, FLAGS.greedy, FLAGS.seed, FLAGS.web, FLAGS.port, FLAGS.host)
 
 
 if __name__ == "__main__":
