@@ -17,7 +17,10 @@ npz archive (a zip; `numpy.load(F)` reads it, no pickle anywhere):
   the side it plays and the game's spec (`spec`: every observation field's shape and dtype,
   every action head), the game (`game.name`, `game.module_path` for a game given as
   `package.module:factory`), where it came from (`source`: run directory, player, parameter
-  version, role, parent, exported at), and `leaves`: each parameter's key path, shape and dtype;
+  version, role, race, parent, exported at; a run's agent, `RUN_DIR:result` of a game without
+  an exact meta-game: player "result", `main_agent`, `reading` ("average of final + N newest
+  snapshots", or the final parameters while it has none) and `averaged`, the snapshots' ids),
+  and `leaves`: each parameter's key path, shape and dtype;
 - `leaf_<i>.npy`: the parameters, in the order of `leaves`;
 - a mixture of agents (a run's Nash mixture; version 2) has `mixture` in its header instead: a
   list of members, each `{"weight", "source" (its player, version, role), "leaves"}`, all
@@ -31,6 +34,10 @@ with `ExportedFileError` (a ValueError naming the file and what is wrong); a fil
 version is upgraded on reading by `_UPGRADES`: version 1 (one agent, no `mixture`) reads as it is.
 A version 1 loader refuses a version 2 file as newer ("update the league package").
 
+A unit network (SMAX) takes the statistic z as an optional input, `obs["z"]` (float [B,
+z_size], `Policy.z_size`; left out: z = 0, the unconditioned policy, as the league's evaluator
+plays), beside the game's own fields. Its core state (an LSTM's) is carried in `state`.
+
 A mixture's policy plays one member per game (as the league's Nash mixture does): `act` draws
 each game's member from the weights with its `key` where a game starts (`first`, or no member
 yet), and the member is carried in the state (`MixtureState(member [B], core)`);
@@ -41,6 +48,7 @@ yet), and the member is carried in the state (`MixtureState(member [B], core)`);
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import json
@@ -73,6 +81,7 @@ _DIGEST_LEN = 64   # hex characters
 # a version 1 header is a version 2 header of one agent.
 _UPGRADES: dict[int, Any] = {1: lambda header: header}
 MIXTURE = "mixture"
+Z_KEY = "z"   # the unit network's optional input (agents/unit_network.py): not a game's field
 
 
 class ExportedFileError(ValueError):
@@ -346,7 +355,8 @@ class Policy:
     structure: every field, and `obs["action_mask"][head]` the legal actions). Recurrent
     networks carry a core `state` from step to step: `None` starts every game of the batch
     afresh (`initial_state(B)`), and `first` [B] (bool) restarts the games where it is set.
-    Every method is a pure function of its arguments (the parameters are constants): jit them
+    Every method is a pure function of its arguments (the parameters are constants) and runs
+    compiled (one step and one act program per policy); jit them further at will
     (`jax.jit(policy.act, static_argnames="greedy")`)."""
 
     def __init__(self, path: str, header: dict, params: dict):
@@ -369,6 +379,10 @@ class Policy:
             if got_tree != want_tree or any(np.shape(a) != b.shape for a, b in
                                             zip(jax.tree_util.tree_leaves(member), jax.tree_util.tree_leaves(want))):
                 raise _refuse(path, "its parameters do not fit the network its header describes")
+        # One compiled step and one compiled act (greedy or sampled) per policy, the parameters
+        # passed as arguments: op by op, the unit network's step took ~20 s on 2 cores.
+        self._step = jax.jit(self.network.step)
+        self._act = jax.jit(functools.partial(_act, self.network), static_argnames="greedy")
         if is_mixture(header):
             weights = np.asarray([m["weight"] for m in header[MIXTURE]], np.float64)
             self.weights = weights / weights.sum()
@@ -398,12 +412,22 @@ class Policy:
             state = state._replace(member=jax.random.categorical(key, log_weights, shape=(batch,)).astype(jnp.int32))
         return state
 
+    @property
+    def z_size(self) -> int:
+        """The length of the network's optional z input `obs["z"]` (float [B, z_size]; left out:
+        z = 0, the unconditioned policy, as the game's own observation is read); 0: none."""
+        return int(getattr(self.network.config, "z_size", 0))
+
     def _prepare(self, obs, state, first):
         if not isinstance(obs, Mapping) or MASK_KEY not in obs:
             raise ValueError(f"obs must be a dict with the game's fields and {MASK_KEY!r}: "
                              f"{sorted(self.spec.observation.fields)}")
         batch = np.shape(obs[next(iter(self.spec.observation.fields))])[:1]
-        self.spec.check_observation(obs, batch)
+        game_obs = obs
+        if self.z_size and Z_KEY in obs:   # the statistic z, which the actors add to the game's observation
+            ArraySpec((self.z_size,), np.float32).check(Z_KEY, obs[Z_KEY], batch)
+            game_obs = {k: v for k, v in obs.items() if k != Z_KEY}
+        self.spec.check_observation(game_obs, batch)
         if state is None:
             state = self.initial_state(batch[0])
         if first is None:
@@ -425,7 +449,7 @@ class Policy:
             return ({h: pick(x) for h, x in outs.logits.items()},
                     MixtureState(state.member, jax.tree_util.tree_map(pick, core)))
         obs, state, first = self._prepare(obs, state, first)
-        out, state = self.network.step(self.params, obs, state, first)
+        out, state = self._step(self.params, obs, state, first)
         return out.logits, state
 
     def probabilities(self, obs, state=None, first=None):
@@ -436,13 +460,11 @@ class Policy:
     def act(self, obs, key, state=None, first=None, greedy: bool = False):
         """({head: action [B, ...] int32}: the game's action, new state); sampled with `key`,
         or the most likely action with `greedy=True` (as the league's actors act)."""
-        from agents import act
-
         obs, state, first = self._prepare(obs, state, first)
         if self.mixture:
             action, state = mixture_policy(self.network, self.params, self.weights, greedy)(key, obs, state, first)
             return action.game, state
-        action, state = act(self.network, self.params, key, obs, state, first, greedy=greedy)
+        action, state = self._act(self.params, key, obs, state, first, greedy=greedy)
         return action.game, state
 
     def __repr__(self) -> str:
@@ -450,8 +472,17 @@ class Policy:
         if self.mixture:
             return (f"Policy({self.path!r}: {self.game or self.game_spec.name}, a mixture of "
                     f"{len(self.members)} of {source.get('run_dir', '?')})")
+        if source.get("reading"):   # a run's agent (RUN_DIR:result): a main agent, averaged
+            return (f"Policy({self.path!r}: {self.game or self.game_spec.name}, the run's agent: "
+                    f"{source.get('main_agent', '?')}, {source['reading']})")
         return (f"Policy({self.path!r}: {self.game or self.game_spec.name}, "
                 f"{source.get('player_id', '?')} version {source.get('version', '?')})")
+
+
+def _act(network, params, key, obs, state, first, greedy: bool = False):
+    from agents import act
+
+    return act(network, params, key, obs, state, first, greedy=greedy)
 
 
 def load_policy(path: str) -> Policy:

@@ -38,11 +38,21 @@ per matchup (`--games` games, the same games each time) at N snapshots and at th
 parameters, so a reader sees whether a matchup still climbs at the end or has levelled off.
 
 `--average_newest=M` reads each main agent as the uniform average of its final parameters and
-its M newest snapshots' (`averaged_params`, Polyak averaging of the iterates) in every table, the
+its M newest snapshots' (`experiments.agent_ref.averaged_params`, Polyak averaging of the
+iterates: the function that reads a run's agent, RUN_DIR:result:RACE) in every table, the
 final parameters alone in brackets, and adds that average as the last row of `--win_history`.
 A main agent's parameters jitter from update to update (consecutive snapshots read up to 0.19
 apart in one cell), and the average of its last minutes is the steadier agent to take from a
 run.
+
+`--agent=NAME` (repeatable; in place of `--run_dir`) measures named agents instead, each in its
+own race against every heuristic race of its league (`--heuristic_races` to choose): any name of
+`experiments.agent_ref`, an exported file included (`python -m experiments.export
+RUN_DIR:result:terran --out=F`, then `--agent=F`), so a file and the run it came from read the
+same figure on the same games. `RUN_DIR:result:RACE` is the run's agent, the same average of the
+final parameters and the newest snapshots as `--average_newest=30` (`agent_ref.result_params`).
+
+    python -m benchmarks.builtin_opponent --agent=runs/smax:result:terran --agent=terran.agent.npz
 
 The agent samples its army, action types and targets from its policy, as in the league's games.
 `--greedy` makes it take the most likely of each instead (`agents.act`'s `greedy`; the
@@ -59,6 +69,8 @@ import os
 import sys
 
 import numpy as np
+
+from experiments.agent_ref import averaged_params, frozen_snapshots
 
 
 def _run(run_dir: str):
@@ -92,7 +104,7 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
     players = history.players()
     mains = [p for p in players if p["role"] == "main_agent" and not p["parent"]]
     game = make_game(config, 1)
-    network = make_network(config, game.spec)
+    network = shared_network(make_network(config, game.spec))
     agent_index = agent_indices(config)  # the index that seeded each agent's initial params
     heuristic_armies = balanced_armies(games)
     table = {}
@@ -124,6 +136,7 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
                 row[name] = stratified_win_rate(outcomes, heuristic_armies)
                 row[f"{name}_se"] = stratified_standard_error(outcomes, heuristic_armies)
                 row[f"{name}_outcomes"] = np.bincount(outcomes + 1, minlength=3).tolist()
+                row[f"{name}_armies"] = played[name].compositions[:, 0].tolist()   # the agent's pick, game by game
                 # [army][loss, draw, win] by the heuristic's army its games spawned
                 spawned = played[name].compositions[:, 1]
                 row[f"{name}_by_army"] = [np.bincount(outcomes[spawned == h] + 1, minlength=3).tolist()
@@ -136,6 +149,110 @@ def measure(run_dir: str, games: int, seed: int = 0, by_composition: str | None 
                   f"(loss/draw/win {row['trained_outcomes']})  initial {row['initial']:.3f}", flush=True)
     return {"table": table, "games": history.game_count(), "players": len(players), "config": config,
             "greedy": greedy, "average_newest": average_newest, "average_spans": spans}
+
+
+_NETWORKS: dict = {}
+
+
+def shared_network(network):
+    """One network object for every network of one description (`agents.network_key`): the
+    games' program is compiled once per network object (`scripted.play_detailed`), so a run's
+    agent and its exported file, or a run's agents and their snapshots, share one compilation."""
+    from agents import network_key
+
+    return _NETWORKS.setdefault(network_key(network), network)
+
+
+def params_label(agent) -> str:
+    """How a named agent's parameters were read: the RESULT line's `params=`."""
+    source = agent.source or {}
+    reading = source.get("reading", "")
+    if source.get("averaged"):
+        return f"mean_of_final_and_{len(source['averaged'])}_newest"
+    if reading.startswith("final") or not source.get("parent"):
+        return "final"
+    return "snapshot"
+
+
+def named_agents(names: list[str]) -> list:
+    """The `experiments.agent_ref.Agent`s of `names`, each a SMAX agent of one race; SystemExit
+    (exit 2 from `main`) naming the problem otherwise."""
+    from actors.games.smax_races import RACES
+    from experiments.agent_ref import AgentNameError, describe_forms, resolve
+
+    out = []
+    for name in names:
+        try:
+            agent = resolve(name)
+        except AgentNameError as e:
+            raise SystemExit(f"error: {e}") from None
+        if agent.game != "smax_races":
+            raise SystemExit(f"error: {name} is an agent of {agent.game}; the built-in opponent is SMAX's heuristic "
+                             f"(name a SMAX agent as {describe_forms()})")
+        if agent.weights:
+            raise SystemExit(f"error: {name} is a mixture of agents; name one agent")
+        race = (agent.source or {}).get("race")
+        if race not in RACES:
+            raise SystemExit(f"error: {name} does not say which race it plays (its source's race is {race!r}); "
+                             f"name a race's player or RUN_DIR:result:RACE ({', '.join(RACES)})")
+        out.append(agent)
+    return out
+
+
+def measure_agents(names: list[str], games: int, seed: int = 0, greedy: bool = False,
+                   heuristic_races: list[str] | None = None) -> dict:
+    """{"table": {(label, agent race, heuristic race): row}, "agents": [Agent]} of named agents
+    (`named_agents`): each plays its own race against the heuristic of each race of
+    `heuristic_races` (None: the races of the league it came from, `source.league_races`, else
+    every race), `games` games a matchup, stratified as `measure` plays its table (the same
+    games for the same `seed`); each row "trained", "trained_se", "trained_outcomes",
+    "trained_armies", "trained_by_army" as `measure`'s."""
+    from actors.games.smax_races import COMPOSITIONS_PER_RACE as K
+    from actors.games.smax_races import RACES, scripted
+
+    agents = named_agents(names)
+    armies = balanced_armies(games)
+    table = {}
+    for agent in agents:
+        race = agent.source["race"]
+        opponents = heuristic_races or agent.source.get("league_races") or list(RACES)
+        network = shared_network(agent.network)
+        for opponent in opponents:
+            played = scripted.play_detailed(network, agent.params, (race, opponent), games, seed=seed, greedy=greedy,
+                                            compositions=(None, armies))
+            outcomes = played.outcomes
+            spawned = played.compositions[:, 1]
+            row = {"trained": stratified_win_rate(outcomes, armies),
+                   "trained_se": stratified_standard_error(outcomes, armies),
+                   "trained_outcomes": np.bincount(outcomes + 1, minlength=3).tolist(),
+                   "trained_armies": played.compositions[:, 0].tolist(),
+                   "trained_by_army": [np.bincount(outcomes[spawned == h] + 1, minlength=3).tolist() for h in range(K)]}
+            table[(agent.name, race, opponent)] = row
+            print(f"  {agent.name} ({race}) vs heuristic {opponent:<8} {row['trained']:.3f} "
+                  f"(loss/draw/win {row['trained_outcomes']})", flush=True)
+    return {"table": table, "agents": agents, "greedy": greedy}
+
+
+def format_agents_table(result: dict, games: int) -> str:
+    """The named agents' table: a row per agent, a column per heuristic race it met."""
+    races = list(dict.fromkeys(o for _, _, o in result["table"]))
+    lines = ["| agent (its race) \\ heuristic | " + " | ".join(races) + " |", "|---|" + "---|" * len(races)]
+    for agent in result["agents"]:
+        race = agent.source["race"]
+        cells = []
+        for o in races:
+            row = result["table"].get((agent.name, race, o))
+            cells.append("n/a" if row is None else f"{row['trained']:.2f} ± {row['trained_se']:.2f}")
+        lines.append(f"| {agent.name} ({race}) | " + " | ".join(cells) + " |")
+    actions = "its most likely actions (--greedy)" if result["greedy"] else "actions sampled from its policy"
+    lines.append("")
+    for agent in result["agents"]:
+        source = agent.source or {}
+        what = source.get("reading") or f"{source.get('player_id', '?')} version {source.get('version', '?')}"
+        lines.append(f"- {agent.name}: {what}" + (f" (file of {source.get('run_dir')})" if "file" in source else ""))
+    lines.append(f"\n{games} games per cell; win rate of the agent, draws half, ± one standard error "
+                 f"(the heuristic's armies in turn: `stratified_standard_error`), {actions}.")
+    return "\n".join(lines)
 
 
 def balanced_armies(games: int) -> np.ndarray:
@@ -259,26 +376,7 @@ def snapshots_over_run(run_dir: str, points: int = 8):
                                                 for k in range(points)})] if snapshots else []
         out[main["race"]] = [((p["wall_time"] - start) / 60, p["player_id"]) for p in chosen] + [
             ((end - start) / 60, main["player_id"])]
-    return config, make_network(config, make_game(config, 1).spec), out
-
-
-def frozen_snapshots(players: list[dict], player_id: str) -> list[dict]:
-    """A learning agent's frozen snapshots (league.db's player rows), oldest first."""
-    return sorted((p for p in players if p["parent"] == player_id and p["role"] == "historical"),
-                  key=lambda p: p["step"])
-
-
-def averaged_params(run_dir: str, snapshots: list[dict], final):
-    """The uniform average of a learning agent's `final` parameters and those of its frozen
-    `snapshots` (league.db's player rows, e.g. the newest of `frozen_snapshots`): Polyak averaging
-    of the iterates, Polyak & Juditsky 1992: theta_bar = (1/n) sum_i theta_i over the n =
-    len(snapshots) + 1 parameter sets, leaf by leaf."""
-    import jax
-
-    from coordinator.param_store import player_params
-
-    trees = [player_params(run_dir, p["player_id"])[1] for p in snapshots] + [final]
-    return jax.tree_util.tree_map(lambda *leaves: np.mean(np.stack(leaves), 0).astype(leaves[0].dtype), *trees)
+    return config, shared_network(make_network(config, make_game(config, 1).spec)), out
 
 
 def pick_history(run_dir: str, points: int = 8) -> dict:
@@ -383,10 +481,30 @@ def format_table(result: dict, games: int) -> str:
     return "\n".join(lines)
 
 
+def result_line(rows, greedy: bool, params: str) -> str:
+    """The RESULT line of a table's rows (each with "trained" and "trained_se")."""
+    rates = [row["trained"] for row in rows]
+    mean = float(np.mean(rates))
+    at_080 = sum(rate >= 0.8 for rate in rates)
+    clear = sum(row["trained"] - row["trained_se"] >= 0.8 for row in rows)
+    return (f"RESULT builtin_opponent mean_win_rate={mean:.3f} matchups_at_080={at_080} clear_of_080={clear} "
+            f"lowest={min(rates):.3f} actions={'greedy' if greedy else 'sampled'} params={params} "
+            f"ratio={mean / 0.5:.2f} target=1.0")
+
+
 def main(argv=None) -> int:
+    from actors.games.smax_races import RACES
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run_dir", required=True, help="a SMAX races league run (stopped, so "
+    parser.add_argument("--run_dir", help="a SMAX races league run (stopped, so "
                         "that its learner checkpoints hold the final parameters)")
+    parser.add_argument("--agent", action="append", default=[], metavar="NAME",
+                        help="in place of --run_dir: an agent to measure in its own race (repeatable), named as "
+                        "experiments.agent_ref names agents: RUN_DIR:result:RACE (the run's agent), "
+                        "RUN_DIR:PLAYER_ID, or an exported file")
+    parser.add_argument("--heuristic_races", default=None, metavar="R,R",
+                        help="with --agent: the heuristic's races to play (default: those of the agent's "
+                        "league, else all of " + ", ".join(RACES) + ")")
     parser.add_argument("--games", type=int, default=256, help="games per matchup")
     parser.add_argument("--pick_history", nargs="?", type=int, const=8, default=0, metavar="N",
                         help="also each main agent's army pick at N of its snapshots over the run "
@@ -416,6 +534,28 @@ def main(argv=None) -> int:
         parser.error("--win_history takes the number of snapshots to measure, at least 1")
     if args.average_newest < 0:
         parser.error("--average_newest takes a number of snapshots, at least 1 (left out: the final parameters alone)")
+    if bool(args.run_dir) == bool(args.agent):
+        parser.error("name a run (--run_dir=RUN_DIR: its main agents) or agents (--agent=NAME, repeatable), one of the two")
+    if args.agent:
+        run_only = [f for f in ("pick_history", "win_history", "average_newest", "by_composition") if getattr(args, f)]
+        if run_only:
+            parser.error(f"--{run_only[0]} reads a run's snapshots: pass --run_dir, or name the agents alone "
+                         "(RUN_DIR:result:RACE is the average of the final parameters and the 30 newest snapshots)")
+        races = None
+        if args.heuristic_races:
+            races = [r.strip() for r in args.heuristic_races.split(",") if r.strip()]
+            unknown = [r for r in races if r not in RACES]
+            if unknown or not races:
+                parser.error(f"--heuristic_races={args.heuristic_races}: races are {', '.join(RACES)}")
+        try:
+            result = measure_agents(args.agent, args.games, args.seed, args.greedy, races)
+        except SystemExit as e:
+            print(e, file=sys.stderr)
+            return 2
+        print(format_agents_table(result, args.games))
+        labels = sorted({params_label(a) for a in result["agents"]})
+        print(result_line(list(result["table"].values()), args.greedy, labels[0] if len(labels) == 1 else "mixed"))
+        return 0
     if not os.path.exists(os.path.join(args.run_dir, "config.json")):
         parser.error(f"{args.run_dir} holds no config.json: pass the --run_dir of a league run")
     result = measure(args.run_dir, args.games, args.seed, args.by_composition, args.greedy, args.average_newest)
@@ -428,15 +568,8 @@ def main(argv=None) -> int:
         history = win_history(args.run_dir, args.win_history, args.games, args.seed, args.average_newest,
                               args.greedy)
         print(format_win_history(history, result["config"].race_names, args.games))
-    rates = [row["trained"] for row in result["table"].values()]
-    mean = float(np.mean(rates))
-    at_080 = sum(rate >= 0.8 for rate in rates)
-    clear = sum(row["trained"] - row["trained_se"] >= 0.8 for row in result["table"].values())
-    print(f"RESULT builtin_opponent mean_win_rate={mean:.3f} matchups_at_080={at_080} clear_of_080={clear} "
-          f"lowest={min(rates):.3f} "
-          f"actions={'greedy' if args.greedy else 'sampled'} "
-          f"params={f'mean_of_final_and_{args.average_newest}_newest' if args.average_newest else 'final'} "
-          f"ratio={mean / 0.5:.2f} target=1.0")
+    print(result_line(list(result["table"].values()), args.greedy,
+                      f"mean_of_final_and_{args.average_newest}_newest" if args.average_newest else "final"))
     return 0
 
 

@@ -8,7 +8,19 @@
                           Nash mixture, the latest weights league.db holds (as `nashconv.
                           RunReader.league_nash` reads them, what `experiments.nashconv --mixture=nash` measures): its
                           members (player ids, their parameters as RUN_DIR:PLAYER_ID reads them)
-                          and weights. Other games: not yet (issue 85, item 2)
+                          and weights. A game without one (pgx, matrix games, a game of one's own):
+                          its main agent read as measured best, the average of its final
+                          parameters and its AVERAGE_NEWEST newest snapshots' (`result_params`)
+    RUN_DIR:result:RACE   the same of a game with races (SMAX): that race's main agent, averaged;
+                          RUN_DIR:result names it where the run has one race, and lists the
+                          RUN_DIR:result:RACE names where it has several
+
+Why the average: on SMAX the average of a main agent's final parameters and its 30 newest
+snapshots' (Polyak averaging of the iterates) read 7 to 8 of 9 matchups >= 0.80 against the
+built-in AI on four runs of the defaults where the final parameters alone read 4 to 7
+(docs/benchmark-records.md, "SMAX: the average of the last minutes"; e.g. seed 2: the average
+0.854, 8 of 9, the final parameters 0.856, 5 of 9), and the README's headline is read from it.
+`benchmarks/builtin_opponent.py --average_newest` reads the same function (`averaged_params`).
 
 `resolve(name)` returns an `Agent` (network, parameters, game, where it came from) or raises
 `AgentNameError` (a ValueError) saying what is wrong: no such file or run directory, no such
@@ -23,8 +35,11 @@ import os
 from typing import Any
 
 RESULT = "result"
+# The snapshots a main agent's reading averages with its final parameters (module docstring).
+AVERAGE_NEWEST = 30
 FORMS = ("RUN_DIR:PLAYER_ID (a player of a league run: runs/kuhn:any_main_agent_0)",
-         "RUN_DIR:result (the run's agent: on poker its Nash mixture)",
+         "RUN_DIR:result (the run's agent: on poker its Nash mixture, elsewhere its main agent's "
+         f"average with its {AVERAGE_NEWEST} newest snapshots; RUN_DIR:result:RACE on SMAX)",
          "the path of an exported agent (python -m experiments.export AGENT --out=FILE)")
 
 
@@ -57,10 +72,13 @@ def describe_forms() -> str:
 
 def split(name: str) -> tuple[str, str] | None:
     """(run_dir, player_id) of RUN_DIR:PLAYER_ID, or None for a file's path (an existing file,
-    or a name without ':')."""
+    or a name without ':'). RUN_DIR:result:RACE is (RUN_DIR, "result:RACE")."""
     if os.path.isfile(name) or ":" not in name:
         return None
     run_dir, _, player = name.rpartition(":")
+    head, _, last = run_dir.rpartition(":")
+    if last == RESULT and head and not os.path.isdir(run_dir):
+        return head, f"{RESULT}:{player}"
     return run_dir, player
 
 
@@ -72,6 +90,15 @@ def resolve(name: str) -> Agent:
     if parts is None:
         return _from_file(name)
     return _from_run(name, *parts)
+
+
+def result_params(run_dir: str, race: str | None = None, newest: int = AVERAGE_NEWEST) -> Agent:
+    """The run's own agent, RUN_DIR:result (`race`: RUN_DIR:result:RACE), as an `Agent`: what
+    a progress line, the evaluator or the dashboard shows as the run's agent. AgentNameError
+    where the run does not name one yet (the message says why)."""
+    name = f"{run_dir}:{RESULT}" + (f":{race}" if race is not None else "")
+    config = run_config(run_dir)
+    return _result(name, run_dir, config, players(run_dir), race, newest)
 
 
 def _from_file(name: str) -> Agent:
@@ -141,19 +168,22 @@ def _from_run(name: str, run_dir: str, player_id: str) -> Agent:
 
     config = run_config(run_dir)
     rows = players(run_dir)
-    if player_id == RESULT:
-        return _result(name, run_dir, config, rows)
+    if player_id == RESULT or player_id.startswith(f"{RESULT}:"):
+        race = player_id.partition(":")[2] if ":" in player_id else None
+        return _result(name, run_dir, config, rows, race)
     row = next((p for p in rows if p["player_id"] == player_id), None)
     if row is None:
         raise AgentNameError(f"{name}: {run_dir} has no player {player_id!r}; it has {player_list(rows)}")
-    version, params, source = _player(name, run_dir, row)
+    version, params, source = _player(name, run_dir, row, config)
     spec = config.game_info.functions().spec
     network = build.make_network(config, spec)
     return Agent(name, network, params, config.game, spec, 0, source, config)
 
 
-def _player(name: str, run_dir: str, row: dict):
-    """(version, params, source) of the player league.db's `row` describes."""
+def _player(name: str, run_dir: str, row: dict, config=None):
+    """(version, params, source) of the player league.db's `row` describes; of a game with
+    races (`config`'s) the source also names the league's races (`league_races`: the races its
+    games met)."""
     from coordinator.param_store import player_params
 
     player_id = row["player_id"]
@@ -163,18 +193,96 @@ def _player(name: str, run_dir: str, row: dict):
         raise AgentNameError(f"{name}: cannot read the parameters of {player_id} ({e})") from None
     source = {"run_dir": os.path.abspath(run_dir), "player_id": player_id, "version": int(version),
               "role": row["role"], "race": row["race"], "parent": row["parent"], "step": row["step"]}
+    if config is not None and config.game_info.capabilities.races:
+        source["league_races"] = list(config.race_names)
     return version, params, source
 
 
-def _result(name: str, run_dir: str, config, rows: list[dict]) -> Agent:
-    """RUN_DIR:result: the league's latest Nash mixture where the game has an exact meta-game
-    (its members sorted by player id, as `nashconv.RunReader.measure` mixes them)."""
-    from experiments import build
-
+def _result(name: str, run_dir: str, config, rows: list[dict], race: str | None = None,
+            newest: int = AVERAGE_NEWEST) -> Agent:
+    """RUN_DIR:result[:RACE]: the league's latest Nash mixture where the game has an exact
+    meta-game, else the race's main agent averaged (`_main_agent_result`)."""
     if not config.game_info.capabilities.exact_evaluator:
-        raise AgentNameError(f"{name}: the run's own agent (RUN_DIR:result) of a {config.game} run is not "
-                             f"named yet (issue 85, item 2); name one of its players: {player_list(rows)}")
+        return _main_agent_result(name, run_dir, config, rows, race, newest)
+    if race is not None:
+        raise AgentNameError(f"{name}: {config.game} has no races; its agent is {run_dir}:{RESULT} "
+                             "(the league's Nash mixture)")
+    return _nash_result(name, run_dir, config, rows)
+
+
+def frozen_snapshots(rows: list[dict], player_id: str) -> list[dict]:
+    """A learning agent's frozen snapshots (league.db's player rows), oldest first."""
+    from league.players import HISTORICAL
+
+    return sorted((p for p in rows if p["parent"] == player_id and p["role"] == HISTORICAL),
+                  key=lambda p: p["step"])
+
+
+def averaged_params(run_dir: str, snapshots: list[dict], final):
+    """The uniform average of a learning agent's `final` parameters and those of its frozen
+    `snapshots` (league.db's player rows, e.g. the newest of `frozen_snapshots`): Polyak averaging
+    of the iterates, Polyak & Juditsky 1992: theta_bar = (1/n) sum_i theta_i over the n =
+    len(snapshots) + 1 parameter sets, leaf by leaf, in the dtype of the first. The run's agent
+    (`result_params`) and the benchmark's `--average_newest` are this function."""
+    import jax
+    import numpy as np
+
+    from coordinator.param_store import player_params
+
+    trees = [player_params(run_dir, p["player_id"])[1] for p in snapshots] + [final]
+    return jax.tree_util.tree_map(lambda *leaves: np.mean(np.stack(leaves), 0).astype(leaves[0].dtype), *trees)
+
+
+def _main_agent_result(name: str, run_dir: str, config, rows: list[dict], race: str | None,
+                       newest: int) -> Agent:
+    """A game without an exact meta-game: the race's main agent (of a game without races, the
+    main agent) read as measured best, its final parameters averaged with its `newest` newest
+    snapshots' (`averaged_params`); its final parameters alone, said so, while it has none."""
+    from experiments import build
+    from league.players import MAIN_AGENT
+
+    races = list(config.race_names) if config.game_info.capabilities.races else []
+    if races and race is None:
+        if len(races) > 1:
+            raise AgentNameError(f"{name}: a {config.game} run's agent is one per race: name "
+                                 + ", ".join(f"{run_dir}:{RESULT}:{r}" for r in races))
+        race = races[0]
+    if race is not None and race not in races:
+        known = (", ".join(f"{run_dir}:{RESULT}:{r}" for r in races) if races
+                 else f"{config.game} has no races: {run_dir}:{RESULT}")
+        raise AgentNameError(f"{name}: the run has no race {race!r}; its agents: {known}")
+    mains = [p for p in rows if p["role"] == MAIN_AGENT and not p["parent"] and (race is None or p["race"] == race)]
+    if not mains:
+        raise AgentNameError(f"{name}: league.db lists no main agent{f' of {race}' if race else ''} yet; "
+                             f"name one of its players: {player_list(rows)}")
+    if len(mains) > 1:
+        raise AgentNameError(f"{name}: the run has {len(mains)} main agents{f' of {race}' if race else ''} "
+                             "and no measurement picks one: name it, "
+                             + ", ".join(f"{run_dir}:{p['player_id']}" for p in mains))
+    main = mains[0]
+    _, final, source = _player(name, run_dir, main, config)
+    window = frozen_snapshots(rows, main["player_id"])[-newest:] if newest > 0 else []
+    try:
+        params = averaged_params(run_dir, window, final) if window else final
+    except (KeyError, ValueError, OSError) as e:
+        raise AgentNameError(f"{name}: cannot read a snapshot of {main['player_id']} to average ({e}); "
+                             f"name the final parameters: {run_dir}:{main['player_id']}") from None
+    if window:
+        reading = f"average of final + {len(window)} newest snapshots"
+    else:
+        reading = "final parameters (the run has no snapshots of it yet to average)"
+    source = {**source, "player_id": RESULT, "main_agent": main["player_id"], "reading": reading,
+              "averaged": [p["player_id"] for p in window]}
+    spec = config.game_info.functions().spec
+    network = build.make_network(config, spec)
+    return Agent(name, network, params, config.game, spec, 0, source, config)
+
+
+def _nash_result(name: str, run_dir: str, config, rows: list[dict]) -> Agent:
+    """The league's latest Nash mixture (its members sorted by player id, as
+    `nashconv.RunReader.measure` mixes them)."""
     from coordinator.history_reader import HistoryReader
+    from experiments import build
 
     history = HistoryReader(run_dir)   # as nashconv.RunReader.league_nash reads it
     try:

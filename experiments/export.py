@@ -11,11 +11,13 @@ config), the game's name and spec, and where the agent came from (run, player, p
 version, date); npz with a JSON header and a checksum, no pickle. A wrong name, a damaged file or
 a game not exportable yet: a message and exit 2, nothing written.
 
-RUN_DIR:result on poker writes the run's agent, the league's Nash mixture: the header lists its
-members (player, version, role) with their weights and each member's parameters.
+RUN_DIR:result writes the run's agent: on poker the league's Nash mixture (the header lists its
+members, player, version and role, with their weights and each member's parameters); on
+other games the main agent's average with its newest snapshots (`agent_ref.result_params`; the
+header's `source.reading` says "average of final + N newest snapshots", `source.averaged` names
+them), RUN_DIR:result:RACE on SMAX (a game with races), whose agents export as any other:
 
-Not yet: SMAX (a game with races), and RUN_DIR:result of a game without an exact meta-game:
-issue 85.
+    python -m experiments.export runs/smax:result:terran --out=terran.agent.npz
 """
 
 from __future__ import annotations
@@ -49,9 +51,6 @@ def header(agent) -> dict:
             described[exported.MIXTURE] = [{k: v for k, v in m.items() if k != "leaves"}
                                            for m in described[exported.MIXTURE]]
         return described
-    if agent.config is not None and agent.config.game_info.capabilities.races:
-        raise ExportError(f"{agent.name}: {agent.game} is a game with races (SMAX); its export is not built "
-                          "yet (issue 85): its agents play through the run (benchmarks.builtin_opponent)")
     try:
         version = importlib.metadata.version("league")
     except importlib.metadata.PackageNotFoundError:
@@ -59,7 +58,11 @@ def header(agent) -> dict:
     source = {**agent.source,
               "exported_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
               "exported_by": f"league {version}"}
-    out = {"network": exported.network_to_dict(agent.network), "side": agent.side,
+    try:
+        network = exported.network_to_dict(agent.network)
+    except ValueError as e:
+        raise ExportError(f"{agent.name}: {e}") from None
+    out = {"network": network, "side": agent.side,
            "spec": exported.spec_to_dict(agent.spec),
            "game": {"name": agent.game, "module_path": registry.module_path(agent.game)},
            "source": source}
@@ -85,6 +88,10 @@ def export(name: str, out: str) -> str:
         raise
     source = description["source"]
     who = f"{source.get('player_id', '?')} of {source.get('run_dir', '?')}, parameter version {source.get('version', '?')}"
+    if source.get("reading"):   # RUN_DIR:result of a game without an exact meta-game
+        who = (f"the run's agent of {source.get('run_dir', '?')}: {source.get('main_agent', '?')}"
+               f"{' (' + source['race'] + ')' if source.get('race') not in (None, 'any') else ''}, "
+               f"{source['reading']}, its final parameters version {source.get('version', '?')}")
     if description.get(exported.MIXTURE):
         who = (f"the Nash mixture of {source.get('run_dir', '?')}: " + ", ".join(
             f"{m['weight']:.3f} {m['source'].get('player_id', '?')}" for m in description[exported.MIXTURE]))

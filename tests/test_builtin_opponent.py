@@ -18,9 +18,10 @@ from actors.games import smax_races as sr
 from actors.games.smax_races import scripted
 from benchmarks import builtin_opponent
 from coordinator.param_store import player_params
-from experiments import launchers
+from experiments import agent_ref, export, launchers
 from experiments.config import RunConfig, prepare_run_dir
 from learners import checkpoint
+from tests.test_export import SMAX_MAIN, make_smax_run
 from tests.test_scripted import CONFIG, ScriptedNetwork
 
 # The system tier (docs/testing.md): SMAX leagues against the scripted heuristic.
@@ -95,7 +96,7 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
     # --average_newest: the final parameters and the newest snapshot's, averaged leaf by leaf
     _, newest = player_params(run_dir, rows[-2][1])
     _, final = player_params(run_dir, "terran_main_agent_0")
-    mean = builtin_opponent.averaged_params(run_dir, [{"player_id": rows[-2][1]}], final)
+    mean = agent_ref.averaged_params(run_dir, [{"player_id": rows[-2][1]}], final)
     for m, a, b in zip(*(jax.tree_util.tree_leaves(t) for t in (mean, newest, final))):
         np.testing.assert_allclose(m, (np.asarray(a, np.float64) + b) / 2, rtol=1e-6, atol=1e-7)
     assert any(not np.allclose(a, b) for a, b in zip(jax.tree_util.tree_leaves(newest), jax.tree_util.tree_leaves(final)))
@@ -106,6 +107,62 @@ def test_the_main_agents_table_against_the_heuristic(tmp_path, capfd, monkeypatc
                    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
     assert [same(p, mean) for p in played[:3]] == [True, False, False]
     assert [same(p, final) for p in played[:3]] == [False, False, True]
+
+
+def test_an_exported_agent_reads_the_figure_of_the_run_it_came_from(tmp_path, capsys):
+    """The run's agent (RUN_DIR:result:terran: the terran main agent averaged with its newest
+    snapshots), its exported file and the run's own table (`--average_newest=30`) play the same
+    games: the same figure, loss/draw/win by army and army picked in every game. The final
+    parameters alone (RUN_DIR:terran_main_agent_0) read otherwise, as the table's final column. A hand-made run (random
+    parameters) and 9 games a matchup: the program is compiled once for all of them
+    (`shared_network`)."""
+    run_dir = tmp_path / "run"
+    make_smax_run(run_dir, snapshots=3)
+    file = tmp_path / "terran.agent.npz"
+    assert export.cli([f"{run_dir}:result:terran"], str(file)) == 0
+    games, keys = 9, ("trained", "trained_se", "trained_outcomes", "trained_by_army", "trained_armies")
+    table = builtin_opponent.measure(str(run_dir), games, average_newest=30)["table"][("terran", "terran")]
+    rows = {}
+    for name in (f"{run_dir}:result:terran", str(file), f"{run_dir}:{SMAX_MAIN}"):
+        result = builtin_opponent.measure_agents([name], games)
+        (label, race, opponent), row = next(iter(result["table"].items()))
+        assert (label, race, opponent) == (name, "terran", "terran") and len(result["table"]) == 1
+        rows[name] = row
+    run_row, file_row, final_row = rows.values()
+    for key in keys:
+        assert run_row[key] == file_row[key] == table[key], key
+        assert final_row[key] == table[key.replace("trained", "final")], key
+    assert any(final_row[key] != run_row[key] for key in keys)   # another agent reads otherwise
+    # The command: --agent takes the file, its RESULT line the run's figure.
+    capsys.readouterr()
+    assert builtin_opponent.main([f"--agent={file}", f"--games={games}"]) == 0
+    out = capsys.readouterr().out
+    assert f"RESULT builtin_opponent mean_win_rate={run_row['trained']:.3f} " in out
+    assert " params=mean_of_final_and_3_newest " in out and "average of final + 3 newest snapshots" in out
+    assert f"| {file} (terran) | {run_row['trained']:.2f} ± " in out
+
+
+def test_a_wrong_agent_exits_2_naming_the_fix(tmp_path, capsys):
+    from tests.test_export import make_run
+
+    run_dir = tmp_path / "kuhn"
+    make_run(run_dir)
+    smax = tmp_path / "smax"
+    make_smax_run(smax, snapshots=0, races=2)
+    cases = {(f"--agent={run_dir}:any_main_agent_0",): "an agent of kuhn_poker",
+             (f"--agent={smax}:result",): f"{smax}:result:protoss",
+             (f"--agent={tmp_path / 'missing.npz'}",): "no such file",
+             (f"--agent={smax}:result:terran", "--average_newest=30"): "reads a run's snapshots",
+             (f"--agent={smax}:result:terran", "--heuristic_races=elves"): "races are terran, protoss, zerg",
+             (f"--agent={smax}:result:terran", f"--run_dir={smax}"): "one of the two"}
+    for args, why in cases.items():
+        capsys.readouterr()
+        try:
+            rc = builtin_opponent.main([*args, "--games=3"])
+        except SystemExit as e:   # argparse's errors
+            rc = e.code
+        assert rc == 2, args
+        assert why in capsys.readouterr().err, args
 
 
 def test_the_win_rate_weighs_each_heuristic_army_equally():

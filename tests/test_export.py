@@ -429,13 +429,72 @@ def test_the_runs_agent_is_its_nash_mixture_exported_with_its_members(tmp_path, 
     assert agents.load_policy(str(old)).source["player_id"] == MAIN
 
 
-def test_the_result_of_a_run_without_nash_weights_or_exact_meta_game_is_not_named_yet(kuhn_run, tmp_path):
+def test_the_result_of_a_poker_run_without_nash_weights_is_not_named_yet(kuhn_run):
     with pytest.raises(agent_ref.AgentNameError, match="no Nash weights yet"):
         agent_ref.resolve(f"{kuhn_run}:result")
-    run_dir = tmp_path / "nim"
-    make_run(run_dir, game="matrix_rps")
-    with pytest.raises(agent_ref.AgentNameError, match="not named yet"):
-        agent_ref.resolve(f"{run_dir}:result")
+    with pytest.raises(agent_ref.AgentNameError, match="kuhn_poker has no races"):
+        agent_ref.resolve(f"{kuhn_run}:result:terran")
+
+
+def test_the_result_of_a_game_without_an_exact_meta_game_is_its_main_agent_averaged(tmp_path, capsys):
+    """A matrix game (no races, no exact meta-game): RUN_DIR:result is the main agent's final
+    parameters while it has no frozen snapshot (the source says so), then their average with
+    its snapshots' (league.db's historical players; the newest AVERAGE_NEWEST of them)."""
+    run_dir = tmp_path / "rps"
+    config, network = make_run(run_dir, game="matrix_rps")   # its one snapshot row is not historical
+    _, final = player_params(str(run_dir), MAIN)
+    agent = agent_ref.resolve(f"{run_dir}:result")
+    assert agent.source["reading"].startswith("final parameters (the run has no snapshots")
+    assert agent.source["main_agent"] == MAIN and agent.source["averaged"] == []
+    for a, b in zip(jax.tree_util.tree_leaves(agent.params), jax.tree_util.tree_leaves(final), strict=True):
+        np.testing.assert_array_equal(a, b)
+    spec = config.game_info.functions().spec
+    history = LeagueHistory(str(run_dir))
+    snapshots = {}
+    for k in range(3):   # snapshots #1..#3, oldest first by step; with a window of 2 the oldest is left out
+        snapshot = f"{MAIN}#{k + 1}"
+        snapshots[snapshot] = jax.tree_util.tree_map(lambda x, k=k: x * (2.0 + k), build.initial_params(network, spec, 5 + k, 1))
+        history.add_player(snapshot, "historical", "any", MAIN, 100 * (k + 1), 10.0 + k)
+        ParamStore(str(run_dir)).save(snapshot, snapshots[snapshot], 20 + k)
+    history.close()
+    agent = agent_ref.result_params(str(run_dir), newest=2)
+    assert agent.source["reading"] == "average of final + 2 newest snapshots"
+    assert agent.source["averaged"] == [f"{MAIN}#2", f"{MAIN}#3"]
+    want = jax.tree_util.tree_map(lambda a, b, c: (np.float64(a) + b + c) / 3, final, snapshots[f"{MAIN}#2"],
+                                  snapshots[f"{MAIN}#3"])
+    for a, b in zip(jax.tree_util.tree_leaves(agent.params), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    # The name, through the command: the file says where the agent came from.
+    file = tmp_path / "rps.agent.npz"
+    assert export.cli([f"{run_dir}:result"], str(file)) == 0
+    assert "average of final + 3 newest snapshots" in capsys.readouterr().out
+    source = exported.read(str(file))[0]["source"]
+    assert source["reading"] == "average of final + 3 newest snapshots" and len(source["averaged"]) == 3
+    with pytest.raises(agent_ref.AgentNameError, match="matrix_rps has no races"):
+        agent_ref.resolve(f"{run_dir}:result:terran")
+
+
+def test_a_smax_runs_result_is_named_by_race(tmp_path):
+    """RUN_DIR:result:RACE names a race's main agent; RUN_DIR:result names it where the run has
+    one race and lists the RUN_DIR:result:RACE names where it has several; a race the run does
+    not have is refused, listing those it has."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    make_smax_run(one, snapshots=1)
+    make_smax_run(two, snapshots=0, races=2)
+    agent = agent_ref.resolve(f"{one}:result")
+    assert agent.source["main_agent"] == SMAX_MAIN and agent.source["reading"] == "average of final + 1 newest snapshots"
+    assert agent.source["league_races"] == ["terran"]
+    for race in ("terran", "protoss"):
+        agent = agent_ref.resolve(f"{two}:result:{race}")
+        assert agent.source["main_agent"] == f"{race}_main_agent_0" and agent.source["race"] == race
+        assert agent.source["reading"].startswith("final parameters")
+    cases = {f"{two}:result": ["one per race", f"{two}:result:terran", f"{two}:result:protoss"],
+             f"{two}:result:zerg": ["no race 'zerg'", f"{two}:result:terran", f"{two}:result:protoss"],
+             f"{one}:result:": ["no race ''", f"{one}:result:terran"]}
+    for name, words in cases.items():
+        with pytest.raises(agent_ref.AgentNameError) as e:
+            agent_ref.resolve(name)
+        assert all(w in str(e.value) for w in words), str(e.value)
 
 
 def test_a_games_side_spec_survives_the_header_with_its_pointer_types():
@@ -447,3 +506,166 @@ def test_a_games_side_spec_survives_the_header_with_its_pointer_types():
     for side in spec.sides:
         assert exported.side_from_dict(exported.side_to_dict(side)) == side
     assert spec.side(0).action.heads["action_type"].pointer_types
+
+
+# -- SMAX (a game with races): the run's agent is its race's main agent, averaged ----------------
+
+SMAX_MAIN = "terran_main_agent_0"
+
+
+def make_smax_run(run_dir, snapshots=3, races=1, seed=0):
+    """A hand-made SMAX run directory, nothing trained or compiled: config.json (`races` races,
+    the default network's LSTM core and z input, small sizes), league.db's main agent of each
+    race with `snapshots` frozen snapshots (role historical; the first, `#0`, its start), the
+    main agents' learner checkpoints and the snapshots' params/ files, every parameter drawn at
+    random (numpy) in the shapes of the run's network. Returns (config, network, {player: params})."""
+    from learners import checkpoint
+
+    config = RunConfig.make(game="smax_races", races=races, runner="inprocess", run_dir=str(run_dir),
+                            hidden_size=8, core_size=8, main_exploiters_per_race=0, league_exploiters_per_race=0)
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.json"), "w") as f:
+        json.dump(config.to_dict(), f)
+    spec = config.game_info.functions().spec
+    network = build.make_network(config, spec)
+    shapes = build.parameter_shapes(network, spec)
+    rng = np.random.default_rng(seed)
+    store, history = ParamStore(str(run_dir)), LeagueHistory(str(run_dir))
+    params = {}
+    for race in config.race_names:
+        main = f"{race}_main_agent_0"
+        history.add_player(main, "main_agent", race, None, 0, 1.0)
+        for k in range(snapshots):
+            snapshot = f"{main}#{k}"
+            params[snapshot] = jax.tree_util.tree_map(
+                lambda s: rng.normal(0.0, 0.5, s.shape).astype(s.dtype), shapes)
+            history.add_player(snapshot, "historical", race, main, 10 * (k + 1), 2.0 + k)
+            store.save(snapshot, params[snapshot], 3 + k)
+        params[main] = jax.tree_util.tree_map(lambda s: rng.normal(0.0, 0.5, s.shape).astype(s.dtype), shapes)
+        checkpoint.save(checkpoint.path(str(run_dir), main), checkpoint.Checkpoint(9, 0, 0, params[main], {}))
+    history.close()
+    return config, network, params
+
+
+def smax_observations(spec, batch, rng, choosing):
+    """A batch of SMAX observations of `spec`'s side 0, drawn at random in the game's structure
+    (nothing compiled): the strategy step (`choosing`: every army legal, no units) or a battle
+    step (units with random features, some alive, random legal action types and targets, each
+    unit at least one of each)."""
+    side = spec.side(0)
+    obs = side.zero_observation((batch,))
+    obs["races"][:, 0, 0] = obs["races"][:, 1, rng.integers(0, 3)] = 1.0
+    obs["choosing"][:] = choosing
+    obs["acting"][:] = True
+    masks = obs["action_mask"]
+    if choosing:
+        masks["composition"][:] = True
+        masks["action_type"][..., 0] = masks["target"][..., 0] = True
+        return obs
+    obs["compositions"][:, :, 0] = 1.0
+    obs["time"][:] = rng.uniform(0, 1, batch)
+    obs["units"][:] = rng.normal(0, 1, obs["units"].shape)
+    obs["alive"][:] = rng.uniform(size=obs["alive"].shape) < 0.6
+    masks["composition"][..., 0] = True
+    for head in ("action_type", "target"):
+        masks[head][:] = rng.uniform(size=masks[head].shape) < 0.5
+        masks[head][..., 0] = True
+    return obs
+
+
+FRESH_SMAX = """
+import sys
+import jax, numpy as np
+if sys.argv[4]:   # the test's compilation cache (speed only)
+    jax.config.update("jax_compilation_cache_dir", sys.argv[4])
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+import agents
+policy = agents.load_policy(sys.argv[1])
+d = np.load(sys.argv[2], allow_pickle=False)
+def obs(i):
+    o = {k[len(f"{i}."):]: d[k] for k in d.files if k.startswith(f"{i}.") and "mask." not in k}
+    o["action_mask"] = {k.split("mask.")[1]: d[k] for k in d.files if k.startswith(f"{i}.mask.")}
+    return o
+logits0, state = policy.logits(obs(0), None, np.ones(len(d["0.acting"]), bool))
+logits1, _ = policy.logits(obs(1), state)
+greedy, _ = policy.act(obs(1), jax.random.PRNGKey(0), state, greedy=True)
+np.savez(sys.argv[3], **{f"logits0.{h}": x for h, x in logits0.items()}, **{f"logits1.{h}": x for h, x in logits1.items()},
+         **{f"greedy.{h}": x for h, x in greedy.items()})
+print("modules:", " ".join(sorted(m for m in sys.modules if m in ("jaxmarl", "actors", "experiments"))))
+"""
+
+
+def smax_reference(network, params, obs0, obs1):
+    """The run's network with `params`, in this process: the two steps' logits, the greedy
+    actions `FRESH_SMAX` takes on the second, and the second step's logits from a fresh core
+    state and with z = 0 (what a file that lost the core or the z input would read)."""
+    batch = len(obs0["acting"])
+    step = jax.jit(network.step)
+    out0, state = step(params, obs0, network.initial_state(batch), np.ones(batch, bool))
+    out1, _ = step(params, obs1, state, np.zeros(batch, bool))
+    greedy, _ = jax.jit(network.act, static_argnames="greedy")(params, jax.random.PRNGKey(0), obs1, state,
+                                                               np.zeros(batch, bool), greedy=True)
+    no_core, _ = step(params, obs1, network.initial_state(batch), np.zeros(batch, bool))
+    no_z, _ = step(params, {**obs1, "z": np.zeros_like(obs1["z"])}, state, np.zeros(batch, bool))
+    return out0.logits, out1.logits, greedy.game, (no_core.logits, no_z.logits)
+
+
+def test_a_smax_agent_exports_and_plays_in_a_fresh_process_as_in_its_run(tmp_path):
+    """RUN_DIR:result:terran (the terran main agent's final parameters averaged with its newest
+    snapshots') and RUN_DIR:terran_main_agent_0 export; the unit network's description comes
+    back equal (the LSTM core, the z input, the pointer types), and the file plays in a process
+    that imports no game code as the run's network does with the average the test takes itself:
+    the same logits on a strategy step and a battle step (its core state carried, z given), the
+    same greedy actions and the same samples from the same key."""
+    run_dir = tmp_path / "run"
+    config, network, stored = make_smax_run(run_dir)
+    file = tmp_path / "terran.agent.npz"
+    assert export.cli([f"{run_dir}:result:terran"], str(file)) == 0
+    player_file = tmp_path / "main.agent.npz"
+    assert export.cli([f"{run_dir}:{SMAX_MAIN}"], str(player_file)) == 0
+    header, params = exported.read(str(file))
+    spec = config.game_info.functions().spec
+    assert header["game"]["name"] == "smax_races" and header["network"]["class"] == "UnitNetwork"
+    assert exported.network_from_dict(header["network"]).config == network.config
+    assert network.config.core_size == 8 and network.config.z_size > 0 and network.config.pointer_action_types
+    assert exported.spec_from_dict(header["spec"]) == spec
+    source = header["source"]
+    assert source["player_id"] == "result" and source["main_agent"] == SMAX_MAIN and source["race"] == "terran"
+    assert source["reading"] == "average of final + 3 newest snapshots"
+    assert source["averaged"] == [f"{SMAX_MAIN}#{k}" for k in range(3)] and source["version"] == 9
+    # The average, taken here: the four parameter sets' mean, leaf by leaf.
+    members = [stored[SMAX_MAIN], *(stored[f"{SMAX_MAIN}#{k}"] for k in range(3))]
+    mean = jax.tree_util.tree_map(lambda *x: sum(np.asarray(a, np.float64) for a in x) / len(x), *members)
+    for got, want in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(mean), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    player_header, player_params_read = exported.read(str(player_file))
+    assert player_header["source"]["player_id"] == SMAX_MAIN and "reading" not in player_header["source"]
+    for a, b in zip(jax.tree_util.tree_leaves(player_params_read), jax.tree_util.tree_leaves(stored[SMAX_MAIN]),
+                    strict=True):
+        np.testing.assert_array_equal(a, b)
+
+    rng = np.random.default_rng(1)
+    obs0, obs1 = smax_observations(spec, 6, rng, True), smax_observations(spec, 6, rng, False)
+    obs1["z"] = rng.uniform(0, 1, (6, network.config.z_size)).astype(np.float32)
+    want0, want1, greedy, others = smax_reference(network, jax.tree_util.tree_map(np.float32, mean), obs0, obs1)
+    np.savez(tmp_path / "obs.npz", **{f"{i}.{k}": v for i, o in enumerate((obs0, obs1)) for k, v in o.items()
+                                      if k != "action_mask"},
+             **{f"{i}.mask.{h}": m for i, o in enumerate((obs0, obs1)) for h, m in o["action_mask"].items()})
+    cache = jax.config.jax_compilation_cache_dir or ""
+    done = subprocess.run([sys.executable, "-c", FRESH_SMAX, str(file), str(tmp_path / "obs.npz"), str(tmp_path / "out.npz"),
+                           cache], capture_output=True, text=True, timeout=300, cwd=str(tmp_path),
+                          env={**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "modules:", done.stdout   # no game code was imported
+    got = dict(np.load(tmp_path / "out.npz"))
+    for step, want in (("logits0", want0), ("logits1", want1)):
+        assert {k.split(".")[1] for k in got if k.startswith(step)} == set(want)
+        for h, x in want.items():
+            np.testing.assert_allclose(got[f"{step}.{h}"], x, rtol=1e-5, atol=1e-5, err_msg=f"{step} {h}")
+    assert set(greedy) == {"composition", "action_type", "target"}
+    for h, x in greedy.items():
+        np.testing.assert_array_equal(got[f"greedy.{h}"], x, err_msg=h)
+    # What the comparison would miss otherwise: the second step's logits move with the core
+    # state and with z.
+    for other in others:
+        assert max(np.abs(np.asarray(other[h]) - np.asarray(want1[h])).max() for h in ("action_type", "target")) > 1e-3
