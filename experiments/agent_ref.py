@@ -224,12 +224,18 @@ def averaged_params(run_dir: str, snapshots: list[dict], final):
     of the iterates, Polyak & Juditsky 1992: theta_bar = (1/n) sum_i theta_i over the n =
     len(snapshots) + 1 parameter sets, leaf by leaf, in the dtype of the first. The run's agent
     (`result_params`) and the benchmark's `--average_newest` are this function."""
+    from coordinator.param_store import player_params
+
+    return average_trees([player_params(run_dir, p["player_id"])[1] for p in snapshots] + [final])
+
+
+def average_trees(trees: list):
+    """theta_bar = (1/n) sum_i theta_i over n parameter trees, leaf by leaf, in the dtype of the
+    first (Polyak & Juditsky 1992): `averaged_params`' arithmetic, which the evaluator node uses
+    on the parameters it holds (the run's agent against the scripted opponent)."""
     import jax
     import numpy as np
 
-    from coordinator.param_store import player_params
-
-    trees = [player_params(run_dir, p["player_id"])[1] for p in snapshots] + [final]
     return jax.tree_util.tree_map(lambda *leaves: np.mean(np.stack(leaves), 0).astype(leaves[0].dtype), *trees)
 
 

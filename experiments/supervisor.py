@@ -181,7 +181,8 @@ class Supervisor:
             + (f"; {changes}" if changes else "") + (f"; {per_minute:.0f}/min" if per_minute is not None else "")
             + f")  games {summary['games']} ({summary['games_per_second']:.1f}/s)  learner updates {updates}  "
             f"main agents' win rate vs league: {vs or '-'}"
-            + (f"  vs built-in AI (evaluator, first -> latest): {builtin}" if builtin else "")
+            + (f"  the run's agent (RUN_DIR:result:RACE) vs built-in AI (evaluator, first -> latest): {builtin}"
+               if builtin else "")
             + result_agent(summary.get("exploitability", {}))
             + (f"  vs heuristic (training games): {scripted}" if scripted else "")
             + (self.note() if self.note else "")

@@ -828,7 +828,8 @@ def test_the_progress_line_shows_the_main_agents_first_and_latest_win_rate_again
     coordinator.record_heuristic(rows("terran_main_agent_0", [("terran", 10, 0, 20), ("zerg", 2, 4, 20)]))
     coordinator.record_heuristic(rows("terran_main_agent_0", [("terran", 15, 0, 20), ("zerg", 10, 0, 60)]))
     # first: (10 + 2 + 2) / 40 = 0.35; latest: (15 + 10) / 80 = 0.3125
-    assert "vs built-in AI (evaluator, first -> latest): terran 0.35 -> 0.31" in line(coordinator), line(coordinator)
+    assert ("the run's agent (RUN_DIR:result:RACE) vs built-in AI (evaluator, first -> latest): terran 0.35 -> 0.31"
+            in line(coordinator)), line(coordinator)
     coordinator.close()
     resumed = Coordinator(config, str(tmp_path), seed=3, config=NEVER)
     resumed.set_learners({a: _MeteredLearner() for a in resumed.agent_ids()})

@@ -301,3 +301,33 @@ def test_the_page_draws_the_curve_only_when_measured(tmp_path, with_rows):
     assert shown != "none"
     drawn = {name: list(zip(x, y)) for name, x, y in traces}
     assert drawn == {p: [(t * 1000, pytest.approx(v)) for t, v in points] for p, points in expected_curve().items()}
+
+
+def test_the_evaluator_measures_the_runs_agent_its_parameters_averaged_with_its_newest_snapshots(tmp_path):
+    """The curve is the run's agent's (`RUN_DIR:result:RACE`): a main agent's current parameters
+    averaged leaf by leaf with its newest frozen snapshots' (at most AVERAGE_NEWEST of them),
+    worked here as a plain numpy mean; without a snapshot, its current parameters."""
+    import jax
+
+    from experiments.agent_ref import AVERAGE_NEWEST
+
+    node, coordinator, params = smax_node(tmp_path)
+    main = "terran_main_agent_0"
+    players = coordinator.players()
+    row = next(p for p in players if p["player_id"] == main)
+    assert node.run_agent_params(row, players)[1] is params[main]      # no snapshot yet
+    rng = np.random.default_rng(0)
+    count = AVERAGE_NEWEST + 2
+    held = {f"{main}#{k}": jax.tree_util.tree_map(lambda x: rng.normal(size=np.shape(x)).astype(np.float32),
+                                                  params[main]) for k in range(1, count + 1)}
+    held[main] = params[main]
+    node._params_source.latest_params = lambda pid: (VERSION, held[pid])
+    snapshots = [{"player_id": f"{main}#{k}", "role": "historical", "race": "terran", "parent": main,
+                  "step": 10 * k} for k in range(1, count + 1)]
+    version, averaged = node.run_agent_params(row, players + snapshots[::-1])   # any order
+    newest = [held[s["player_id"]] for s in snapshots[-AVERAGE_NEWEST:]] + [params[main]]
+    want = jax.tree_util.tree_map(lambda *leaves: sum(np.asarray(x, np.float64) for x in leaves) / len(leaves),
+                                  *newest)
+    assert version == VERSION
+    for got, expected in zip(jax.tree_util.tree_leaves(averaged), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)

@@ -235,8 +235,31 @@ class EvaluatorNode:
         self._coordinator.record_exploitability(values)
         return values
 
+    def run_agent_params(self, player: dict, players: list[dict]):
+        """(version, params) of the run's agent of `player`'s race (`RUN_DIR:result:RACE`,
+        `experiments.agent_ref`): the main agent's current parameters averaged with its
+        `AVERAGE_NEWEST` newest snapshots', as the run names its agent (a snapshot whose
+        parameters are not to be had is left out); its current ones alone while it has no
+        snapshot. None while its parameters are not to be had."""
+        from experiments import agent_ref
+
+        got = self._params_source.latest_params(player["player_id"])
+        if got is None:
+            return None
+        trees = []
+        for snapshot in agent_ref.frozen_snapshots(players, player["player_id"])[-agent_ref.AVERAGE_NEWEST:]:
+            try:
+                held = self._params_source.latest_params(snapshot["player_id"])
+            except LookupError:   # not stored (withdrawn, or not written yet): left out
+                held = None
+            if held is not None:
+                trees.append(held[1])
+        return got[0], (agent_ref.average_trees(trees + [got[1]]) if trees else got[1])
+
     def measure_against_heuristic(self) -> list[dict]:
-        """Each main agent's current parameters (z = 0) against jaxmarl's scripted heuristic
+        """The run's agent of each main agent (`run_agent_params`: its current parameters
+        averaged with its newest snapshots', the agent `RUN_DIR:result:RACE` names; z = 0)
+        against jaxmarl's scripted heuristic
         playing each race of the run: `heuristic_games` games per agent and heuristic race
         (the game's `ScriptedOpponent.play`, the agent on side 0, seed = the run's seed: every
         measurement plays the same dice, so the curve moves with the parameters; its most likely
@@ -244,14 +267,15 @@ class EvaluatorNode:
         league.db (`heuristic`) for the dashboard's curve; returns the rows recorded."""
         if self._heuristic is None:
             return []
-        network, params_source, game_config = self._heuristic
+        network, _, game_config = self._heuristic
         scripted = self.config.game_info.capabilities.scripted_opponent()
         settings = self.config.evaluator
         rows = []
-        for player in self._coordinator.players():
+        players = self._coordinator.players()
+        for player in players:
             if player["role"] != "main_agent":
                 continue
-            got = params_source.latest_params(player["player_id"])
+            got = self.run_agent_params(player, players)
             if got is None:
                 continue
             version, params = got
