@@ -357,7 +357,11 @@ def test_damaged_frozen_players_are_withdrawn_and_the_league_goes_on(tmp_path):
         assert damaged, "the run before stored no new frozen player"
         history = LeagueHistory(db, readonly=True)
         games, version = history.game_count(), checkpoint.read_params(run_dir, "any_main_agent_0")[0]
-        result = league_cli(*args, f"--runner={runner}", "--minutes=0.3")
+        # until every learner has updated past the most any had learnt (a Ray run under CI's load
+        # can spend a fixed 0.3 minutes compiling: session 64's CI), at most 3 minutes
+        learners = ("any_main_agent_0", "any_main_exploiter_0", "any_league_exploiter_0", "any_league_exploiter_1")
+        learnt = max(checkpoint.read_payload(checkpoint.path(run_dir, learner))["steps"] for learner in learners)
+        result = league_cli(*args, f"--runner={runner}", f"--learner_steps={learnt + 1}", "--minutes=3")
         out = result.stdout + result.stderr
         assert result.returncode == 0, out
         history = LeagueHistory(db, readonly=True)
