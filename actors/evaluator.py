@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
 
 import jax
 import numpy as np

@@ -66,9 +66,10 @@ def run_arm(game_name: str, settings: dict, ids, weights, params, updates: int, 
 
     from actors import rewards
     from actors.actor import example_unroll, value_shape
-    from actors.games.poker.exact import best_response_gap
     from actors.games import make_batch_game
-    from actors.games.poker import openspiel as poker, policy as poker_policy
+    from actors.games.poker import openspiel as poker
+    from actors.games.poker import policy as poker_policy
+    from actors.games.poker.exact import best_response_gap
     from actors.rollout import DeviceRollout, Opponents
     from agents import network_key
     from experiments import build

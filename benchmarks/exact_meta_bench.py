@@ -25,7 +25,8 @@ FLAGS = flags.FLAGS
 
 def main(argv):
     del argv
-    from actors.games.poker import openspiel as poker, policy as poker_policy
+    from actors.games.poker import openspiel as poker
+    from actors.games.poker import policy as poker_policy
     from experiments.build import initial_params, make_game, make_network
     from experiments.config import RunConfig
 

@@ -184,7 +184,8 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     from actors.games import make_batch_game
-    from actors.games.poker import openspiel as poker, policy as poker_policy
+    from actors.games.poker import openspiel as poker
+    from actors.games.poker import policy as poker_policy
     from benchmarks.best_response_bench import (  # its flags are absl's: none parsed here
         nash_target,
         print_finals,

@@ -26,8 +26,9 @@ from absl import app, flags
 from jaxmarl.environments.smax.smax_env import SMAX
 
 from actors.games import smax_races
-from actors.games.poker import game as jax_poker, openspiel as poker
 from actors.games.base import random_legal_actions
+from actors.games.poker import game as jax_poker
+from actors.games.poker import openspiel as poker
 from agents.specs import MASK_KEY
 
 flags.DEFINE_list("batches", ["64", "256", "1024"], "SMAX batch sizes.")

@@ -122,7 +122,7 @@ def measure_agent(name: str, game_name: str | None = None):
         tools = exact_tools(agent.game)
     except ValueError:
         raise agent_ref.AgentNameError(f"{name}: an agent of {agent.game!r}; NashConv needs a poker agent "
-                                       "(a game with an exact evaluator: kuhn_poker, leduc_poker)")
+                                       "(a game with an exact evaluator: kuhn_poker, leduc_poker)") from None
     if game_name and game_name != agent.game:
         raise agent_ref.AgentNameError(f"{name}: an agent of {agent.game}, not of --game={game_name} "
                                        "(leave --game out: the agent says its game)")

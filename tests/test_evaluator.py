@@ -163,7 +163,8 @@ def test_evaluator_node_computes_exact_poker_payoffs_for_frozen_players(tmp_path
     are OpenSpiel's expected game scores of the two tabular policies, seats alternated."""
     from open_spiel.python.algorithms import expected_game_score
 
-    from actors.games.poker import openspiel as poker, policy as poker_policy
+    from actors.games.poker import openspiel as poker
+    from actors.games.poker import policy as poker_policy
     from coordinator.coordinator import Coordinator
     from experiments.build import initial_params
     from experiments.build import make_network as run_network

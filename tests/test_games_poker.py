@@ -9,8 +9,8 @@ import pytest
 from open_spiel.python import policy as os_policy
 from open_spiel.python.algorithms import exploitability
 
-from actors.games.poker import openspiel as poker
 from actors.games.base import BatchGame, random_legal_actions
+from actors.games.poker import openspiel as poker
 from agents.specs import MASK_KEY
 from experiments import nashconv
 

@@ -11,8 +11,9 @@ import pytest
 
 from actors.actor import Actor, ActorConfig
 from actors.games import make_batch_game
-from actors.games.poker import game as jax_poker, openspiel as poker
 from actors.games.base import BatchGame, random_legal_actions
+from actors.games.poker import game as jax_poker
+from actors.games.poker import openspiel as poker
 from agents import make_network
 from agents.specs import MASK_KEY
 

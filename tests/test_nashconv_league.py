@@ -11,7 +11,8 @@ import pytest
 from open_spiel.python.algorithms import expected_game_score, policy_aggregator
 
 from actors.actor import Actor, ActorConfig
-from actors.games.poker import openspiel as poker, policy as poker_policy
+from actors.games.poker import openspiel as poker
+from actors.games.poker import policy as poker_policy
 from agents import make_network
 from coordinator.history import LeagueHistory
 from coordinator.param_store import ParamStore

@@ -153,7 +153,8 @@ def test_without_a_core_the_network_is_a_feed_forward_mlp():
     """`lstm_size=0` (poker's `--network.core_size=0`): no LSTM parameters, a core state of
     width 1 passed through unchanged, outputs that depend on the current step only, and step
     equal to unroll."""
-    from actors.games.poker import openspiel as poker, policy as poker_policy
+    from actors.games.poker import openspiel as poker
+    from actors.games.poker import policy as poker_policy
     from agents import make_network
 
     game = poker.load_game("leduc_poker")

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from open_spiel.python.algorithms import expected_game_score
 
-from actors.games.poker import openspiel as poker, policy as poker_policy
+from actors.games.poker import openspiel as poker
+from actors.games.poker import policy as poker_policy
 from coordinator.history import LeagueHistory
 from experiments import agent_ref, build, export, tournament
 from tests.test_export import MAIN, SNAPSHOT, make_run

@@ -20,7 +20,13 @@ import numpy as np
 from actors.games.poker import openspiel as poker
 from actors.games.poker import policy as poker_policy
 from actors.games.poker.openspiel import (  # noqa: F401  (the tools experiments.nashconv reads)
-    load_game, make_spec, nash_conv, policy_from_callable, policy_from_table, uniform_policy_fn)
+    load_game,
+    make_spec,
+    nash_conv,
+    policy_from_callable,
+    policy_from_table,
+    uniform_policy_fn,
+)
 from actors.games.poker.policy import PolicyWalk, expected_payoffs, mix_policies, network_policy  # noqa: F401
 
 
