@@ -46,10 +46,10 @@ What it does (AlphaStar, seed 002, "Infrastructure"; the issue's actor contract)
   (AlphaStar: 25%); without a bank (exploiters, who AlphaStar does not condition on z, or no
   replays) z = 0 and no pseudo-reward is active. The candidates are drawn on the host once per
   unroll, one per step and game (`_z_plan`), and a game takes its step's candidate when it
-  starts. At a game's last step the actor computes the pseudo-rewards from the z the game
-  produced (army, enemy types in first-attack order, types attacked: the statistic's
-  `jitted()`, the device rollout's `attacked_types_jax` and `z_pseudo_rewards_jax`) and
-  writes them with the active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
+  starts. After each unroll the game's tracker of z (`Capabilities.z().tracker(fns)`: the
+  device rollout's, jitted over the unroll's steps, its state carried across unrolls) follows
+  what side 0 played, and at each game's last step its pseudo-rewards are written with the
+  active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
 - Parameters. A background thread asks `params_source.latest_params(agent_id,
   min_version=version + 1)` every `param_refresh_seconds` (AlphaStar: 10 s), puts new parameters on
   the device and the loop swaps them in between two steps (two unrolls for fused games): play
@@ -91,8 +91,8 @@ PyTree = Any
 
 
 def z_statistic(game_name: str):
-    """The module of the game's statistic z (its `Capabilities.z` factory: `NUM_UNIT_TYPES`,
-    `ZBank`, `jitted`, ...), None for a game without one."""
+    """The module of the game's statistic z (its `Capabilities.z` factory: `Z_SIZE`, `ZBank`,
+    `tracker`, ...), None for a game without one."""
     from actors.games.registry import resolve
 
     factory = resolve(game_name).capabilities.z
@@ -183,8 +183,7 @@ class Stream(NamedTuple):
     carry_state: Any      # side 0's core state before that step
     teacher_state: Any    # the teacher's core state before the next unroll (None: no teacher)
     z: Any = None         # (z [B, Z], active [B, K]) of the running games (None: no z)
-    z_army: Any = None    # [B] the army each running game's side 0 chose (-1 before)
-    z_first_attack: Any = None  # [B, 6] step of each enemy type's first attack (inf: none)
+    z_followed: Any = None  # the z tracker's state of the running games (the game's, opaque)
 
 
 class Playing(NamedTuple):
@@ -536,10 +535,11 @@ class Actor:
         # z (module docstring): the bank of a main agent, None for exploiters (z = 0).
         self._z_size, self._pseudo_count = z_size(network), pseudo_reward_count(network)
         self.z_bank = z_bank if self._z_size else None
-        self._z_statistic = z_statistic(game.spec.name) if self._z_size else None
+        statistic = z_statistic(game.spec.name) if self._z_size else None
+        fns = getattr(game, "fns", None)
+        self._z_tracker = (statistic.tracker(fns) if statistic is not None and fns is not None
+                           and self._pseudo_count else None)
         self._z_rng = np.random.default_rng(self.config.seed + 7)
-        menu = getattr(getattr(getattr(game, "fns", None), "env", None), "menu_table", None)
-        self._menu_table = None if menu is None else np.asarray(menu)
         self._teacher = None if teacher_params is None else jax.device_put(teacher_params)
         self._advance_teacher = None if teacher_params is None else make_teacher_advance(network)
         self._rng = jax.random.PRNGKey(self.config.seed)
@@ -698,8 +698,8 @@ class Actor:
             return {}
         b, k = self._batch, self._pseudo_count
         return dict(z=(np.zeros((b, self._z_size), np.float32), np.zeros((b, k), np.float32)),
-                    z_army=np.full(b, -1, np.int64),
-                    z_first_attack=np.full((b, self._z_statistic.NUM_UNIT_TYPES), np.inf))
+                    z_followed=None if self._z_tracker is None
+                    else self._z_tracker.init_state(b, self._z_size, k))
 
     def _z_plan(self, num_steps: int):
         """Candidate (z [T, B, Z], active [T, B, K]) for games starting at each step of the
@@ -728,41 +728,17 @@ class Actor:
         return np.asarray(races, np.int64).reshape(self._batch, 2)
 
     def _pseudo_rewards(self, chunk: dict) -> dict:
-        """z's pseudo-rewards of the new steps ({"reward", "active"} [T', B, K]): at each game's
-        last step, the statistic's pseudo-rewards (`z_pseudo_rewards_jax`, jitted) of the z it
-        was given and the z it produced (tracked across unrolls in the Stream), times the game's
-        active flags."""
-        s = self._stream
-        first = np.asarray(chunk["first"], bool)
-        done = np.asarray(chunk["done"], bool)
+        """z's pseudo-rewards of the new steps ({"reward", "active"} [T', B, K]): the game's
+        tracker of z (`follow_host`, jitted) over them, from its state at the unroll's start
+        (carried in the Stream); zeros for a game without one."""
         active = np.asarray(chunk["z_active"], np.float32)
-        given = np.asarray(chunk["observation"]["z"], np.float32)
-        reward = np.zeros_like(active)
-        army, first_attack = s.z_army, s.z_first_attack
-        if self._menu_table is None:
-            return {"reward": reward, "active": active}
-        obs = chunk["observation"]
-        actions = chunk["action"]
-        enemy = np.asarray(obs["races"])[:, :, 1].argmax(-1)                 # [T', B]
-        enemy_army = np.asarray(obs["compositions"])[:, :, 1].argmax(-1)
-        enemy_types = self._menu_table[enemy, enemy_army]                    # [T', B, n]
-        choosing = np.asarray(obs["choosing"], bool)
-        attacked, pseudo_rewards = self._z_statistic.jitted()
-        step_of_game = np.asarray(chunk["length"], np.float64) - 1  # [T', B] each step's index in its game
-        for t in range(first.shape[0]):
-            starts = first[t]
-            army[starts] = -1
-            first_attack[starts] = np.inf
-            army = np.where(choosing[t], np.asarray(actions["composition"][t]), army)
-            hit = np.asarray(attacked(actions["action_type"][t], actions["target"][t],
-                                      obs["alive"][t], enemy_types[t])) & ~choosing[t][:, None]
-            first_attack = np.where(hit & ~np.isfinite(first_attack), step_of_game[t][:, None],
-                                    first_attack)
-            ends = done[t] & active[t].any(-1)
-            if ends.any():
-                produced = np.asarray(pseudo_rewards(given[t], army, first_attack))   # [B, K]
-                reward[t] = np.where(ends[:, None], active[t] * produced, reward[t])
-        self._stream = s._replace(z_army=army, z_first_attack=first_attack)
+        if self._z_tracker is None:
+            return {"reward": np.zeros_like(active), "active": active}
+        s = self._stream
+        followed, active, reward = self._z_tracker.follow_host(
+            s.z_followed, np.asarray(chunk["first"], bool), np.asarray(chunk["done"], bool),
+            chunk["observation"], chunk["action"], active)
+        self._stream = s._replace(z_followed=followed)
         return {"reward": reward, "active": active}
 
     def _unroll(self):

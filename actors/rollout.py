@@ -41,10 +41,11 @@ update into one jitted chunk of K updates.
 - z (SMAX networks conditioned on it; AlphaStar): at each game's start side 0 takes a z drawn
   uniformly from its z bank (`ZSource`: the table and counts of the game's z bank (`Capabilities.z().ZBank`) for its
   matchup; counts of 0, as for exploiters, give z = 0) and each of z's pseudo-rewards is
-  active with probability `z_probability`; during the game the army it chose and the step of
-  each enemy type's first attack are tracked, and at its last step the pseudo-rewards
-  (the game's `Capabilities.z().z_pseudo_rewards_jax`, which the replay path's actor runs too)
-  are written with the active flags in `Step.pseudo_reward`. The opponent plays with z = 0.
+  active with probability `z_probability` (where the game lets side 0 follow z:
+  the tracker's `followable`); during the game the game's tracker of z
+  (`Capabilities.z().tracker(fns)`, which the replay path's actor runs too) follows what side 0
+  plays, and at the game's last step its pseudo-rewards are written with the active flags in
+  `Step.pseudo_reward`. The opponent plays with z = 0.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from agents import act, network_key, pseudo_reward_count, z_size
-from agents.specs import MASK_KEY
 from agents.trajectory import Step, Unroll
 
 PyTree = Any
@@ -259,34 +259,24 @@ class Results(NamedTuple):
 
 
 class ZSource(NamedTuple):
-    """Where side 0's z comes from: `table` [R * R, N, Z] and `counts` [R * R] of an
-    the game's `Capabilities.z().ZBank` (matchup own * R + enemy); all counts 0: z = 0, nothing
+    """Where side 0's z comes from: `table` [R * R, N, Z] and `counts` [R * R] of the
+    game's `Capabilities.z().ZBank` (matchup own * R + enemy); all counts 0: z = 0, nothing
     active."""
 
     table: jax.Array
     counts: jax.Array
 
 
-class ZState(NamedTuple):
-    """Each running game's z [B, Z], active pseudo-rewards [B, K], army chosen [B] (-1 before),
-    first attack step per enemy unit type [B, 6] (inf: none yet) and steps played [B]."""
-
-    z: jax.Array
-    active: jax.Array
-    army: jax.Array
-    first_attack: jax.Array
-    step: jax.Array
-
-
 class Carry(NamedTuple):
     """What one unroll hands the next: the running games, the last step played (its record and
-    side 0's core state before it) and the teacher's core state."""
+    side 0's core state before it) and the teacher's core state; with z, the z tracker's state
+    of the running games (the game's, held opaquely) and where side 0's z comes from."""
 
     games: Games
     last: dict
     last_state0: PyTree
     teacher_state: PyTree
-    z: ZState | None = None
+    z: PyTree = None
     z_source: ZSource | None = None
 
 
@@ -319,16 +309,16 @@ class DeviceRollout:
         self.z_size, self.pseudo_count = z_size(network), pseudo_reward_count(network)
         self.z_probability = float(z_probability)
         # the game's statistic z (`Capabilities.z()`, e.g. actors/games/smax_races/z.py): what
-        # playing a network with a z input needs (its pseudo-rewards, `step_games`)
+        # playing a network with a z input needs, its tracker of z in a game (`step_games`)
         self.z_statistic = z_statistic
+        self._z_tracker = (z_statistic.tracker(fns)
+                           if z_statistic is not None and self.z_size and self.pseudo_count else None)
         if not 0 <= scripted_slots < num_slots or (scripted_slots and scripted is None):
             raise ValueError(f"scripted_slots must be in [0, {num_slots}) (the opponent slots) and "
                              f"needs a scripted side; got {scripted_slots}")
         self.scripted_slots = int(scripted_slots)
         self._scripted_games = self.scripted_slots * (batch_size // num_slots)
         self._scripted = scripted(self._scripted_games) if self.scripted_slots else None
-        menu = getattr(getattr(fns, "env", None), "menu_table", None)
-        self._menu = None if menu is None else jnp.asarray(menu)
         # Data parallel over `devices`: every array with the games' axis is split over them
         # (GSPMD: XLA partitions the program and averages the update's gradients across them).
         self.devices = list(devices or jax.local_devices()[:1])
@@ -418,36 +408,9 @@ class DeviceRollout:
         pick = jnp.floor(jax.random.uniform(k_pick, (b,)) * jnp.maximum(counts, 1)).astype(jnp.int32)
         have = counts > 0
         candidate = c.z_source.table[matchup, pick] * have[:, None]
-        # a game whose army is forced on side 0 (one legal composition: SMAX's forced armies)
-        # gets no pseudo-rewards: its army is not the agent's to match
-        free = obs0[MASK_KEY]["composition"].sum(-1) > 1
+        free = self._z_tracker.followable(obs0)
         active = ((jax.random.uniform(k_active, (b, k)) < self.z_probability) & (have & free)[:, None])
-        starts = c.games.first
-        z = c.z
-        return ZState(z=jnp.where(starts[:, None], candidate, z.z),
-                      active=jnp.where(starts[:, None], active.astype(jnp.float32), z.active),
-                      army=jnp.where(starts, -1, z.army),
-                      first_attack=jnp.where(starts[:, None], jnp.inf, z.first_attack),
-                      step=jnp.where(starts, 0, z.step))
-
-    def _z_after(self, z: ZState, obs0, heads, done):
-        """(the games' z state after this step, this step's pseudo-rewards [B, K])."""
-        statistic = self.z_statistic
-        if statistic is None:
-            raise ValueError("a network with a z input plays with the game's statistic z: pass "
-                             "DeviceRollout(z_statistic=capabilities.z()) (actors.games.base.Capabilities)")
-        choosing = obs0["choosing"]
-        army = jnp.where(choosing, heads["composition"], z.army)
-        enemy = jnp.argmax(obs0["races"][:, 1], -1)
-        enemy_army = jnp.argmax(obs0["compositions"][:, 1], -1)
-        hit = statistic.attacked_types_jax(heads["action_type"], heads["target"], obs0["alive"],
-                                           self._menu[enemy, enemy_army]) & ~choosing[:, None]
-        first_attack = jnp.where(hit & ~jnp.isfinite(z.first_attack), z.step[:, None].astype(jnp.float32),
-                                 z.first_attack)
-        rewards = jax.vmap(statistic.z_pseudo_rewards_jax)(z.z, army, first_attack)
-        ends = done & (z.active > 0).any(-1)
-        pseudo = jnp.where(ends[:, None], z.active * rewards, 0.0)
-        return z._replace(army=army, first_attack=first_attack, step=z.step + 1), pseudo
+        return self._z_tracker.start(c.z, c.games.first, candidate, active)
 
     def _step(self, params, version, opponents, c: Carry, key, exploration: float = 0.0):
         """One step of every game: (carry with the new game state, the step's record, its
@@ -465,6 +428,9 @@ class DeviceRollout:
         k_play, kz = jax.random.split(key)
         obs0 = self._with_z(c.games.obs[0])
         z = c.z
+        if z is None and self.z_size and self.pseudo_count:
+            raise ValueError("a network with a z input plays with the game's statistic z: pass "
+                             "DeviceRollout(z_statistic=capabilities.z()) (actors.games.base.Capabilities)")
         if z is not None:
             z = self._z_start(c, obs0, kz)
             obs0 = {**obs0, "z": z.z}
@@ -481,7 +447,7 @@ class DeviceRollout:
                       discount=1.0 - p.done.astype(jnp.float32), first=p.first,
                       policy_version=jnp.full(self.batch_size, version, jnp.int32))
         if z is not None:
-            z, pseudo = self._z_after(z, obs0, p.action.heads, p.done)
+            z, pseudo = self._z_tracker.after(z, obs0, p.action.heads, p.done)
             record["pseudo_reward"] = {"reward": pseudo, "active": z.active}
         c = c._replace(games=games, z=z)
         return self._shard(c), self._shard(record), (p.done, p.outcome, p.length, p.score)
@@ -515,14 +481,11 @@ class DeviceRollout:
                         self.network.initial_state(self.batch_size - self._scripted_games))
         c = Carry(games=Games.start(game_state, obs, initial, opponent, self.batch_size),
                   last={}, last_state0=initial, teacher_state=None if teacher is None else initial)
-        if self.z_size and self.pseudo_count:
-            b, k = self.batch_size, self.pseudo_count
+        if self._z_tracker is not None:
             if z_source is None:
                 z_source = ZSource(jnp.zeros((1, 1, self.z_size), jnp.float32), jnp.zeros(1, jnp.int32))
-            c = c._replace(z_source=z_source, z=ZState(
-                z=jnp.zeros((b, self.z_size), jnp.float32), active=jnp.zeros((b, k), jnp.float32),
-                army=jnp.full(b, -1, jnp.int32), first_attack=jnp.full((b, 6), jnp.inf, jnp.float32),
-                step=jnp.zeros(b, jnp.int32)))
+            c = c._replace(z_source=z_source, z=self._z_tracker.init_state(
+                self.batch_size, self.z_size, self.pseudo_count))
         return self._shard(c)
 
     def start(self, params, version, opponents: Opponents, teacher, key, races=None,

@@ -50,13 +50,11 @@ REGISTRY = ("actors/games/registry.py: the game registry names every built-in ga
 # path from the root -> why it still names the game's internals (the issue that removes them).
 SMAX_ALLOWED = {
     "actors/games/registry.py": REGISTRY,
-    "actors/actor.py": "issue 86 item 2: the replay actor reads SMAX's fields (menu_table, "
-                       "compositions) and z; it becomes the device rollout's unroll",
+    "actors/actor.py": "issue 86 item 3: the replay actor reads z_pseudo_reward_probability "
+                       "(moves to SMAX's settings); z itself it follows through the game's tracker",
     "actors/config.py": "issue 86 item 3: z_pseudo_reward_probability moves to SMAX's settings",
     "actors/games/base.py": "issue 86 item 3: Capabilities' docstrings name SMAX's settings "
                             "(heuristic_slots) and army_units",
-    "actors/rollout.py": "issue 86 items 1 and 2: z's pseudo-rewards and SMAX's fields "
-                         "(menu_table, compositions) read in the device rollout",
     "agents/surgery.py": "issue 86 item 3: the unit network's fields (num_compositions, "
                          "pointer_action_types) come from the game's spec",
     "agents/unit_network.py": "issue 86 item 3: the pointer's types come from the spec now "

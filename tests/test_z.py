@@ -14,6 +14,7 @@ from actors.games import make_batch_game
 from actors.games.smax_races import RACES, SmaxRacesConfig, fixed_size_menu, supervised
 from actors.games.smax_races import z as zmod
 from agents import make_network, pseudo_reward_count, z_size
+from agents.specs import MASK_KEY
 from agents.trajectory import reverb_signature, unflatten_like
 from learners import losses
 from learners.config import LossConfig
@@ -432,6 +433,211 @@ def test_learner_learns_the_pseudo_rewards(smax):
         actor.close()
         learner.close()
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Following z during a game: the tracker both experience paths call (`zmod.tracker`).
+
+
+def follow_reference(menu_table, first, done, observation, heads, active):
+    """(active, pseudo-rewards) [T, B, K] of a recorded stream of side 0's steps ([T, B]
+    time-major, starting at a game's first step in every column), a numpy loop per game from the
+    formula: a game takes its first step's z and active flags (none where its army is forced: one
+    legal composition); the army is the composition chosen at the strategy step; each enemy
+    type's first attack step is the game's step index (0 at its strategy step) of the first
+    `attacked_types` order on it after the strategy step; at the game's last step the
+    pseudo-rewards `z_pseudo_rewards` of its z and what it produced, times its active flags."""
+    menu_table = np.asarray(menu_table)
+    steps, batch = np.shape(first)
+    k = np.shape(active)[-1]
+    out_active = np.zeros((steps, batch, k), np.float32)
+    out = np.zeros((steps, batch, k), np.float32)
+    for b in range(batch):
+        game = None
+        for t in range(steps):
+            o = {name: np.asarray(v[t, b]) for name, v in observation.items() if name != MASK_KEY}
+            if first[t, b]:
+                free = np.asarray(observation[MASK_KEY]["composition"][t, b]).sum() > 1
+                game = dict(z=o["z"], active=np.asarray(active[t, b], np.float32) * free, army=-1,
+                            first=np.full(zmod.NUM_UNIT_TYPES, np.inf), step=0)
+            if o["choosing"]:
+                game["army"] = int(heads["composition"][t, b])
+            else:
+                enemy_types = menu_table[o["races"][1].argmax(), o["compositions"][1].argmax()]
+                hit = attacked_types(heads["action_type"][t, b], heads["target"][t, b], o["alive"],
+                                     enemy_types)
+                for kind in np.flatnonzero(hit & ~np.isfinite(game["first"])):
+                    game["first"][kind] = game["step"]
+            game["step"] += 1
+            out_active[t, b] = game["active"]
+            if done[t, b] and game["active"].any():
+                out[t, b] = game["active"] * z_pseudo_rewards(
+                    game["z"], game["army"], produced_order(game["first"]), np.isfinite(game["first"]))
+    return out_active, out
+
+
+def one_game(n: int, forced: bool = False):
+    """One hand-worked game of side 0 (terran) against zerg's mixed army (menu index 2: a
+    zergling in slot 0, a hydralisk in slot 1), given z = (army 1, zerglings then hydralisks):
+    step 0 chooses army 1; step 1 unit 0 attacks slot 1 (a hydralisk); step 2 unit 1 attacks
+    slot 0 (a zergling), unit 0 the hydralisk again; step 3 nothing, the game ends."""
+    steps = 4
+    z = z_of(1, [ZERGLING, HYDRALISK], [ZERGLING, HYDRALISK])
+    races = np.zeros((steps, 1, 2, 3), np.float32)
+    races[..., 0, RACES.index("terran")] = races[..., 1, RACES.index("zerg")] = 1
+    compositions = np.zeros((steps, 1, 2, 3), np.float32)
+    compositions[1:, :, 0, 1] = compositions[1:, :, 1, 2] = 1       # known once chosen
+    mask = np.zeros((steps, 1, 3), bool)
+    mask[0, :, :] = [False, True, False] if forced else True
+    mask[1:, :, 0] = True
+    action_type = np.zeros((steps, 1, n), np.int32)
+    target = np.zeros((steps, 1, n), np.int32)
+    action_type[1, 0, 0], target[1, 0, 0] = zmod.ATTACK, 1
+    action_type[2, 0, :2], target[2, 0, :2] = zmod.ATTACK, [1, 0]
+    alive = np.zeros((steps, 1, n), bool)
+    alive[1:, :, :2] = True
+    observation = {"z": np.broadcast_to(z, (steps, 1, zmod.Z_SIZE)).copy(),
+                   "choosing": np.array([[True], [False], [False], [False]]), "races": races,
+                   "compositions": compositions, "alive": alive, MASK_KEY: {"composition": mask}}
+    heads = {"composition": np.array([[1], [0], [0], [0]], np.int32), "action_type": action_type,
+             "target": target}
+    first = np.array([[True], [False], [False], [False]])
+    done = np.array([[False], [False], [False], [True]])
+    return first, done, observation, heads, np.ones((steps, 1, 2), np.float32)
+
+
+def test_the_tracker_gives_the_hand_worked_pseudo_rewards(smax):
+    game, _, _ = smax
+    tracker = zmod.tracker(game.fns)
+    n = game.spec.side(0).num_units
+    # The menu's zerg mix: a zergling, a hydralisk (what the hand-worked game attacks).
+    assert list(np.asarray(game.fns.env.menu_table)[RACES.index("zerg"), 2, :2]) == [ZERGLING, HYDRALISK]
+    first, done, observation, heads, active = one_game(n)
+    _, got_active, pseudo = tracker.follow_host(tracker.init_state(1, zmod.Z_SIZE, 2), first, done,
+                                                observation, heads, active)
+    # Build orders: z's [army 1 = token 7, zergling 4, hydralisk 5], played [7, 5, 4]: edit
+    # distance 2 of length 3; the same types attacked: Hamming 0. Given at the last step only.
+    np.testing.assert_allclose(pseudo[:, 0], [[0, 0], [0, 0], [0, 0], [-2 / 3, 0]], atol=1e-6)
+    np.testing.assert_array_equal(got_active[:, 0], np.ones((4, 2)))
+    # A game whose army is forced on side 0 follows no z: not active, no pseudo-rewards.
+    first, done, observation, heads, active = one_game(n, forced=True)
+    _, got_active, pseudo = tracker.follow_host(tracker.init_state(1, zmod.Z_SIZE, 2), first, done,
+                                                observation, heads, active)
+    assert not got_active.any() and not pseudo.any()
+
+
+def random_stream(rng, steps: int, batch: int, n: int):
+    """A recorded stream of side 0's steps [T, B] of random games (random lengths, armies,
+    attacks, deaths, z and active flags), every column starting with a game's first step."""
+    first = np.zeros((steps, batch), bool)
+    done = np.zeros((steps, batch), bool)
+    z = np.zeros((steps, batch, zmod.Z_SIZE), np.float32)
+    active = np.zeros((steps, batch, 2), np.float32)
+    races = np.zeros((steps, batch, 2, 3), np.float32)
+    compositions = np.zeros((steps, batch, 2, 3), np.float32)
+    mask = np.zeros((steps, batch, 3), bool)
+    choosing = np.zeros((steps, batch), bool)
+    for b in range(batch):
+        t = 0
+        while t < steps:
+            length = int(rng.integers(2, 7))
+            end = min(t + length, steps)
+            first[t, b] = choosing[t, b] = True
+            if t + length <= steps:
+                done[t + length - 1, b] = True
+            order = rng.permutation(6)[:rng.integers(0, 4)]
+            z[t:end, b] = z_of(rng.integers(0, 3), order, order) if rng.random() < 0.8 else 0
+            active[t:end, b] = rng.random(2) < 0.7
+            own, enemy = rng.integers(0, 3, 2)
+            races[t:end, b, 0, own] = races[t:end, b, 1, enemy] = 1
+            compositions[t + 1:end, b, 0, rng.integers(0, 3)] = 1
+            compositions[t + 1:end, b, 1, rng.integers(0, 3)] = 1
+            mask[t, b] = [True, True, True] if rng.random() < 0.8 else np.eye(3, dtype=bool)[rng.integers(3)]
+            mask[t + 1:end, b, 0] = True
+            t = end
+    alive = (rng.random((steps, batch, n)) < 0.8) & ~choosing[..., None]
+    observation = {"z": z, "choosing": choosing, "races": races, "compositions": compositions,
+                   "alive": alive, MASK_KEY: {"composition": mask}}
+    heads = {"composition": rng.integers(0, 3, (steps, batch)).astype(np.int32),
+             "action_type": rng.choice([0, zmod.ATTACK], (steps, batch, n)).astype(np.int32),
+             "target": rng.integers(0, n, (steps, batch, n)).astype(np.int32)}
+    return first, done, observation, heads, active
+
+
+def test_the_tracker_follows_random_games_as_the_numpy_loop(smax):
+    """The tracker's pseudo-rewards over a stream of random games equal the numpy loop's, in
+    one call or in two unrolls with the state carried between them (games across the cut)."""
+    game, _, _ = smax
+    tracker = zmod.tracker(game.fns)
+    n = game.spec.side(0).num_units
+    first, done, observation, heads, active = random_stream(np.random.default_rng(4), 24, 16, n)
+    want_active, want = follow_reference(game.fns.env.menu_table, first, done, observation, heads,
+                                         active)
+    assert (want < 0).any() and done.sum() > 30
+    state = tracker.init_state(16, zmod.Z_SIZE, 2)
+    _, got_active, got = tracker.follow_host(state, first, done, observation, heads, active)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    np.testing.assert_array_equal(got_active, want_active)
+    parts = []
+    for cut in (slice(0, 12), slice(12, 24)):
+        state, _, part = tracker.follow_host(state, *(jax.tree.map(lambda x, c=cut: x[c], xs)
+                                                      for xs in (first, done, observation, heads, active)))
+        parts.append(part)
+    np.testing.assert_allclose(np.concatenate(parts), want, atol=1e-6)
+
+
+def test_both_experience_paths_give_the_numpy_loops_pseudo_rewards(smax):
+    """The replay path's actor (its unrolls' new steps) and the device rollout (its recorded
+    steps) write the pseudo-rewards the numpy loop gives over what they played."""
+    from actors import rewards
+    from actors.actor import value_shape
+    from actors.rollout import DeviceRollout, Opponents, ZSource
+
+    game, network, params = smax
+    menu = game.fns.env.menu_table
+    # The replay path: an actor without a replay server, its unrolls' new steps kept.
+    actor = Actor("a", "agent", game, network, Races(("protoss", "zerg")), Frozen(params), None,
+                  "t", ActorConfig(unroll_length=T, episodes_per_match=1000,
+                                   z_pseudo_reward_probability=0.5), z_bank=one_bank())
+    seen, pseudo_rewards = [], actor._pseudo_rewards
+
+    def keep(chunk):   # the new steps of an unroll, before the actor writes them
+        out = pseudo_rewards(chunk)
+        seen.append(({k: chunk[k] for k in ("first", "done", "observation", "action", "z_active")},
+                     out))
+        return out
+
+    actor._pseudo_rewards = keep
+    actor.run(num_steps=3 * (T - 1))
+    actor.close()
+    steps = jax.tree.map(lambda *xs: np.concatenate(xs), *[c for c, _ in seen])
+    want_active, want = follow_reference(menu, steps["first"], steps["done"], steps["observation"],
+                                         steps["action"], steps["z_active"])
+    np.testing.assert_allclose(np.concatenate([o["reward"] for _, o in seen]), want, atol=1e-6)
+    np.testing.assert_array_equal(np.concatenate([o["active"] for _, o in seen]), want_active)
+    assert steps["done"].any() and (want < 0).any()
+
+    # The device path: a start and two unrolls, against the learner's own parameters.
+    rollout = DeviceRollout(network, game.fns, B, 1, T, rewards.device_reward("game", game.spec),
+                            value_shape=value_shape(network), races=True, z_probability=0.5,
+                            z_statistic=zmod)
+    opponents = Opponents(jax.tree.map(lambda x: x[None], params), jnp.array([True]))
+    bank = one_bank()
+    races = jnp.asarray(np.tile([RACES.index("protoss"), RACES.index("zerg")], (B, 1)), jnp.int32)
+    carry, _ = jax.jit(rollout.start, static_argnums=3)(
+        params, 0, opponents, None, jax.random.PRNGKey(1), races,
+        ZSource(jnp.asarray(bank.table), jnp.asarray(bank.counts)))
+    unrolls, unroll_fn = [], jax.jit(rollout.unroll, static_argnums=3)
+    for key in jax.random.split(jax.random.PRNGKey(2), 2):
+        carry, unroll, _ = unroll_fn(params, 0, opponents, None, carry, key)
+        unrolls.append(jax.device_get(unroll.steps))
+    played = jax.tree.map(lambda a, b: np.concatenate([a, b[1:]]), *unrolls)  # overlap one step
+    want_active, want = follow_reference(menu, played.first, played.discount == 0,
+                                         played.observation, played.action,
+                                         played.pseudo_reward["active"])
+    np.testing.assert_allclose(played.pseudo_reward["reward"], want, atol=1e-6)
+    np.testing.assert_array_equal(played.pseudo_reward["active"], want_active)
+    assert (played.discount == 0).any() and (want < 0).any()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -215,9 +215,10 @@ class Capabilities:
         (`--device.heuristic_slots`) and to evaluate against (the evaluator's win rate
         against it); None: none.
     z: () -> the module of the game's statistic z (AlphaStar's; `--z_replays`, `--network.z`):
-        Z_SIZE, PSEUDO_REWARDS, ZBank (the bank read from replays), attacked_types_jax and
-        z_pseudo_rewards_jax (traced by the device rollout), jitted() (the same on host
-        arrays, the replay path's actor); None: none (SMAX's: actors/games/smax_races/z.py).
+        Z_SIZE, PSEUDO_REWARDS, ZBank (the bank read from replays) and tracker(fns), which
+        follows z during the games of the game's functions `fns` (init_state, followable,
+        start and after, traced by the device rollout; follow_host, the same over an unroll on
+        host arrays, the replay path's actor); None: none (SMAX's: actors/games/smax_races/z.py).
     supervised_start: () -> SupervisedStart, agents cloned from the scripted AI's games
         (`--init`, the default where a game has one); None: none.
     unit_network: per-unit action heads; the agents use the unit network, which needs an LSTM

@@ -8,9 +8,12 @@ network input and the pseudo-rewards for following it: `Capabilities.z` of "smax
 - its fixed-size encoding (`encode_z`, `decode_z`, `Z_SIZE`) and the bank main agents sample it
   from (`ZBank`, read from a replay directory);
 - the pseudo-rewards (`PSEUDO_REWARDS`): one jax.numpy implementation (`attacked_types_jax`,
-  `z_pseudo_rewards_jax`) used by both experience paths, traced into the device rollout
-  (actors/rollout.py) and jitted on host arrays by the replay path's actor (actors/actor.py,
-  `jitted`). Their numpy references (loops, the Wagner-Fischer table) live in tests/test_z.py.
+  `z_pseudo_rewards_jax`), followed during a game by a `Tracker` (`tracker(fns)`, its carry
+  `ZState`) that both experience paths call without knowing the game's fields: traced into the
+  device rollout's step (actors/rollout.py: `start`, `after`) and jitted over the steps of an
+  unroll on host arrays by the replay path's actor (actors/actor.py: `follow_host`, the same
+  two in a `lax.scan`). Their numpy references (loops, the Wagner-Fischer table) live in
+  tests/test_z.py.
 
 The constants are the game's (`actors.games.smax_races.game`): `ATTACK`, the unit types, the
 armies per race.
@@ -18,15 +21,16 @@ armies per race.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from actors import replays
-from actors.games.smax_races.game import ATTACK, COMPOSITIONS_PER_RACE, UNIT_TYPES
+from actors.games.smax_races.game import ATTACK, COMPOSITION_HEAD, COMPOSITIONS_PER_RACE, UNIT_TYPES
+from agents.specs import MASK_KEY
 
 NUM_UNIT_TYPES = len(UNIT_TYPES)
 """SMAX's unit types (6)."""
@@ -214,11 +218,119 @@ def attacked_types_jax(action_type, target, alive, enemy_types):
     return jnp.any((types[..., None] == jnp.arange(NUM_UNIT_TYPES)) & attacking[..., None], axis=-2)
 
 
-@functools.cache
-def jitted():
-    """(attacked_types, pseudo_rewards): `attacked_types_jax` and `z_pseudo_rewards_jax` vmapped
-    over games, jitted, for the replay path's actor on host arrays (compiled once a process)."""
-    return jax.jit(attacked_types_jax), jax.jit(jax.vmap(z_pseudo_rewards_jax))
+
+# ---------------------------------------------------------------------------------------------
+# Following z during a game: what both experience paths call (`tracker`).
+
+
+class ZState(NamedTuple):
+    """Each running game's z [B, Z], active pseudo-rewards [B, K] (0/1), the army its side 0
+    chose [B] (-1 before), the step of each enemy unit type's first attack [B, 6] (inf: none
+    yet) and its steps played [B]. Callers hold it opaquely (`Tracker`)."""
+
+    z: jax.Array
+    active: jax.Array
+    army: jax.Array
+    first_attack: jax.Array
+    step: jax.Array
+
+
+class Tracker:
+    """Follows z during SMAX races games, for the generic code that plays them: the device
+    rollout traces `start` and `after` into its step (actors/rollout.py), the replay path's
+    actor runs `follow_host` (the same two, in one jitted `lax.scan`) over the steps of its
+    unroll (actors/actor.py). Built by `tracker(fns)` from the game's functions, whose menu's
+    unit types (`fns.env.menu_table`) give the enemy army's types.
+
+    - `init_state(batch, z_size, pseudo_rewards)`: the `ZState` of B games, nothing followed;
+    - `followable(obs0)` [B] bool: the games whose side 0 can follow z from this, their first,
+      step: a game whose army is forced on side 0 (one legal composition: the forced armies of
+      the built-in AI's slots) gets no pseudo-rewards, its army is not the agent's to match;
+    - `start(state, starts, candidate, active)`: games starting this step (`starts` [B]) take
+      the z `candidate` [B, Z] and the active flags `active` [B, K] bool, and forget the last
+      game's army and attacks;
+    - `after(state, obs0, heads, done) -> (state, pseudo-rewards [B, K])`: side 0's step on
+      `obs0` with actions `heads` tracked (the army chosen at the strategy step, each enemy
+      type's first attack step: `attacked_types_jax`); at a game's last step (`done`) its
+      pseudo-rewards (`z_pseudo_rewards_jax`) times its active flags, 0 elsewhere.
+    """
+
+    OBSERVED = ("z", "choosing", "races", "compositions", "alive")
+    HEADS = ("composition", "action_type", "target")
+
+    def __init__(self, fns):
+        self._menu = jnp.asarray(fns.env.menu_table)
+        self._follow = jax.jit(self.follow)
+
+    def init_state(self, batch: int, z_size: int, pseudo_rewards: int) -> ZState:
+        b, k = batch, pseudo_rewards
+        return ZState(z=jnp.zeros((b, z_size), jnp.float32), active=jnp.zeros((b, k), jnp.float32),
+                      army=jnp.full(b, -1, jnp.int32),
+                      first_attack=jnp.full((b, NUM_UNIT_TYPES), jnp.inf, jnp.float32),
+                      step=jnp.zeros(b, jnp.int32))
+
+    def followable(self, obs0):
+        return obs0[MASK_KEY][COMPOSITION_HEAD].sum(-1) > 1
+
+    def start(self, state: ZState, starts, candidate, active) -> ZState:
+        return ZState(z=jnp.where(starts[:, None], candidate, state.z),
+                      active=jnp.where(starts[:, None], active.astype(jnp.float32), state.active),
+                      army=jnp.where(starts, -1, state.army),
+                      first_attack=jnp.where(starts[:, None], jnp.inf, state.first_attack),
+                      step=jnp.where(starts, 0, state.step))
+
+    def after(self, state: ZState, obs0, heads, done):
+        choosing = obs0["choosing"]
+        army = jnp.where(choosing, heads["composition"], state.army)
+        enemy = jnp.argmax(obs0["races"][:, 1], -1)
+        enemy_army = jnp.argmax(obs0["compositions"][:, 1], -1)
+        hit = attacked_types_jax(heads["action_type"], heads["target"], obs0["alive"],
+                                 self._menu[enemy, enemy_army]) & ~choosing[:, None]
+        first_attack = jnp.where(hit & ~jnp.isfinite(state.first_attack),
+                                 state.step[:, None].astype(jnp.float32), state.first_attack)
+        rewards = jax.vmap(z_pseudo_rewards_jax)(state.z, army, first_attack)
+        ends = done & (state.active > 0).any(-1)
+        pseudo = jnp.where(ends[:, None], state.active * rewards, 0.0)
+        return state._replace(army=army, first_attack=first_attack, step=state.step + 1), pseudo
+
+    def follow(self, state: ZState, first, done, observation, heads, active):
+        """`start` then `after` for each step of a recorded unroll ([T, B] time-major: `first`,
+        `done`, side 0's `observation` with the z it played with, its action `heads`, the
+        games' `active` flags [T, B, K]), a game starting at a step taking that step's z and
+        flags (where `followable`). Returns (state, active [T, B, K] as the games follow them,
+        pseudo-rewards [T, B, K])."""
+        def step(s, x):
+            first_t, done_t, obs_t, heads_t, active_t = x
+            s = self.start(s, first_t, obs_t["z"],
+                           (active_t > 0) & self.followable(obs_t)[:, None])
+            s, pseudo = self.after(s, obs_t, heads_t, done_t)
+            return s, (s.active, pseudo)
+
+        state, (active, pseudo) = jax.lax.scan(step, state, (first, done, observation, heads, active))
+        return state, active, pseudo
+
+    def follow_host(self, state: ZState, first, done, observation, heads, active):
+        """`follow`, jitted, on host arrays (only the fields it reads are sent to the device):
+        (state, active, pseudo-rewards) as numpy arrays but the state."""
+        observation = {**{k: observation[k] for k in self.OBSERVED},
+                       MASK_KEY: {COMPOSITION_HEAD: observation[MASK_KEY][COMPOSITION_HEAD]}}
+        heads = {h: heads[h] for h in self.HEADS}
+        state, active, pseudo = self._follow(state, first, done, observation, heads, active)
+        return state, np.asarray(active), np.asarray(pseudo)
+
+
+_TRACKERS: dict = {}
+
+
+def tracker(fns) -> Tracker:
+    """The `Tracker` of a SMAX races game's functions (`GameFunctions`), one per configuration
+    a process (its jitted `follow_host` compiles once for the actors that share it)."""
+    key = getattr(fns, "config", None)
+    if key is None:
+        return Tracker(fns)
+    if key not in _TRACKERS:
+        _TRACKERS[key] = Tracker(fns)
+    return _TRACKERS[key]
 
 
 # ---------------------------------------------------------------------------------------------
