@@ -20,6 +20,12 @@ the top lists the frozen players withdrawn from matchmaking and the learners sta
 
 From the league program: `server, url = serve(run_dir, port)` (a daemon thread). The command is
 the entry point `experiments/dashboard.py`.
+
+Watching a game: a click on a payoff-matrix cell opens `/watch?home=ROW&away=COLUMN&seed=0`
+(static/watch.html), a game between those two players played on demand and animated frame by
+frame; `dashboard/watch.py` plays it on a thread with the `watch` function given to `serve`
+(`experiments.watch.watch`: this package sits below experiments and names no game). The
+exported report has no server, so its cells open nothing.
 """
 
 from __future__ import annotations
@@ -35,12 +41,13 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 import numpy as np
 
 from coordinator.history_reader import DashboardReader
 from coordinator.league_db import DB_NAME, HistoryError
+from dashboard.watch import Watcher
 from league.payoff import Payoff
 from league.players import HISTORICAL, LEAGUE_EXPLOITER, MAIN_AGENT, MAIN_EXPLOITER
 
@@ -461,6 +468,8 @@ PAGE_FILES = {
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8", "no-cache"),
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8", "no-cache"),
     "/plotly.min.js": (None, "text/javascript; charset=utf-8", "max-age=86400"),  # plotly_js()
+    "/watch": ("watch.html", "text/html; charset=utf-8", "no-cache"),  # a game, watched (dashboard/watch.py)
+    "/watch.js": ("watch.js", "text/javascript; charset=utf-8", "no-cache"),
 }
 
 
@@ -500,6 +509,7 @@ def export(run_dir: str, path: str) -> str:
 class _Handler(BaseHTTPRequestHandler):
     server_version = "LeagueDashboard"
     data: DashboardData  # set on the subclass made by `serve`
+    watcher: Watcher     # likewise
     files: dict[str, tuple[bytes, str, str, str]] = {}  # URL path -> (body, content type, Cache-Control, ETag)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
@@ -508,6 +518,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/data.json":
             status, etag, body = self.data.response(self.headers.get("If-None-Match"))
             self._send(status, body, "application/json", "no-cache" if etag else "no-store", etag)
+        elif path == "/watch.json":
+            status, answer = self.watcher.request(parse_qs(urlparse(self.path).query))
+            self._send(status, json.dumps(answer, separators=(",", ":")).encode(), "application/json", "no-store")
         elif path in self.files:
             body, content_type, cache, etag = self.files[path]
             if etag_matches(self.headers.get("If-None-Match"), etag):
@@ -536,18 +549,22 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def serve(run_dir: str, port: int, host: str = "127.0.0.1") -> tuple[ThreadingHTTPServer, str]:
+def serve(run_dir: str, port: int, host: str = "127.0.0.1",
+          watch=None) -> tuple[ThreadingHTTPServer, str]:
     """Serves the dashboard of `run_dir` on a daemon thread; returns (server, url) at once.
 
     The history is opened per request, read-only, so this may start before the league
     has written `league.db` (the page then says it is waiting). `port=0` picks a free
-    port. Stop with `server.shutdown(); server.server_close()`.
+    port. `watch`: the function that plays a watched game (`experiments.watch.watch`;
+    dashboard/watch.py); None: the watch page says this server plays no games. Stop with
+    `server.shutdown(); server.server_close()`.
     """
     files = {}
     for url_path, (name, content_type, cache) in PAGE_FILES.items():
         body = (_static(name) if name else plotly_js()).encode()
         files[url_path] = (body, content_type, cache, '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
-    handler = type("DashboardHandler", (_Handler,), {"data": DashboardData(run_dir), "files": files})
+    handler = type("DashboardHandler", (_Handler,), {"data": DashboardData(run_dir), "files": files,
+                                                     "watcher": Watcher(run_dir, watch)})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="dashboard", daemon=True)
@@ -557,7 +574,8 @@ def serve(run_dir: str, port: int, host: str = "127.0.0.1") -> tuple[ThreadingHT
     return server, f"http://{shown}:{server.server_address[1]}/"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, watch=None) -> int:
+    """The command (`experiments/dashboard.py`); `watch` as `serve`'s."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m experiments.dashboard", description=__doc__.split("\n\n")[0])
@@ -573,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
             path = export(args.run_dir, args.export)
             print(f"dashboard written to {os.path.abspath(path)}")
             return 0
-        server, url = serve(args.run_dir, args.port, args.host)
+        server, url = serve(args.run_dir, args.port, args.host, watch)
     except HistoryError as e:
         print(f"dashboard: {e}", file=sys.stderr)
         return 2

@@ -94,6 +94,31 @@ class NimText:
         return f"{who} took {took}, the last stone{'s' if took > 1 else ''}: no stones left, {who} won"
 
 
+class NimDraw:
+    """Nim drawn for a person watching a game (`Capabilities.draw`, the dashboard's watch page):
+    one SVG frame per move, the heap's stones (the ones this move takes ringed) and the move."""
+
+    def frames(self, fns, states, actions, outcome):
+        out = []
+        for s, a in zip(states, actions):
+            mover, stones = int(s.player), int(s.stones)
+            took = min(int(a[mover]["take"]) + 1, stones)
+            out.append(self.frame(stones, took, f"{stones} stones: side {mover} takes {took}"))
+        if states:
+            winner = int(states[-1].player)
+            out.append(self.frame(0, 0, f"side {winner} took the last stone and won"))
+        return out
+
+    @staticmethod
+    def frame(stones, taking, caption):
+        ring = 'stroke="#dc2626" stroke-width="4"'   # the stones this move takes
+        circles = "".join(f'<circle class="stone" cx="{30 + 36 * k}" cy="70" r="14" fill="#78716c" '
+                          f'{ring if k >= stones - taking else ""}/>' for k in range(stones))
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="560" height="110">'
+                f'<text x="10" y="28" font-size="16">{caption}</text>{circles}</svg>')
+
+
 def make() -> Game:
     """`--game=nim:make`: the game, its capabilities and its settings."""
-    return Game("nim", functions=Nim, capabilities=Capabilities(turn_based=True, text=lambda fns: NimText()))
+    return Game("nim", functions=Nim, capabilities=Capabilities(
+        turn_based=True, text=lambda fns: NimText(), draw=NimDraw))

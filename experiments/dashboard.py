@@ -7,6 +7,7 @@
 import sys
 
 from dashboard.server import main
+from experiments.watch import watch
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(watch=watch))   # a payoff cell's game, watched (dashboard/watch.py)

@@ -270,8 +270,10 @@ def supervise(program: Program, handles: dict, out, stop_event, on_launch, check
     previous = _install_sigint(supervisor.stop_event) if stop_event is None else None
     if config.dashboard_port >= 0:
         from dashboard.server import serve
+        from experiments.watch import watch
 
-        print(f"dashboard: {serve(config.run_dir, config.dashboard_port)[1]}", file=out, flush=True)
+        # a payoff cell's game, watched (dashboard/watch.py), is played in this process on demand
+        print(f"dashboard: {serve(config.run_dir, config.dashboard_port, watch=watch)[1]}", file=out, flush=True)
     if on_launch is not None:
         on_launch(handles)
     stopping = None

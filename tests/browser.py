@@ -10,7 +10,9 @@ background-networking ones it keeps trying to reach the internet).
         print(tab.page.title(), tab.console_errors)
 
 A screenshot of a run's dashboard (docs/dashboard.png):
-`python -m tests.browser --run_dir=DIR --out=docs/dashboard.png`.
+`python -m tests.browser --run_dir=DIR --out=docs/dashboard.png`; of a game watched on its watch
+page (docs/watch.png): `python -m tests.browser --run_dir=DIR --watch HOME AWAY --seed=1
+--frame=16 --out=docs/watch.png`.
 """
 
 from __future__ import annotations
@@ -76,6 +78,19 @@ class Tab:
     def __init__(self, browser: Browser, width: int = 1400, height: int = 1000):
         self.context = browser.new_context(viewport={"width": width, "height": height})
         self.page = self.context.new_page()
+        self._record()
+
+    @classmethod
+    def opened(cls, tab: Tab, page) -> Tab:
+        """`page`, a page that `tab`'s page opened (a new tab of its context: `with
+        tab.context.expect_page() as p: ...; Tab.opened(tab, p.value)`), recorded as a Tab records
+        its own from now on; closing `tab` closes it."""
+        new = cls.__new__(cls)
+        new.context, new.page = tab.context, page
+        new._record()
+        return new
+
+    def _record(self) -> None:
         self.console_errors: list[str] = []
         self.requests: list[str] = []
         self.responses: list[tuple[str, int]] = []
@@ -139,6 +154,37 @@ def screenshot_dashboard(run_dir: str, path: str, width: int = 1400) -> str:
         server.server_close()
 
 
+def open_watch(tab: Tab, url: str, timeout_s: float = 300.0) -> None:
+    """Opens a watch page (`url`: .../watch?home=..&away=..&seed=..) and waits until its game is
+    played and its first frame shown, or the page says why it cannot be (window.watchError)."""
+    tab.page.goto(url)
+    tab.wait_for("window.watchReady || window.watchError", timeout_s, polling_ms=200)
+
+
+def screenshot_watch(run_dir: str, home: str, away: str, seed: int, path: str, frame: int | None = None,
+                     width: int = 900) -> str:
+    """A PNG of the watch page of a game of `run_dir` (`home` against `away`, from `seed`) as
+    served, paused at `frame` (from 0; None: the last), e.g. docs/watch.png."""
+    from urllib.parse import urlencode
+
+    from dashboard.server import serve
+    from experiments.watch import watch
+
+    server, url = serve(run_dir, 0, watch=watch)
+    try:
+        with chromium() as browser, Tab(browser, width=width, height=800) as tab:
+            open_watch(tab, f"{url}watch?{urlencode({'home': home, 'away': away, 'seed': seed})}", 900)
+            error = tab.page.evaluate("window.watchError")
+            if error or tab.console_errors:
+                raise RuntimeError(f"the watch page: {error or tab.console_errors}")
+            tab.page.evaluate("(k) => { pause(); showFrame(k === null ? frames.length - 1 : k); }", frame)
+            tab.page.screenshot(path=path, full_page=True)
+            return path
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -146,5 +192,12 @@ if __name__ == "__main__":
     parser.add_argument("--run_dir", required=True)
     parser.add_argument("--out", default="docs/dashboard.png")
     parser.add_argument("--width", type=int, default=1400)
+    parser.add_argument("--watch", nargs=2, metavar=("HOME", "AWAY"), default=None,
+                        help="the watch page of a game between these two players instead of the dashboard")
+    parser.add_argument("--seed", type=int, default=0, help="with --watch: the game's seed")
+    parser.add_argument("--frame", type=int, default=None, help="with --watch: the frame shown (from 0; default the last)")
     args = parser.parse_args()
-    print(screenshot_dashboard(args.run_dir, args.out, args.width))
+    if args.watch:
+        print(screenshot_watch(args.run_dir, *args.watch, args.seed, args.out, args.frame, min(args.width, 900)))
+    else:
+        print(screenshot_dashboard(args.run_dir, args.out, args.width))

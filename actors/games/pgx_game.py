@@ -27,6 +27,7 @@ Finished games restart at once from the key held in the state, which also feeds 
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from typing import Any, NamedTuple
 
@@ -227,6 +228,44 @@ def text(fns: PgxFunctions) -> PgxText:
     return PgxText(fns)
 
 
+CAPTION = 28   # pixels above pgx's board for the move's caption
+
+
+class PgxDraw:
+    """A pgx game drawn for a person watching it (`Capabilities.draw`; the dashboard's watch
+    page): pgx's own SVG of the board (`pgx.State.to_svg`) at each move, under a caption naming
+    the side to move and its move (`PgxText.action_name`), and the board after the last move.
+    `frames(functions, states, actions, outcome)` is the protocol of docs/games.md (`draw`)."""
+
+    def frames(self, fns: PgxFunctions, states, actions, outcome: int) -> list[str]:
+        names = PgxText(fns)
+        out = []
+        for t, (state, acts) in enumerate(zip(states, actions)):
+            side = int(np.asarray(state.game.current_player))
+            move = names.action_name(state, side, ACTION_HEAD, int(np.asarray(acts[side][ACTION_HEAD])))
+            out.append(self.frame(state.game, f"move {t + 1}: side {side} plays {move}"))
+        if states:
+            after, _, _ = fns.move(jax.tree.map(jnp.asarray, states[-1]),
+                                   jax.tree.map(jnp.asarray, actions[-1]))
+            result = {1: "side 0 won", -1: "side 1 won", 0: "a draw"}[int(np.sign(outcome))]
+            out.append(self.frame(jax.tree.map(np.asarray, after), f"the end after {len(states)} moves: {result}"))
+        return out
+
+    @staticmethod
+    def frame(pgx_state, caption: str) -> str:
+        """pgx's SVG of `pgx_state` under `caption`, as one SVG document."""
+        from xml.sax.saxutils import escape
+
+        board = pgx_state.to_svg()
+        sizes = [float(re.search(rf'{k}="([0-9.]+)', board).group(1)) for k in ("width", "height")]
+        width, height = max(sizes[0], 320.0), sizes[1] + CAPTION
+        return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:g}" height="{height:g}" '
+                f'viewBox="0 0 {width:g} {height:g}" font-family="system-ui, sans-serif">'
+                f'<rect width="{width:g}" height="{height:g}" fill="#fff"/>'
+                f'<text class="caption" x="6" y="19" font-size="15">{escape(caption)}</text>'
+                f'<g class="board" transform="translate(0,{CAPTION})">{board}</g></svg>')
+
+
 @functools.cache
 def functions(env_id: str) -> PgxFunctions:
     """The one PgxFunctions of `env_id` (building a pgx env can take seconds)."""
@@ -242,11 +281,12 @@ def game(env_id: str) -> Game:
         raise UnknownGame(f"--game=pgx/{env_id}: {env_id!r} {why}; pgx {pgx.__version__}'s two-player "
                           f"games: {', '.join(two_player_envs())}")
     return Game(f"pgx/{env_id}", functions=lambda: functions(env_id),
-                capabilities=Capabilities(turn_based=True, text=text))
+                capabilities=Capabilities(turn_based=True, text=text, draw=PgxDraw))
 
 
 def adapt(env: pgx.Env, name: str, max_steps: int | None = None) -> Game:
     """The `Game` of a two-player pgx.Env instance, named `name` (what `--game=package.module:factory`
     makes of a factory returning one); ValueError if it has not two players."""
     fns = PgxFunctions(env, max_steps, name)
-    return Game(name, functions=lambda: fns, capabilities=Capabilities(turn_based=True, text=text))
+    return Game(name, functions=lambda: fns,
+                capabilities=Capabilities(turn_based=True, text=text, draw=PgxDraw))

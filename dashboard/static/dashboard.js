@@ -8,6 +8,8 @@
 // top-nash-player, ...) with the exact value in data-value; window.dashboardRendered turns
 // true after each complete draw (window.dashboardTimings holds its phases in ms). #notices lists
 // withdrawn players and stalled learners (one li each in #notice-list), hidden when there are none.
+// A click on a payoff cell opens the watch page of a game between its row (side 0) and its
+// column (watch.html, in a new tab); the exported report has no server, so its cells open nothing.
 "use strict";
 // The page refreshes every refresh_s, or every load_factor x (build + render) time if that is
 // longer, so a large league costs the machine at most ~5% of a core.
@@ -189,7 +191,8 @@ function drawPayoff() {
     type: "heatmap", z, customdata: custom, zmin: 0, zmax: 1, zmid: 0.5,
     colorscale: "RdBu", reversescale: true, colorbar: {title: {text: "win rate"}, thickness: 12},
     hovertemplate: "%{customdata[4]} vs %{customdata[5]}<br>win rate %{z:.3f}" + (useDecayed ? " (decayed payoff)" : "") +
-      "<br>games %{customdata[0]}: W %{customdata[1]} / D %{customdata[2]} / L %{customdata[3]}<extra></extra>",
+      "<br>games %{customdata[0]}: W %{customdata[1]} / D %{customdata[2]} / L %{customdata[3]}" +
+      (EMBEDDED ? "" : "<br>click to watch a game") + "<extra></extra>",
     hoverongaps: false,
   };
   const margin = {l: width(ty), r: 10, t: TOP, b: width(tx) * 0.75};
@@ -199,7 +202,17 @@ function drawPayoff() {
     yaxis: {tickmode: "array", ...ty, tickfont: {size: 10}, showgrid: false, zeroline: false, range: [rows.length - 0.5, -0.5]},
   };
   $("chart-payoff").style.height = layout.height + "px";
-  return Plotly.react("chart-payoff", [trace], layout, PLOT_CONFIG);
+  return Plotly.react("chart-payoff", [trace], layout, PLOT_CONFIG).then((gd) => {
+    if (!EMBEDDED && !gd.watchOnClick) { gd.on("plotly_click", watchCell); gd.watchOnClick = true; }
+  });
+}
+
+// The watch page of the clicked cell's players: row against column, seed 0.
+function watchCell(event) {
+  const point = event.points && event.points[0];
+  if (!point || !point.customdata) return;
+  const [home, away] = point.customdata.slice(4, 6);
+  window.open("watch?" + new URLSearchParams({home, away, seed: "0"}).toString(), "_blank");
 }
 
 // -- Nash ----------------------------------------------------------------------------
@@ -458,6 +471,7 @@ async function poll() {
 function start() {
   const redrawPayoff = () => { if (current) drawPayoff(); };
   for (const id of ["race-filter", "payoff-source", "payoff-rows"]) $(id).addEventListener("change", redrawPayoff);
+  $("payoff-watch-note").hidden = !!EMBEDDED;
   if (EMBEDDED) {
     render(JSON.parse(EMBEDDED.textContent))
       .then(() => setStatus("report exported " + new Date(ms(current.generated)).toLocaleString("en-GB"), ""), drawingFailed);
