@@ -155,6 +155,27 @@ class HistoryReader:
             out.setdefault(when, {})[player] = weight
         return list(out.values())
 
+    def average_nash(self) -> tuple[dict[str, float], int]:
+        """(player -> weight, publications) of the mean of every Nash distribution the league
+        published, over its frozen players less the withdrawn (`league.meta.average_nash`, as
+        the coordinator's `average_nash_weights`); ({}, n) while none has weight on one."""
+        from league import meta
+
+        withdrawn = {e["player_id"] for e in self.events() if e["kind"] == "withdrawn"}
+        # copies (learning agents have no parent), less the withdrawn (`Coordinator.withdraw`)
+        frozen = {p["player_id"] for p in self.players() if p["parent"]} - withdrawn
+        publications = self.nash_publications()
+        return meta.average_nash(publications, frozen), len(publications)
+
+    def latest_exploitability(self) -> tuple[float, dict[str, float]] | None:
+        """(time, subject -> NashConv) of the evaluator's newest exact readings (the subjects
+        measured together: "nash", "nash_average", each main agent), or None before the first."""
+        if not self._has_table("exploitability"):
+            return None
+        rows = self._read("SELECT time, subject, nash_conv FROM exploitability "
+                          "WHERE time = (SELECT max(time) FROM exploitability)")
+        return (rows[0][0], {s: v for _, s, v in rows}) if rows else None
+
     def ratings_history(self) -> list[tuple[float, str, float, float, float]]:
         return self._read("SELECT time, player_id, elo, trueskill_mu, trueskill_sigma FROM ratings ORDER BY time, id")
 

@@ -5,15 +5,24 @@
                           (`params/<player_id>.npz`); e.g. runs/kuhn:any_main_agent_0
     FILE                  an exported agent (`python -m experiments.export`, agents/exported.py)
     RUN_DIR:result        the run's own agent. A game with an exact meta-game (poker): the league's
-                          Nash mixture, the latest weights league.db holds (as `nashconv.
-                          RunReader.league_nash` reads them, what `experiments.nashconv --mixture=nash` measures): its
-                          members (player ids, their parameters as RUN_DIR:PLAYER_ID reads them)
-                          and weights. A game without one (pgx, matrix games, a game of one's own):
+                          Nash mixture measured best (`measured_best`): the latest weights league.db
+                          holds or the average of every published mixture (`experiments.nashconv
+                          --mixture=nash` and `--mixture=nash_average` measure them), whichever the
+                          evaluator's newest exact reading found less exploitable; its members
+                          (player ids, their parameters as RUN_DIR:PLAYER_ID reads them) and
+                          weights. A game without one (pgx, matrix games, a game of one's own):
                           its main agent read as measured best, the average of its final
                           parameters and its AVERAGE_NEWEST newest snapshots' (`result_params`)
     RUN_DIR:result:RACE   the same of a game with races (SMAX): that race's main agent, averaged;
                           RUN_DIR:result names it where the run has one race, and lists the
                           RUN_DIR:result:RACE names where it has several
+
+Why the measured best of two mixtures on poker: neither is best on both games. On Leduc the
+average read lower in 18 of 19 runs and on every seed at 30 minutes and at 2 hours (0.156-0.186
+against 0.207-0.312 at 30 minutes); on Kuhn, whose league reaches its Nash in minutes, the
+latest read 0.0074 where the average kept the early mixtures' weight, 0.0661
+(docs/benchmarks-history.md, "The average Nash mixture"). The evaluator measures both exactly
+every `evaluator.nash_conv_every_seconds`, so the run names the one its newest reading favours.
 
 Why the average: on SMAX the average of a main agent's final parameters and its 30 newest
 snapshots' (Polyak averaging of the iterates) read 7 to 8 of 9 matchups >= 0.80 against the
@@ -35,10 +44,13 @@ import os
 from typing import Any
 
 RESULT = "result"
+# The mixtures a poker run's agent may be (`measured_best`), as league.db's `exploitability`
+# subjects name them.
+MIXTURES = {"nash": "the latest Nash mixture", "nash_average": "the average Nash mixture"}
 # The snapshots a main agent's reading averages with its final parameters (module docstring).
 AVERAGE_NEWEST = 30
 FORMS = ("RUN_DIR:PLAYER_ID (a player of a league run: runs/kuhn:any_main_agent_0)",
-         "RUN_DIR:result (the run's agent: on poker its Nash mixture, elsewhere its main agent's "
+         "RUN_DIR:result (the run's agent: on poker its Nash mixture measured best, elsewhere its main agent's "
          f"average with its {AVERAGE_NEWEST} newest snapshots; RUN_DIR:result:RACE on SMAX)",
          "the path of an exported agent (python -m experiments.export AGENT --out=FILE)")
 
@@ -200,14 +212,24 @@ def _player(name: str, run_dir: str, row: dict, config=None):
 
 def _result(name: str, run_dir: str, config, rows: list[dict], race: str | None = None,
             newest: int = AVERAGE_NEWEST) -> Agent:
-    """RUN_DIR:result[:RACE]: the league's latest Nash mixture where the game has an exact
-    meta-game, else the race's main agent averaged (`_main_agent_result`)."""
+    """RUN_DIR:result[:RACE]: the league's Nash mixture measured best where the game has an
+    exact meta-game (`_nash_result`), else the race's main agent averaged (`_main_agent_result`)."""
     if not config.game_info.capabilities.exact_evaluator:
         return _main_agent_result(name, run_dir, config, rows, race, newest)
     if race is not None:
         raise AgentNameError(f"{name}: {config.game} has no races; its agent is {run_dir}:{RESULT} "
                              "(the league's Nash mixture)")
     return _nash_result(name, run_dir, config, rows)
+
+
+def measured_best(readings: dict[str, float]) -> str:
+    """The mixture a poker run names as its agent: of `MIXTURES`, the one the evaluator's
+    newest exact readings (`readings`: subject -> NashConv, measured together) found less
+    exploitable; the latest ("nash") where the average was not read (none yet, or a run
+    from before the average was measured) or ties."""
+    if "nash" in readings and "nash_average" in readings and readings["nash_average"] < readings["nash"]:
+        return "nash_average"
+    return "nash"
 
 
 def frozen_snapshots(rows: list[dict], player_id: str) -> list[dict]:
@@ -285,23 +307,32 @@ def _main_agent_result(name: str, run_dir: str, config, rows: list[dict], race: 
 
 
 def _nash_result(name: str, run_dir: str, config, rows: list[dict]) -> Agent:
-    """The league's latest Nash mixture (its members sorted by player id, as
-    `nashconv.RunReader.measure` mixes them)."""
+    """The league's Nash mixture measured best (`measured_best`): the latest weights or the
+    average of every publication (`HistoryReader.average_nash`, as `nashconv.RunReader` reads
+    them), its members sorted by player id as `nashconv.RunReader.measure` mixes them."""
     from coordinator.history_reader import HistoryReader
     from experiments import build
 
-    history = HistoryReader(run_dir)   # as nashconv.RunReader.league_nash reads it
+    history = HistoryReader(run_dir)
     try:
         latest = history.latest_nash()
+        reading = history.latest_exploitability()
+        average, publications = history.average_nash()
     finally:
         history.close()
     if latest is None:
         raise AgentNameError(f"{name}: the run's agent (its Nash mixture) is not named yet: league.db has no "
                              "Nash weights yet (the coordinator publishes them every meta_game_every_seconds; "
                              f"let the league run longer); name one of its players: {player_list(rows)}")
-    when, weights = latest
-    weights = {p: w for p, w in weights.items() if w > 0}
-    where = f"league.db nash table at t={when:.0f}"
+    readings = reading[1] if reading else {}
+    mixture = measured_best(readings) if average else "nash"
+    if mixture == "nash_average":
+        weights, where = average, f"mean of {publications} Nash publications in league.db"
+    else:
+        when, weights = latest
+        weights, where = {p: w for p, w in weights.items() if w > 0}, f"league.db nash table at t={when:.0f}"
+    chosen = MIXTURES[mixture] + (f", NashConv at t={reading[0]:.0f}: " + ", ".join(
+        f"{m} {readings[m]:.4f}" for m in MIXTURES if m in readings) if readings else " (not measured yet)")
     by_id = {p["player_id"]: p for p in rows}
     missing = sorted(set(weights) - set(by_id))
     if missing:
@@ -315,6 +346,7 @@ def _nash_result(name: str, run_dir: str, config, rows: list[dict]) -> Agent:
     spec = config.game_info.functions().spec
     network = build.make_network(config, spec)
     total = sum(weights[p] for p in ids)
-    source = {"run_dir": os.path.abspath(run_dir), "player_id": RESULT, "mixture": "nash", "weights_from": where}
+    source = {"run_dir": os.path.abspath(run_dir), "player_id": RESULT, "mixture": mixture, "chosen": chosen,
+              "weights_from": where}
     return Agent(name, network, params, config.game, spec, 0, source, config,
                  weights=[weights[p] / total for p in ids], members=members)

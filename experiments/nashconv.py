@@ -222,21 +222,14 @@ class RunReader:
 
     def average_nash(self) -> tuple[dict[str, float], str, int]:
         """The mean of every Nash distribution the league published, over its frozen players
-        (`meta.average_nash`, as the coordinator's `average_nash_weights`), where it came from,
-        #players."""
-        from league import meta
-
+        (`HistoryReader.average_nash`, as the coordinator's `average_nash_weights`), where it
+        came from, #players."""
         history = self.history()
-        players = history.players()
-        withdrawn = {e["player_id"] for e in history.events() if e["kind"] == "withdrawn"}
-        # copies (learning agents have no parent), less the withdrawn (`Coordinator.withdraw`)
-        frozen = {p["player_id"] for p in players if p["parent"]} - withdrawn
-        publications = history.nash_publications()
-        weights = meta.average_nash(publications, frozen)
+        weights, publications = history.average_nash()
         if not weights:
             raise ValueError(f"{self.run_dir}: no Nash weights on a frozen player yet; let the league "
                              "run longer (the coordinator publishes them every meta_game_every_seconds)")
-        return weights, f"mean of {len(publications)} Nash publications in league.db", len(players)
+        return weights, f"mean of {publications} Nash publications in league.db", len(history.players())
 
     def exact_nash(self, player_ids: list[str], override: Mapping | None = None) -> dict[str, float]:
         """Nash of the exact chip meta-game between `player_ids` (seats alternated)."""

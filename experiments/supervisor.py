@@ -69,13 +69,16 @@ def stop_if_interrupted() -> None:
 
 def result_agent(exploitability: dict) -> str:
     """The run's agent where the game has an exact meta-game (`RUN_DIR:result`: the league's
-    Nash mixture) with its latest exact NashConv, beside the main agents' alone; "" before the
-    evaluator's first reading."""
+    Nash mixture measured best, `agent_ref.measured_best`) with its latest exact NashConv,
+    beside the main agents' alone; "" before the evaluator's first reading."""
+    from experiments.agent_ref import MIXTURES, measured_best
+
     if "nash" not in exploitability:
         return ""
-    mains = {k: v for k, v in exploitability.items() if k not in ("nash", "nash_average")}
+    mixture = measured_best(exploitability)
+    mains = {k: v for k, v in exploitability.items() if k not in MIXTURES}
     alone = "  ".join(f"{a.split('_main_agent')[0]} {v:.3f}" for a, v in sorted(mains.items()))
-    return (f"  the run's agent (RUN_DIR:result, the Nash mixture): NashConv {exploitability['nash']:.4f}"
+    return (f"  the run's agent (RUN_DIR:result, {MIXTURES[mixture]}): NashConv {exploitability[mixture]:.4f}"
             + (f" (main agents alone: {alone})" if alone else ""))
 
 

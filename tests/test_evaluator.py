@@ -260,9 +260,9 @@ def test_the_evaluator_node_stops_without_waiting_for_its_evaluation_in_flight(t
 
 
 def test_the_progress_line_names_the_runs_agent_with_its_latest_nashconv(tmp_path):
-    """Poker: the progress line names the run's agent (`RUN_DIR:result`, the Nash mixture) with
-    the evaluator's latest exact NashConv of it beside the main agents' alone; nothing before
-    the first reading."""
+    """Poker: the progress line names the run's agent (`RUN_DIR:result`, the Nash mixture the
+    latest readings found less exploitable: the latest or the average) with the evaluator's
+    latest exact NashConv of it beside the main agents' alone; nothing before the first reading."""
     from coordinator.coordinator import Coordinator
     from experiments.config import RunConfig
     from experiments.supervisor import result_agent
@@ -274,8 +274,12 @@ def test_the_progress_line_names_the_runs_agent_with_its_latest_nashconv(tmp_pat
         coordinator.record_exploitability({"nash": 0.0123, "nash_average": 0.02, "any_main_agent_0": 0.33})
         coordinator.record_exploitability({"nash": 0.0045, "nash_average": 0.01, "any_main_agent_0": 0.25})
         line = result_agent(coordinator.summary()["exploitability"])
-        assert "the run's agent (RUN_DIR:result, the Nash mixture): NashConv 0.0045" in line
+        assert "the run's agent (RUN_DIR:result, the latest Nash mixture): NashConv 0.0045" in line
         assert "main agents alone: any 0.250" in line and "0.01" not in line
+        coordinator.record_exploitability({"nash": 0.31, "nash_average": 0.2345, "any_main_agent_0": 1.5})
+        line = result_agent(coordinator.summary()["exploitability"])
+        assert "the run's agent (RUN_DIR:result, the average Nash mixture): NashConv 0.2345" in line
+        assert "0.31" not in line and "main agents alone: any 1.500" in line
     finally:
         coordinator.close()
 

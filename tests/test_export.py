@@ -429,6 +429,48 @@ def test_the_runs_agent_is_its_nash_mixture_exported_with_its_members(tmp_path, 
     assert agents.load_policy(str(old)).source["player_id"] == MAIN
 
 
+def test_the_runs_agent_is_the_nash_mixture_its_newest_exact_reading_found_less_exploitable(tmp_path):
+    """RUN_DIR:result of a poker run: the average of the published mixtures over the frozen
+    players when the evaluator's newest readings put it below the latest mixture, the latest
+    otherwise (and before any reading). The average worked by hand: the first publication
+    ({MAIN: 1}) has no weight on a frozen player; the second's frozen part (0.5, 0.3)
+    renormalised is (0.625, 0.375)."""
+    run_dir = tmp_path / "run"
+    weights = {MAIN: 0.2, SNAPSHOT: 0.5, THIRD: 0.3}
+    make_nash_run(run_dir, weights)
+    agent = agent_ref.resolve(f"{run_dir}:result")
+    assert agent.source["mixture"] == "nash" and "not measured yet" in agent.source["chosen"]
+    assert agent.weights == pytest.approx([0.2, 0.5, 0.3])
+    history = LeagueHistory(str(run_dir))
+    history.add_exploitability({"nash": 0.30, "nash_average": 0.25, MAIN: 1.0}, when=300.0)
+    history.close()
+    agent = agent_ref.resolve(f"{run_dir}:result")
+    assert agent.source["mixture"] == "nash_average"
+    assert [m["player_id"] for m in agent.members] == [SNAPSHOT, THIRD]
+    assert agent.weights == pytest.approx([0.625, 0.375])
+    assert agent.source["chosen"] == ("the average Nash mixture, NashConv at t=300: nash 0.3000, "
+                                      "nash_average 0.2500")
+    # Its file's NashConv is the run's --mixture=nash_average reading.
+    file = tmp_path / "result.agent.npz"
+    assert export.cli([f"{run_dir}:result"], str(file)) == 0
+    assert nashconv.measure_agent(str(file))[1] == pytest.approx(
+        nashconv.RunReader(str(run_dir)).measure("nash_average").nash_conv, abs=1e-6)
+    # A newer reading that favours the latest mixture names it again.
+    history = LeagueHistory(str(run_dir))
+    history.add_exploitability({"nash": 0.20, "nash_average": 0.25}, when=400.0)
+    history.close()
+    agent = agent_ref.resolve(f"{run_dir}:result")
+    assert agent.source["mixture"] == "nash" and agent.weights == pytest.approx([0.2, 0.5, 0.3])
+
+
+def test_measured_best_takes_the_average_only_when_read_lower():
+    assert agent_ref.measured_best({"nash": 0.3, "nash_average": 0.2}) == "nash_average"
+    assert agent_ref.measured_best({"nash": 0.2, "nash_average": 0.3}) == "nash"
+    assert agent_ref.measured_best({"nash": 0.2, "nash_average": 0.2}) == "nash"
+    assert agent_ref.measured_best({"nash": 0.2}) == "nash"
+    assert agent_ref.measured_best({}) == "nash"
+
+
 def test_the_result_of_a_poker_run_without_nash_weights_is_not_named_yet(kuhn_run):
     with pytest.raises(agent_ref.AgentNameError, match="no Nash weights yet"):
         agent_ref.resolve(f"{kuhn_run}:result")
