@@ -38,9 +38,9 @@ class ActorConfig:
         0.8, "team spirit tau of the openai_five reward after its annealing (OpenAI Five's rerun: 0.8)")
     team_spirit_updates: int = setting(
         2_000, "learner updates over which team spirit anneals linearly from its start to its end (0: end at once)")
-    z_pseudo_reward_probability: float = setting(
-        0.25, "SMAX main agents conditioned on z: chance that each pseudo-reward for following z is "
-        "active in a game (AlphaStar: 25%)")
+    z_reward_probability: float = setting(
+        0.25, "main agents conditioned on the game's statistic z: the chance that each pseudo-reward "
+        "for following z is active in a game (AlphaStar: 25%)")
     # Set by the run (experiments/config.py: DERIVED, `RunConfig.actor_config`), not flags.
     unroll_length: int = setting(32, "steps per unroll written to the replay table (the learner's unroll_length)")
     seed: int = setting(0, "seed of the actor's games and actions")
@@ -56,7 +56,7 @@ class ActorConfig:
         for name in ("param_refresh_seconds", "params_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--actor.{name} must be > 0; got {getattr(self, name)}")
-        for name in ("team_spirit_start", "team_spirit_end", "z_pseudo_reward_probability"):
+        for name in ("team_spirit_start", "team_spirit_end", "z_reward_probability"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"--actor.{name} must be in [0, 1]; got {getattr(self, name)}")
         if self.team_spirit_updates < 0:

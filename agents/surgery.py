@@ -42,7 +42,12 @@ from typing import Any
 import numpy as np
 
 from agents.networks import NetworkConfig
-from agents.unit_network import UnitNetworkConfig
+from agents.unit_network import COMPOSITION, UnitNetworkConfig
+
+# The unit network's sizes that surgery widens (`plan`'s dims); every other field of its config
+# (the game's layout: units, heads, the pointer's types, z) must stay the same.
+UNIT_WIDENED = ("embed_size", "replica_size", "core_size", "value_size", "pointer_size", "attention_heads",
+                "attention_key_size", "unit_feature_size", "pointer_hidden_size")
 
 IN, OUT = "in", "out"
 
@@ -235,7 +240,7 @@ def unit_rules(config: UnitNetworkConfig, own_features: int, global_features: in
         "unit_agent/~/replica/~/linear_0": _linear((("E",), ("C",)), (("R",),)),
         "unit_agent/~/replica_pooled/~/linear_0": _linear((("R",), ("R",)), (("R",),)),
         "unit_agent/~/policy_action_type": _linear((("R",),), ((c.num_action_types,),)),
-        "unit_agent/~/policy_composition": _linear((("C",),), ((c.num_compositions,),)),
+        "unit_agent/~/policy_composition": _linear((("C",),), ((c.head_values()[COMPOSITION],),)),
         "unit_agent/~/pointer_query": _linear((("R",),), (("P",),), scale_old="P"),
         "unit_agent/~/action_type_embed": {
             "embeddings": Rule((Axis(((c.num_action_types,),), IN), Axis((("P",),), OUT)),
@@ -313,8 +318,7 @@ def plan(old_config, new_config, *, old_features: int | None = None, new_feature
                  "C": Dim(old_config.lstm_size, new_config.lstm_size)}
         rules = reference_rules(old_config)
     elif isinstance(old_config, UnitNetworkConfig):
-        fixed = ("num_units", "num_action_types", "num_targets", "num_compositions",
-                 "pointer_action_types", "attention_layers", "value_uses_opponent", "split_units")
+        fixed = [f.name for f in dataclasses.fields(UnitNetworkConfig) if f.name not in UNIT_WIDENED]
         changed = [f for f in fixed if getattr(old_config, f) != getattr(new_config, f)]
         if changed:
             raise SurgeryError(f"surgery widens layers; these must stay the same: {', '.join(changed)}")

@@ -167,6 +167,11 @@ class UnitNetworkConfig:
             return [COMPOSITION, ACTION_TYPE, TARGET]
         return [COMPOSITION] + [f"{h}/{i}" for h in UNIT_HEADS for i in range(self.num_units)]
 
+    def head_values(self) -> dict[str, int]:
+        """Each head's number of values: the team head's (the army pick), the action type's, the
+        target's."""
+        return {COMPOSITION: self.num_compositions, ACTION_TYPE: self.num_action_types, TARGET: self.num_targets}
+
     def head_shapes(self) -> dict[str, tuple[int, ...]]:
         """Each head's action shape per step: () for the team head, (n,) for unit heads."""
         if self.split_units:

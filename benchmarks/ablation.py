@@ -88,7 +88,7 @@ COMMON = dict(game="smax_races", races=1, runner="inprocess", dashboard_port=-1,
               progress_every_seconds=30.0,
               # AlphaStar's recipe, as Fig. 3 measures it: equal shares, no games against the
               # built-in AI it is measured on (SMAX's own defaults train on it: registry.py)
-              **{"device.heuristic_slots": 0, "device.main_agent_chunks": 1})
+              **{"device.scripted_slots": 0, "device.main_agent_chunks": 1})
 HEURISTIC = "heuristic"
 
 

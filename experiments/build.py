@@ -117,7 +117,7 @@ def z_summary(config: RunConfig, bank) -> str:
     return (f"z: main agents sample z from {int(bank.counts.sum())} recorded sides of "
             f"{bank.source} (their race against the enemy's), each pseudo-reward "
             f"(build order edit distance, attacked types Hamming) active with probability "
-            f"{config.actor.z_pseudo_reward_probability}; exploiters play with z = 0")
+            f"{config.actor.z_reward_probability}; exploiters play with z = 0")
 
 
 def load_teacher(config: RunConfig, like):

@@ -42,7 +42,7 @@ COLOCATIONS = ("all", "race", "agent")
 BUILTIN_REWARDS = ("outcome", "game", "openai_five")
 # Fields that may change between the runs of one run directory.
 RESUMABLE_CHANGES = ("minutes", "learner_steps", "experience", "device.updates_per_chunk",
-                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.heuristic_slots", "device.heuristic_forced_slots", "device.heuristic_forced_handicap", "device.main_agent_chunks", "device.population", "device.population_parts", "dashboard_port", "runner", "ray_address",
+                     "device.opponent_slots", "device.threads", "device.evaluation_pairs", "device.scripted_slots", "device.scripted_task_slots", "device.scripted_task_levels", "device.main_agent_chunks", "device.population", "device.population_parts", "dashboard_port", "runner", "ray_address",
                      "progress_every_seconds", "backup_every_seconds", "per_game_rows", "learner_groups", "actor_groups", "supervised.cache_dir",
                      "ray.learner_gpus", "ray.learner_resource", "ray.actor_resource",
                      "ray.spread", "ray.ship_code", "ray.gpu_memory_fraction")
@@ -157,9 +157,9 @@ EARLIER_NAMES = {
     "team_spirit_end": "actor.team_spirit_end",
     "team_spirit_updates": "actor.team_spirit_updates",
     "learner_batch_size": "learner.batch_size",
-    "heuristic_slots": "device.heuristic_slots",
-    "heuristic_forced_slots": "device.heuristic_forced_slots",
-    "heuristic_forced_handicap": "device.heuristic_forced_handicap",
+    "heuristic_slots": "device.scripted_slots",
+    "heuristic_forced_slots": "device.scripted_task_slots",
+    "heuristic_forced_handicap": "device.scripted_task_levels",
     "main_agent_chunks": "device.main_agent_chunks",
     "unroll_length": "learner.unroll_length",
     "learning_rate": "learner.learning_rate",
@@ -189,6 +189,15 @@ ALIASES = {name: EARLIER_NAMES[name] for name in (
     "heuristic_forced_handicap", "main_agent_chunks", "unroll_length", "learning_rate",
     "entropy_cost", "policy_loss", "kl_teacher_cost", "hidden_size", "core_size", "evaluators",
     "evaluation_games")}
+
+
+# Settings renamed when they became generic (issue 86: the game's scripted opponent, its
+# curriculum and its statistic z, where they were SMAX's words): a flag or a config.json of the
+# earlier name still works.
+RENAMED = {"device.heuristic_slots": "device.scripted_slots",
+           "device.heuristic_forced_slots": "device.scripted_task_slots",
+           "device.heuristic_forced_handicap": "device.scripted_task_levels",
+           "actor.z_pseudo_reward_probability": "actor.z_reward_probability"}
 
 
 class ConfigError(ValueError):
@@ -226,20 +235,21 @@ class DeviceSettings:
         0, "device path: chunks of a learner group run at once; 0: one per core (at most one per agent)")
     evaluation_pairs: int = setting(
         8, "device path: pairs of players an evaluator plays at once in one vmapped program")
-    heuristic_slots: int = setting(
-        0, "SMAX, device path: main agents play this many of their opponent slots against jaxmarl's "
-        "scripted heuristic (a race of the run at random): training on the test opponent of "
-        "benchmarks/builtin_opponent.py, which AlphaStar's league did not do; 0: never")
-    heuristic_forced_slots: int = setting(
-        0, "SMAX, device path: of the heuristic slots, this many play one forced matchup each chunk: "
-        "an enemy race, the main agent's army and the heuristic's, drawn by PFSP over those cells "
-        "(their win rates, squared weighting) times how often the agent picks the cell's army (its "
-        "policy); the agent learns no pick from them. The others keep the agent's own pick and the "
-        "heuristic's uniform one. 0: none (benchmarks/builtin_opponent.py --by_composition shows the cells)")
-    heuristic_forced_handicap: bool = setting(
-        False, "SMAX, device path: the forced cells start from a handicap the agent can win: the "
-        "heuristic's army plays without some of its units, a level per cell that the agent's results "
-        "move (SMAX's handicap curriculum: automatic domain randomization); false: the full armies")
+    scripted_slots: int = setting(
+        0, "device path: main agents play this many of their opponent slots against the game's "
+        "scripted opponent (its built-in AI; a race of the run at random): training on the test "
+        "opponent of benchmarks/builtin_opponent.py, which AlphaStar's league did not do; 0: never")
+    scripted_task_slots: int = setting(
+        0, "device path: of the scripted slots, this many play one task each chunk that the scripted "
+        "opponent's curriculum draws for the main agent (SMAX: a forced matchup, an enemy race, the "
+        "agent's army and the AI's, drawn by PFSP over those cells, their win rates squared, times "
+        "how often the agent picks the cell's army; the agent learns no pick from them; "
+        "benchmarks/builtin_opponent.py --by_composition shows the cells). The others keep the "
+        "agent's own pick and the AI's uniform one. 0: none")
+    scripted_task_levels: bool = setting(
+        False, "device path: the curriculum's tasks start at a level the agent can win, and its results "
+        "move each task's level (automatic domain randomization; SMAX: the AI's army without some "
+        "of its units); false: the full tasks")
     main_agent_chunks: int = setting(
         1, "device path: chunks a main agent plays and learns from per round of its learner group, "
         "where every exploiter plays one: the share of a small machine that goes to the main agents "
@@ -437,7 +447,7 @@ class RunConfig:
         `SUPERVISED_KL_WEIGHT` unless one is given: a weight given is every race's."""
         given = {}
         for key, value in values.items():
-            path = ALIASES.get(key, key)
+            path = ALIASES.get(key) or RENAMED.get(key, key)
             if path in given:
                 raise ConfigError(f"--{key} and another flag both set {path}; pass one of them")
             given[path] = value
@@ -600,7 +610,7 @@ class RunConfig:
             return cls.make(**flat)
         if "z" not in data.get("network", {"z": True}):
             data = {**data, "network": {**data["network"], "z": False}}
-        return _build(cls, data)
+        return _build(cls, _renamed(data))
 
 
 # -- the checks of a run's settings together ----------------------------------------
@@ -640,22 +650,23 @@ def _check_basics(config: RunConfig, caps) -> None:
 
 
 def _check_scripted_slots(config: RunConfig, caps) -> None:
-    """The device path's games against the game's scripted opponent and its forced tasks."""
-    if config.device.heuristic_slots:
+    """The device path's games against the game's scripted opponent and its curriculum's tasks."""
+    device = config.device
+    if device.scripted_slots:
         if not caps.scripted_opponent:
-            raise ConfigError(f"--device.heuristic_slots: --game={config.game} has no scripted opponent; "
+            raise ConfigError(f"--device.scripted_slots: --game={config.game} has no scripted opponent; "
                               "leave it at 0")
-        if not 0 < config.device.heuristic_slots < config.device.opponent_slots:
-            raise ConfigError(f"--device.heuristic_slots must be in [0, --device.opponent_slots) = "
-                              f"[0, {config.device.opponent_slots}) (the other slots play league "
-                              f"opponents); got {config.device.heuristic_slots}")
-    if not 0 <= config.device.heuristic_forced_slots <= config.device.heuristic_slots:
-        raise ConfigError(f"--device.heuristic_forced_slots must be in [0, --device.heuristic_slots] = "
-                          f"[0, {config.device.heuristic_slots}] (it forces the armies of some of "
-                          f"the heuristic slots' games); got {config.device.heuristic_forced_slots}")
-    if config.device.heuristic_forced_handicap and not config.device.heuristic_forced_slots:
-        raise ConfigError("--device.heuristic_forced_handicap handicaps the forced cells' games: "
-                          "set --device.heuristic_forced_slots >= 1 with it, or leave it off")
+        if not 0 < device.scripted_slots < device.opponent_slots:
+            raise ConfigError(f"--device.scripted_slots must be in [0, --device.opponent_slots) = "
+                              f"[0, {device.opponent_slots}) (the other slots play league "
+                              f"opponents); got {device.scripted_slots}")
+    if not 0 <= device.scripted_task_slots <= device.scripted_slots:
+        raise ConfigError(f"--device.scripted_task_slots must be in [0, --device.scripted_slots] = "
+                          f"[0, {device.scripted_slots}] (some of the scripted slots' games play the "
+                          f"curriculum's tasks); got {device.scripted_task_slots}")
+    if device.scripted_task_levels and not device.scripted_task_slots:
+        raise ConfigError("--device.scripted_task_levels moves the levels of the curriculum's tasks: "
+                          "set --device.scripted_task_slots >= 1 with it, or leave it off")
 
 
 def _check_start(config: RunConfig, caps) -> None:
@@ -700,6 +711,16 @@ def _check_teacher_and_reward(config: RunConfig, caps) -> None:
 
 RUN_CHECKS = (_check_basics, _check_scripted_slots, _check_start, _check_teacher_and_reward)
 """`RunConfig`'s checks of its settings together, in order (each a ConfigError naming the fix)."""
+
+
+def _renamed(data: dict) -> dict:
+    """A nested config.json's settings under their names of today (`RENAMED`)."""
+    data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    for old, new in RENAMED.items():
+        (group, leaf), (_, now) = old.split("."), new.split(".")
+        if isinstance(data.get(group), dict) and leaf in data[group]:
+            data[group].setdefault(now, data[group].pop(leaf))
+    return data
 
 
 def _build(cls, data: dict):

@@ -28,6 +28,7 @@ from coordinator.history import DB_NAME, HistoryError, check_file
 from experiments import distributed_league, run_lock
 from experiments.config import (
     ALIASES,
+    RENAMED,
     ConfigError,
     RunConfig,
     device_defaults,
@@ -43,7 +44,7 @@ FLAGS = flags.FLAGS
 
 def config_from_flags() -> RunConfig:
     """The run's config from the flags given (by path or alias) over the game's defaults."""
-    values = {name: FLAGS[name].value for name in [*(p for p, _ in fields()), *ALIASES]
+    values = {name: FLAGS[name].value for name in [*(p for p, _ in fields()), *ALIASES, *RENAMED]
               if FLAGS[name].present and name not in ("races", "run_dir")}
     values["game"] = FLAGS.game
     if FLAGS.races is not None:
@@ -79,7 +80,8 @@ def choose_start(config: RunConfig, init_given: bool, kl_given: bool = False) ->
 
 def given_paths() -> set[str]:
     """The field paths set on the command line (by path or alias)."""
-    return {ALIASES.get(name, name) for name in [*(p for p, _ in fields()), *ALIASES] if FLAGS[name].present}
+    return {ALIASES.get(name) or RENAMED.get(name, name) for name in [*(p for p, _ in fields()), *ALIASES, *RENAMED]
+            if FLAGS[name].present}
 
 
 def learner_backend(config: RunConfig) -> str:
@@ -131,6 +133,8 @@ def define_flags() -> None:
             _define(path, default, text)
     for alias, path in ALIASES.items():
         _define(alias, None, f"alias of --{path}: {help_text(path)}", kind=_kind(path))
+    for old, path in RENAMED.items():
+        _define(old, None, f"the earlier name of --{path}", kind=_kind(path))
     distributed_league.define_flags()   # --distributed.*: one league over several hosts' devices
     flags.DEFINE_bool("print_program", False, "Print the program's graph of nodes (experiments/program.py) and exit.")
     if importlib.util.find_spec("launchpad") is not None:  # the Launchpad environment

@@ -215,7 +215,7 @@ def experience_path(config: RunConfig) -> tuple[str, str]:
     its actors play the policy itself."""
     path, why = _experience_path(config)
     defaults = config.game_info.capabilities.defaults  # a game's device defaults (SMAX's) are not asked for
-    for name, off in (("device.heuristic_slots", 0), ("device.main_agent_chunks", 1)):
+    for name, off in (("device.scripted_slots", 0), ("device.main_agent_chunks", 1)):
         if path == "replay" and config.get(name) not in (off, defaults.get(name, off)):
             raise ConfigError(f"--{name} acts on the device path only, and this run takes "
                               f"the replay path ({why}); pass --experience=device or leave it at {off}")
@@ -244,9 +244,9 @@ DEVICE_ONLY = {
     "device.population": "each learner is a program of its own",
     "device.population_parts": "each learner is a program of its own",
     "device.evaluation_pairs": "evaluators play one pair at a time (--evaluator.games games each)",
-    "device.heuristic_slots": "nothing does it (training against the heuristic is the device path's)",
-    "device.heuristic_forced_slots": "nothing does it (training against the heuristic is the device path's)",
-    "device.heuristic_forced_handicap": "nothing does it (training against the heuristic is the device path's)",
+    "device.scripted_slots": "nothing does it (training against the scripted opponent is the device path's)",
+    "device.scripted_task_slots": "nothing does it (training against the scripted opponent is the device path's)",
+    "device.scripted_task_levels": "nothing does it (training against the scripted opponent is the device path's)",
     "device.main_agent_chunks": "every learner learns from what its actors play",
     "learner.exploration": "the actors play the policy itself",
     "learner.exploiter_exploration": "the actors play the policy itself",

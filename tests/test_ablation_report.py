@@ -103,7 +103,7 @@ def test_arms_start_from_a_supervised_start_with_its_kl_when_given():
     assert config.learner.loss.kl_teacher_weight == 0.5
     assert config.league.main_agent_matchmaker == "pfsp"
     # Fig. 3's recipe, not SMAX's defaults: no games against the built-in AI, equal shares
-    assert config.device.heuristic_slots == 0 and config.device.main_agent_chunks == 1
+    assert config.device.scripted_slots == 0 and config.device.main_agent_chunks == 1
     plain = ablation.arm_config("pfsp", 0, 1.0, "unused")
     assert plain.init_file is None and plain.learner.loss.kl_teacher_weight == 0.0
 

@@ -218,9 +218,9 @@ def test_an_actor_whose_learners_server_was_lost_writes_to_the_restarted_one(sma
     (2) The group back at once: the actor moves to its server inside the run. Each time it
     plays the restarted learner's parameters, though older than the ones it had (each unroll's
     last step: its first is the step before, played with the lost learner's)."""
-    from actors import actor as actor_module
+    from actors import adder
 
-    monkeypatch.setattr(actor_module, "STALL_CHECK_SECONDS", 0.5)
+    monkeypatch.setattr(adder, "STALL_CHECK_SECONDS", 0.5)
     game, network, params = smax
     example = example_unroll(game.spec, network, T)
     first = queue_server(example)

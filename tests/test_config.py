@@ -16,6 +16,7 @@ from actors.config import ActorConfig
 from experiments.config import (
     ALIASES,
     EARLIER_NAMES,
+    RENAMED,
     ConfigError,
     RunConfig,
     fields,
@@ -139,7 +140,7 @@ def test_a_replay_setting_on_the_device_path_is_refused_naming_what_does_its_job
 
 def test_a_device_setting_on_the_replay_path_is_refused():
     for name in ("device.threads", "device.opponent_slots", "device.population",
-                 "learner.exploration", "device.heuristic_slots"):
+                 "learner.exploration", "device.scripted_slots"):
         with pytest.raises(ConfigError, match=f"--{re.escape(name)} is read by the device path only"):
             unread_settings("replay", "--experience=replay", {name})
         unread_settings("device", "--experience=device", {name})
@@ -217,3 +218,22 @@ def test_a_flat_config_json_with_names_that_are_no_longer_aliases_resumes():
     assert (config.learner.loss.upgo_weight, config.actor.episodes_per_match) == (0.5, 8)
     assert (config.actor.team_spirit_updates, config.learner.sampler) == (10, "client")
     assert config.learner.loss.entropy_weight == 0.1   # None: Kuhn's default
+
+
+def test_settings_renamed_generic_keep_their_earlier_names_in_commands_and_config_json():
+    """Issue 86 item 3: SMAX's words became the generic names (`RENAMED`); a command or a nested
+    config.json of a run saved before gives the same settings under the names of today."""
+    earlier = {"device.heuristic_slots": 2, "device.heuristic_forced_slots": 1,
+               "device.heuristic_forced_handicap": True, "actor.z_pseudo_reward_probability": 0.5}
+    made = RunConfig.make(game="smax_races", init="none", **earlier)
+    saved = RunConfig.make(game="smax_races", init="none").to_dict()
+    for old, value in earlier.items():
+        group, leaf = old.split(".")
+        saved[group][leaf] = value
+        del saved[group][RENAMED[old].split(".")[1]]
+    resumed = RunConfig.from_dict(saved)
+    for config in (made, resumed):
+        assert (config.device.scripted_slots, config.device.scripted_task_slots) == (2, 1)
+        assert config.device.scripted_task_levels is True
+        assert config.actor.z_reward_probability == 0.5
+    assert set(RENAMED) == set(earlier)

@@ -764,7 +764,7 @@ def test_updates_per_second_are_over_the_last_two_minutes_and_the_progress_line_
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report()
     assert f"(slowest {chunked} 10.7/s)" in out.getvalue(), out.getvalue()
     assert "heuristic" not in out.getvalue()
-    # --device.heuristic_slots: the main agent's training games against the heuristic, named
+    # --device.scripted_slots: the main agent's training games against the heuristic, named
     learners[chunked].m["heuristic_win_rate"] = 0.75
     out = io.StringIO()
     Supervisor(RunConfig.make(game="matrix_rps"), coordinator, out).report(fresh=True)

@@ -49,26 +49,13 @@ REGISTRY = ("actors/games/registry.py: the game registry names every built-in ga
 
 # path from the root -> why it still names the game's internals (the issue that removes them).
 SMAX_ALLOWED = {
-    "actors/games/registry.py": REGISTRY,
-    "actors/actor.py": "issue 86 item 3: the replay actor reads z_pseudo_reward_probability "
-                       "(moves to SMAX's settings); z itself it follows through the game's tracker",
-    "actors/config.py": "issue 86 item 3: z_pseudo_reward_probability moves to SMAX's settings",
-    "actors/games/base.py": "issue 86 item 3: Capabilities' docstrings name SMAX's settings "
-                            "(heuristic_slots) and army_units",
-    "agents/surgery.py": "issue 86 item 3: the unit network's fields (num_compositions, "
-                         "pointer_action_types) come from the game's spec",
-    "agents/unit_network.py": "issue 86 item 3: the pointer's types come from the spec now "
-                              "(pointer_types); its config field keeps the name pointer_action_types "
-                              "(exported files) and the army head is named compositions",
-    "experiments/build.py": "issue 86 item 3: z_pseudo_reward_probability moves to SMAX's settings",
-    "experiments/config.py": "issue 86 item 3: SMAX-only fields of DeviceSettings (heuristic_slots, "
-                             "handicap) move to SMAX's settings",
-    "experiments/nodes/device_learners.py": "issue 86 item 3: the forced cells and handicaps moved to "
-                                            "SMAX's package (issue 84); the learner group still reads "
-                                            "SMAX-named settings (device.heuristic_slots, "
-                                            "z_pseudo_reward_probability)",
-    "experiments/program.py": "issue 86 item 3: SMAX's settings (heuristic_slots, handicap) named "
-                              "in the generic program",
+    "agents/unit_network.py": "the unit network is the network of SMAX's unit observation: its "
+                              "army head is named compositions and its config field "
+                              "pointer_action_types (the types now come from the spec), names "
+                              "that exported files and checkpoints hold",
+    "experiments/config.py": "RENAMED and EARLIER_NAMES keep SMAX's earlier flag names "
+                             "(--device.heuristic_slots, --actor.z_pseudo_reward_probability) so "
+                             "that earlier commands and run directories still work",
 }
 
 POKER_ALLOWED = {

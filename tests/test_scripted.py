@@ -377,18 +377,18 @@ def test_heuristic_slots_are_refused_where_they_cannot_act():
     from experiments.config import ConfigError
     from experiments.program import experience_path
 
-    with pytest.raises(ConfigError, match="heuristic_slots: --game=kuhn_poker has no scripted opponent"):
+    with pytest.raises(ConfigError, match="scripted_slots: --game=kuhn_poker has no scripted opponent"):
         RunConfig.make(game="kuhn_poker", heuristic_slots=1)
-    with pytest.raises(ConfigError, match=r"heuristic_slots must be in \[0, --device.opponent_slots\) = \[0, 4\)"):
+    with pytest.raises(ConfigError, match=r"scripted_slots must be in \[0, --device.opponent_slots\) = \[0, 4\)"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=4)
-    with pytest.raises(ConfigError, match="heuristic_slots must be in"):
+    with pytest.raises(ConfigError, match="scripted_slots must be in"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=-1)
-    with pytest.raises(ConfigError, match=r"heuristic_forced_slots must be in \[0, --device.heuristic_slots\] = \[0, 2\]"):
+    with pytest.raises(ConfigError, match=r"scripted_task_slots must be in \[0, --device.scripted_slots\] = \[0, 2\]"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=2, heuristic_forced_slots=3)
-    with pytest.raises(ConfigError, match="heuristic_forced_slots must be in"):
+    with pytest.raises(ConfigError, match="scripted_task_slots must be in"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=0, heuristic_forced_slots=1)
-    with pytest.raises(ConfigError, match="heuristic_forced_handicap handicaps the forced cells' games: "
-                                          "set --device.heuristic_forced_slots >= 1"):
+    with pytest.raises(ConfigError, match="scripted_task_levels moves the levels of the curriculum's tasks: "
+                                          "set --device.scripted_task_slots >= 1"):
         RunConfig.make(game="smax_races", init="none", heuristic_slots=2, heuristic_forced_handicap=True)
     with pytest.raises(ConfigError, match="device path only.*--experience=device"):
         experience_path(RunConfig.make(game="smax_races", init="none", experience="replay", heuristic_slots=1))

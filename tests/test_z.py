@@ -385,7 +385,7 @@ def test_actor_conditions_main_agents_on_their_races_z(smax, role):
     actor = Actor("a", "agent", game, network, Races(races), Frozen(params),
                   f"localhost:{server.port}", "queue",
                   ActorConfig(unroll_length=T, episodes_per_match=1000,
-                              z_pseudo_reward_probability=1.0),
+                              z_reward_probability=1.0),
                   z_bank=one_bank() if role == "main_agent" else None)
     try:
         actor.run(num_steps=4 * (T - 1))  # games of <= 11 steps: several finish
@@ -598,7 +598,7 @@ def test_both_experience_paths_give_the_numpy_loops_pseudo_rewards(smax):
     # The replay path: an actor without a replay server, its unrolls' new steps kept.
     actor = Actor("a", "agent", game, network, Races(("protoss", "zerg")), Frozen(params), None,
                   "t", ActorConfig(unroll_length=T, episodes_per_match=1000,
-                                   z_pseudo_reward_probability=0.5), z_bank=one_bank())
+                                   z_reward_probability=0.5), z_bank=one_bank())
     seen, pseudo_rewards = [], actor._pseudo_rewards
 
     def keep(chunk):   # the new steps of an unroll, before the actor writes them
@@ -667,8 +667,8 @@ def test_z_source_flags_and_bad_replays_are_refused(tmp_path):
         RunConfig.make(game="kuhn_poker", z_replays=str(tmp_path))
     with pytest.raises(ConfigError, match="needs a network that takes z"):
         RunConfig.make(z_replays=str(tmp_path), **{"network.z": False})
-    with pytest.raises(ConfigError, match="z_pseudo_reward_probability"):
-        RunConfig.make(**{"actor.z_pseudo_reward_probability": 1.5})
+    with pytest.raises(ConfigError, match="z_reward_probability"):
+        RunConfig.make(**{"actor.z_reward_probability": 1.5})
     # No bank: z = 0, said in the progress line.
     assert "z: off" in check_z(RunConfig.make(init="none"))
     # --init's report names its replays: the bank's default source.

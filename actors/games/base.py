@@ -130,7 +130,7 @@ class GameFunctions(Protocol):
 class ScriptedOpponent(Protocol):
     """A game's built-in AI (`Capabilities.scripted_opponent`; the registry names each
     built-in game's, e.g. SMAX's jaxmarl scripted micro). Main agents train against it
-    (`--device.heuristic_slots`) and evaluator_0 measures them against it over time.
+    (`--device.scripted_slots`) and evaluator_0 measures them against it over time.
 
         side(fns, side, batch)         -> (act, state): the AI as one side of B games in a
                                           fused rollout (`actors.rollout`), act(key, obs,
@@ -140,10 +140,10 @@ class ScriptedOpponent(Protocol):
                                           (side 0, `races[0]`, playing `network` with `params`)
                                           won; `config` is the game's `GameFunctions.config`
 
-    Forced armies (`--device.heuristic_forced_slots`, games whose sides pick an army from a
-    menu first) also need:
+    A curriculum of tasks against it (`--device.scripted_task_slots`; SMAX's: forced armies,
+    for games whose sides pick an army from a menu first) also needs:
 
-        curriculum(config, races, slots, settings, rng, lock) -> one main agent's forced slots'
+        curriculum(config, races, slots, settings, rng, lock) -> one main agent's task slots'
                                           tasks, passed along by the learner group as opaque
                                           options: draw(network, params, home) -> tasks,
                                           task_rows(tasks, per_game, games) -> the rows the
@@ -212,7 +212,7 @@ class Capabilities:
         `agent_policy(game, network, params, weights=None)` (an agent as a tabular policy),
         `nash_conv`, `expected_payoffs`, `make_spec`; None: none.
     scripted_opponent: () -> ScriptedOpponent, the game's built-in AI to train against
-        (`--device.heuristic_slots`) and to evaluate against (the evaluator's win rate
+        (`--device.scripted_slots`) and to evaluate against (the evaluator's win rate
         against it); None: none.
     z: () -> the module of the game's statistic z (AlphaStar's; `--z_replays`, `--network.z`):
         Z_SIZE, PSEUDO_REWARDS, ZBank (the bank read from replays) and tracker(fns), which

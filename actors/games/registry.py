@@ -105,7 +105,7 @@ LAPTOP_SNAPSHOTS = {"league.snapshots.main_agent_snapshot_steps": 4_000,
 # since session 55: 0.845 and 0.840, 6 and 7 of 9, lowest 0.65, league games 72% and 74% decided
 # (BENCHMARKS.md, the default league's row).
 SMAX_DEFAULTS = {"device.updates_per_chunk": 32, "device.main_agent_chunks": 9,
-                 "device.heuristic_slots": 3, "learner.loss.kl_teacher_weight": 0.05,
+                 "device.scripted_slots": 3, "learner.loss.kl_teacher_weight": 0.05,
                  "kl_teacher_by_race": "zerg=0.1",
                  "learner.loss.kl_teacher_heads": "action_type,target", "z_replays": "none",
                  **LAPTOP_SNAPSHOTS}

@@ -81,13 +81,14 @@ class DeviceLearnerGroup(_Learners):
     (frozen players cached by id; learning opponents refreshed every
     `actor.param_refresh_seconds`; the agent itself for self-play), K updates in one jitted
     call, then the chunk's results in one `Coordinator.report` batch (one `GameResult` per
-    opponent and branch). With `device.heuristic_slots` S, a main agent's first S slots play
+    opponent and branch). With `device.scripted_slots` S, a main agent's first S slots play
     the game's scripted opponent (enemy race at random per game) instead: those games are not
     league games (no payoff); their win rate is the learner metric `heuristic_win_rate`. With
-    `device.heuristic_forced_slots` F, the first F of them each play a task that the scripted
+    `device.scripted_task_slots` F, the first F of them each play a task that the scripted
     opponent's `curriculum` draws for all their games (`curricula`: the group passes the tasks
     along as opaque options, adds their rows to the races array and gives their results back;
-    SMAX's forced cells and handicaps: `actors.games.smax_races.curriculum`).
+    SMAX's curriculum is its forced armies). With `device.scripted_task_levels` the
+    curriculum moves each task's level with the agent's results.
     A round gives each main agent `device.main_agent_chunks` chunks and each exploiter one,
     interleaved (`chunk_order`)."""
 
@@ -109,8 +110,8 @@ class DeviceLearnerGroup(_Learners):
         self.spec = probe.spec
         run = config.learner
         main = {p.player_id for p in learning_agents(config.league) if p.role == "main_agent"}
-        self.heuristic_slots = {a: config.device.heuristic_slots if a in main else 0 for a in agent_ids}
-        self.forced_slots = {a: config.device.heuristic_forced_slots if a in main else 0 for a in agent_ids}
+        self.scripted_slots = {a: config.device.scripted_slots if a in main else 0 for a in agent_ids}
+        self.task_slots = {a: config.device.scripted_task_slots if a in main else 0 for a in agent_ids}
         self._fns = probe.fns
         self.chunks_per_round = {a: config.device.main_agent_chunks if a in main else 1 for a in agent_ids}
 
@@ -125,10 +126,10 @@ class DeviceLearnerGroup(_Learners):
                 reward_fn=rewards.device_reward(config.reward, self.spec, team_spirit=(
                     config.actor.team_spirit_start, config.actor.team_spirit_end, config.actor.team_spirit_updates)),
                 value_shape=value_shape(self.network), races=bool(config.game_info.capabilities.races),
-                z_probability=config.actor.z_pseudo_reward_probability, devices=distributed.rollout_devices(),
+                z_probability=config.actor.z_reward_probability, devices=distributed.rollout_devices(),
                 scripted=scripted, scripted_slots=scripted_slots,
                 z_statistic=config.game_info.capabilities.z() if config.z_network else None)
-        rollouts = {s: rollout(s) for s in set(self.heuristic_slots.values())}
+        rollouts = {s: rollout(s) for s in set(self.scripted_slots.values())}
         # AlphaStar: main agents are conditioned on z sampled from their race's replays;
         # exploiters are not (z = 0).
         banks = agent_z_banks(config, load_z_bank(config, self.spec)) if config.z_network else {}
@@ -139,7 +140,7 @@ class DeviceLearnerGroup(_Learners):
         learner_configs = agent_learner_configs(config, agent_ids)
         self.learners = {
             agent: DeviceLearner(self.network, self._initial[agent], learner_configs[agent], example,
-                                 rollouts[self.heuristic_slots[agent]],
+                                 rollouts[self.scripted_slots[agent]],
                                  updates_per_chunk=config.device.updates_per_chunk,
                                  seed=config.seed * 1009 + agent_indices[agent],
                                  checkpoint_dir=checkpoint.directory(config.run_dir, agent),
@@ -155,12 +156,12 @@ class DeviceLearnerGroup(_Learners):
         self.games = 0
         self.errors: list[str] = []
         # agent -> its last chunks' (wins, draws, losses) against the heuristic
-        self._heuristic_results = {a: deque(maxlen=16) for a in agent_ids if self.heuristic_slots[a]}
-        # agent -> its forced slots' tasks (the scripted opponent's `curriculum`: SMAX's cells)
+        self._heuristic_results = {a: deque(maxlen=16) for a in agent_ids if self.scripted_slots[a]}
+        # agent -> its task slots' tasks (the scripted opponent's `curriculum`)
         game_races = config.game_info.capabilities.races
         self.curricula = {a: config.game_info.capabilities.scripted_opponent().curriculum(
-            probe.fns.config, [game_races.index(r) for r in config.race_names], self.forced_slots[a],
-            config.device, self._rng, self._lock) for a in agent_ids if self.forced_slots[a]}
+            probe.fns.config, [game_races.index(r) for r in config.race_names], self.task_slots[a],
+            config.device, self._rng, self._lock) for a in agent_ids if self.task_slots[a]}
         self._in_round, self._playing = False, set()  # agents whose chunks run now
         self.populations, self._population_agents, self._alone = make_populations(self)
         # population -> its last chunks' (host seconds, program seconds)
@@ -176,7 +177,7 @@ class DeviceLearnerGroup(_Learners):
 
         from actors.rollout import Opponents
 
-        m, scripted = self.config.device.opponent_slots, self.heuristic_slots[agent_id]
+        m, scripted = self.config.device.opponent_slots, self.scripted_slots[agent_id]
         game_races = self.config.game_info.capabilities.races
 
         def draw():
@@ -247,7 +248,7 @@ class DeviceLearnerGroup(_Learners):
             return 0
         keys = ("wins", "draws", "losses", "score", "length")
         sums: dict[tuple[str, str], dict] = {}
-        scripted, forced = self.heuristic_slots[agent_id], self.forced_slots[agent_id]
+        scripted, forced = self.scripted_slots[agent_id], self.task_slots[agent_id]
 
         def outcomes(part: slice):
             return [int(getattr(results, k)[part].sum()) for k in ("wins", "draws", "losses")]

@@ -1,6 +1,6 @@
 """SMAX's forced-army curriculum: the cells a main agent plays against the built-in AI with both
-armies forced (`--device.heuristic_forced_slots`), which cells it draws, and the handicaps they
-start from (`--device.heuristic_forced_handicap`).
+armies forced (`--device.scripted_task_slots`), which cells it draws, and the handicaps they
+start from (`--device.scripted_task_levels`).
 
 A cell is (enemy race, the agent's army, the heuristic's army): indices into the game's races
 and the races' menus. The learner group (`experiments.nodes.DeviceLearnerGroup`) holds one

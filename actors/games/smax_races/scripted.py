@@ -167,12 +167,12 @@ def army_units(config: game.SmaxRacesConfig, race: int, army: int) -> int:
 def curriculum(config: game.SmaxRacesConfig, races: list[int], slots: int, settings, rng, lock):
     """One main agent's forced-army curriculum (`curriculum.ForcedCells`: which cells its
     `slots` forced slots play, their armies and handicaps, their results), for the learner
-    group; `settings`: the run's device settings (`heuristic_forced_handicap`)."""
+    group; `settings`: the run's device settings (`scripted_task_levels`: handicaps)."""
     import sys
 
     from actors.games.smax_races.curriculum import ForcedCells
 
-    return ForcedCells(sys.modules[__name__], config, races, slots, settings.heuristic_forced_handicap, rng, lock)
+    return ForcedCells(sys.modules[__name__], config, races, slots, settings.scripted_task_levels, rng, lock)
 
 
 def progress(metrics: dict) -> str:
