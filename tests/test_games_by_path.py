@@ -1,9 +1,13 @@
 """An environment of another library named by its module path (actors/games/registry.py): a
 factory that returns a JaxMARL `MultiAgentEnv` or a pgx `Env` instance is adapted, named by the
-path, passes check_game's checks and plays a league in one process; anything else gets the
-error naming the four kinds a factory may return."""
+path, passes check_game's checks and plays a league on every runner (in one process and on Ray
+here; under Launchpad in tests/test_launchpad.py); anything else gets the error naming the four
+kinds a factory may return."""
 
 import io
+import os
+import sqlite3
+import subprocess
 import sys
 import textwrap
 
@@ -162,3 +166,23 @@ def test_a_jaxmarl_env_by_its_module_path_plays_a_league_in_process(user_dir, tm
     finally:
         history.close()
     assert "--learner_steps=" in out.getvalue(), out.getvalue()[-3000:]   # it stopped on learnt steps
+
+
+@pytest.mark.system
+def test_a_pgx_env_by_its_module_path_plays_a_league_on_ray(user_dir):
+    """The default runner, as a user starts it from their own directory: Ray's node processes
+    import the user's module (not on PYTHONPATH), the first screen names the adapter, and the
+    learners' and the evaluator's games of the adapted pgx game reach league.db. (Launchpad:
+    tests/test_launchpad.py, a JaxMARL env by its module path.)"""
+    run_dir = user_dir / "run"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-m", "experiments.league", "--game=bypath_ttt:make", f"--run_dir={run_dir}",
+         "--learner_steps=1", "--hidden_size=16", "--core_size=16", "--progress_every_seconds=5",
+         "--dashboard_port=-1"], cwd=str(user_dir), env=env, capture_output=True, text=True, timeout=400)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    assert "runner=ray" in out and "game bypath_ttt:make: a pgx Env, adapted by actors.games.pgx_game" in out, out[-4000:]
+    with sqlite3.connect(f"file:{run_dir / 'league.db'}?mode=ro", uri=True) as db:
+        sources = dict(db.execute("SELECT source, sum(wins + draws + losses) FROM game_counts GROUP BY source"))
+    assert sources.get("device", 0) > 0 and sources.get("evaluator", 0) > 0, (sources, out[-3000:])

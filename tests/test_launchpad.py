@@ -275,3 +275,30 @@ def test_a_users_game_outside_the_repository_runs_under_launchpad(tmp_path):
     assert "game=mynim:make" in out and "checkpoints written" in out, out
     sources = dict(query(run_dir, "SELECT source, sum(wins + draws + losses) FROM game_counts GROUP BY source"))
     assert sources.get("device", 0) > 1000, (sources, out)
+
+
+def test_a_jaxmarl_env_by_its_module_path_runs_under_launchpad(tmp_path):
+    """A user's factory returning a JaxMARL MultiAgentEnv (tests/test_games_by_path.py's matching
+    pennies), by its module path from the user's directory under Launchpad's local_mp: every node
+    process imports and adapts it, the first screen names the adapter, and every learner learns
+    (`--learner_steps=1`: the run ends once every learner has)."""
+    from tests.test_games_by_path import PENNIES
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "bypath_pennies.py").write_text(PENNIES)
+    run_dir = str(tmp_path / "run")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    process = subprocess.Popen(
+        [sys.executable, "-u", "-m", "experiments.league", "--runner=launchpad", "--game=bypath_pennies:make",
+         f"--run_dir={run_dir}", "--learner_steps=1", "--hidden_size=16", "--core_size=16",
+         "--progress_every_seconds=5", "--dashboard_port=-1"],
+        cwd=str(mine), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True, env=env)
+    out = finish(process, timeout=300)
+    assert "game bypath_pennies:make: a JaxMARL MultiAgentEnv, adapted by actors.games.jaxmarl_game" in out, out
+    assert "checkpoints written" in out, out
+    sources = dict(query(run_dir, "SELECT source, sum(wins + draws + losses) FROM game_counts GROUP BY source"))
+    assert sources.get("device", 0) > 0, (sources, out)
+    versions = learner_versions(run_dir)
+    assert versions and all(v > 0 for v in versions.values()), out
